@@ -1,0 +1,97 @@
+"""Configuration of a speculative decoding run, as a frozen dataclass.
+
+`DecodeConfig` holds every knob of DESIGN §4. It is immutable: to change K or the temperature
+between cycles, build a new config with `dataclasses.replace(cfg, k=8)` (or `cfg.replace(k=8)`)
+and hand it to `SpeculativeDecoder.update_config`; the decoder checks it before using it, so a
+bad value leaves the running decoder untouched.
+
+Which fields may change mid-run: the sampling knobs (k, temperature, top_k, top_p), the
+what-if forcing, the invariant check and max_new_tokens. The cache layout, page size, pool size,
+free policy and seed shape the caches and the random stream, so changing them needs `start()`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from .errors import ConfigError
+
+MAX_K = 64  # a draft longer than this is never useful and only wastes memory
+LAYOUTS = ("paged", "contiguous")
+POLICIES = ("free", "keep")
+
+# Fields that may change between cycles without restarting the decoder.
+LIVE_FIELDS = frozenset(
+    {"k", "temperature", "top_k", "top_p", "forced_outcomes", "check_invariant", "max_new_tokens", "top_n"}
+)
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    k: int = 5  # draft length K
+    temperature: float = 1.0  # 0 = greedy
+    top_k: int = 0  # 0 = off
+    top_p: float = 1.0  # 1 = off
+    seed: int = 0
+    cache_layout: Literal["paged", "contiguous"] = "paged"
+    page_size: int = 16
+    free_policy: Literal["free", "keep"] = "free"  # paged rollback: free blocks, or keep them reserved
+    num_blocks: int | None = None  # paged pool size per model; None = enough for max_context
+    max_context: int = 2048  # cache capacity in positions (capped by the model's own maximum)
+    max_new_tokens: int = 256
+    check_invariant: bool = False  # compare caches with a fresh prefill after every cycle
+    top_n: int = 8  # how many alternatives the trace keeps per distribution
+    # What-if mode: (draft index i (1-based), accept?) pairs that override the acceptance test.
+    # Breaks exactness; only for teaching. Empty = off.
+    forced_outcomes: tuple[tuple[int, bool], ...] = ()
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ConfigError with a clear message for any out-of-range value."""
+        if not isinstance(self.k, int) or isinstance(self.k, bool) or not 1 <= self.k <= MAX_K:
+            raise ConfigError(f"K (draft length) must be an integer in 1..{MAX_K}, got {self.k!r}")
+        if not _finite(self.temperature) or self.temperature < 0:
+            raise ConfigError(f"temperature must be a finite number >= 0 (0 = greedy), got {self.temperature!r}")
+        if not isinstance(self.top_k, int) or self.top_k < 0:
+            raise ConfigError(f"top_k must be an integer >= 0 (0 = off), got {self.top_k!r}")
+        if not _finite(self.top_p) or not 0 < self.top_p <= 1:
+            raise ConfigError(f"top_p must be in (0, 1] (1 = off), got {self.top_p!r}")
+        if self.cache_layout not in LAYOUTS:
+            raise ConfigError(f"cache_layout must be one of {LAYOUTS}, got {self.cache_layout!r}")
+        if self.free_policy not in POLICIES:
+            raise ConfigError(f"free_policy must be one of {POLICIES}, got {self.free_policy!r}")
+        if not isinstance(self.page_size, int) or not 1 <= self.page_size <= 1024:
+            raise ConfigError(f"page_size must be an integer in 1..1024, got {self.page_size!r}")
+        if self.num_blocks is not None and (not isinstance(self.num_blocks, int) or self.num_blocks < 1):
+            raise ConfigError(f"num_blocks must be a positive integer or None, got {self.num_blocks!r}")
+        if not isinstance(self.max_context, int) or self.max_context < 2:
+            raise ConfigError(f"max_context must be an integer >= 2, got {self.max_context!r}")
+        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
+            raise ConfigError(f"max_new_tokens must be an integer >= 1, got {self.max_new_tokens!r}")
+        if not isinstance(self.seed, int):
+            raise ConfigError(f"seed must be an integer, got {self.seed!r}")
+        if not isinstance(self.top_n, int) or self.top_n < 1:
+            raise ConfigError(f"top_n must be a positive integer, got {self.top_n!r}")
+        for item in self.forced_outcomes:
+            if len(item) != 2 or not isinstance(item[0], int) or not 1 <= item[0] <= MAX_K:
+                raise ConfigError(f"forced_outcomes entries are (draft index 1..{MAX_K}, bool), got {item!r}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def replace(self, **changes: object) -> DecodeConfig:
+        return dataclasses.replace(self, **changes)
+
+    def forced_outcome(self, index: int) -> bool | None:
+        """The forced verdict for 1-based draft index `index`, or None when not forced."""
+        return next((accept for i, accept in self.forced_outcomes if i == index), None)
+
+
+def _finite(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)

@@ -1,0 +1,249 @@
+"""Typed, JSON-serialisable records of one speculative-decoding cycle.
+
+A `CycleTrace` is everything the decoder did in one draft → verify → accept → resolve →
+rollback cycle (DESIGN §1, §5), recorded as plain frozen dataclasses of ints, floats and
+strings: no tensors, so the visualiser, the CLI and the JSON export never touch torch.
+
+Terminology (as in vLLM's rejection sampler):
+  * accepted  — a draft token that passed the test `u <= min(1, p/q)`;
+  * corrected — the token sampled from the residual `norm(max(0, p - q))` at the first
+                rejection (vLLM calls it "recovered");
+  * bonus     — the extra token sampled from the target's `p_{K+1}` when all K drafts pass.
+
+Cache bookkeeping is recorded as `CacheEvent`s (what happened) and `CacheSnapshot`s (the layout
+after each phase), for the target and the draft cache alike.
+
+Positions are 0-based indices into the committed sequence: the token `x_i` of DESIGN §1 sits at
+position `i - 1`, so a cache of length L holds K/V for positions `0 .. L-1`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Phase = Literal["start", "draft", "verify", "accept", "resolve", "rollback", "prefill", "decode"]
+# The phases of one cycle, in order; "start" is the state the cycle begins from.
+CYCLE_PHASES: tuple[str, ...] = ("start", "draft", "verify", "accept", "resolve", "rollback")
+
+EventKind = Literal["append", "truncate", "alloc", "free", "pointer", "reuse"]
+TokenKind = Literal["prompt", "accepted", "corrected", "bonus", "generated"]
+Verdict = Literal["accepted", "rejected", "untested"]
+SlotState = Literal["committed", "provisional", "stale", "free"]
+
+
+@dataclass(frozen=True)
+class CacheEvent:
+    """One change to a KV cache.
+
+    kind      meaning of (start, end) and blocks
+    append    provisional K/V written for positions start .. end-1 (half-open)
+    truncate  length moved from `start` to `end` (end < start)
+    pointer   contiguous write pointer moved from `start` to `end`
+    alloc     `blocks` (physical ids) taken from the free pool
+    free      `blocks` returned to the free pool
+    reuse     `blocks` kept reserved by the "keep" policy and written again
+    """
+
+    kind: EventKind
+    phase: str
+    start: int = -1
+    end: int = -1
+    blocks: tuple[int, ...] = ()
+
+    def describe(self) -> str:
+        """A one-line, human-readable account of the event."""
+        ids = ", ".join(str(b) for b in self.blocks)
+        if self.kind == "append":
+            return f"append K/V for positions {self.start}..{self.end - 1} (provisional)"
+        if self.kind == "truncate":
+            return f"truncate length {self.start} -> {self.end} (drop positions {self.end}..{self.start - 1})"
+        if self.kind == "pointer":
+            return f"write pointer {self.start} -> {self.end}"
+        if self.kind == "alloc":
+            return f"allocate block(s) [{ids}] from the free pool"
+        if self.kind == "free":
+            return f"free block(s) [{ids}] back to the pool"
+        return f"reuse reserved block(s) [{ids}]"
+
+
+@dataclass(frozen=True)
+class CacheSnapshot:
+    """The layout of one model's KV cache at one moment (cheap: no tensors).
+
+    Slots are physical: for the contiguous layout slot s is buffer row s; for the paged layout
+    slot s is offset `s % page_size` of physical block `s // page_size`. `slot_positions[s]` and
+    `slot_tokens[s]` are the position and token id last written there (-1: never written); only
+    the first `len(slot_positions)` slots are listed (those ever touched, rounded up to whole
+    blocks), the rest are untouched and free.
+    """
+
+    layout: Literal["contiguous", "paged"]
+    seq_len: int  # valid positions 0 .. seq_len-1
+    num_committed: int  # positions < num_committed are committed; the rest up to seq_len provisional
+    capacity: int  # slots in the buffer / the whole pool
+    page_size: int  # paged: tokens per block; contiguous: 0
+    num_blocks: int  # paged: blocks in the pool; contiguous: 0
+    block_table: tuple[int, ...] = ()  # paged: logical block -> physical block id
+    free_blocks: tuple[int, ...] = ()  # paged: the free list, in the order they will be handed out
+    policy: str = ""  # paged rollback policy: "free" or "keep"
+    slot_positions: tuple[int, ...] = ()
+    slot_tokens: tuple[int, ...] = ()
+
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self.free_blocks)
+
+    def slot_state(self, slot: int) -> SlotState:
+        """committed / provisional / stale (written, but past the valid length) / free."""
+        pos = self.slot_positions[slot] if slot < len(self.slot_positions) else -1
+        if self.layout == "paged":
+            block, offset = divmod(slot, self.page_size)
+            if block not in self.block_table:
+                return "free"
+            logical = self.block_table.index(block)
+            pos_here = logical * self.page_size + offset
+            if pos != pos_here:  # never written since this block was (re)assigned
+                return "free"
+        elif pos != slot:
+            return "free"
+        if pos < 0:
+            return "free"
+        if pos < self.num_committed:
+            return "committed"
+        if pos < self.seq_len:
+            return "provisional"
+        return "stale"
+
+
+@dataclass(frozen=True)
+class TokenProb:
+    """A token with its probability under some distribution (for top-N lists)."""
+
+    token_id: int
+    prob: float
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class DraftStep:
+    """Draft position i (1-based) of a cycle: the proposal and its acceptance test."""
+
+    index: int  # i, 1..K
+    position: int  # sequence position of d_i
+    token_id: int
+    text: str
+    draft_prob: float  # q_i(d_i)
+    target_prob: float  # p_i(d_i)
+    ratio: float  # min(1, p/q); at temperature 0: 1.0 if d_i == argmax p_i else 0.0
+    u: float | None  # the uniform draw; None when untested or greedy
+    verdict: Verdict
+    forced: bool  # True when what-if mode forced the outcome (breaks exactness)
+    draft_top: tuple[TokenProb, ...]
+    target_top: tuple[TokenProb, ...]
+
+
+@dataclass(frozen=True)
+class EmittedToken:
+    token_id: int
+    text: str
+    position: int
+    kind: TokenKind
+
+
+@dataclass(frozen=True)
+class PhaseSnapshot:
+    phase: str
+    target: CacheSnapshot
+    draft: CacheSnapshot
+
+
+@dataclass(frozen=True)
+class CycleTrace:
+    """Everything one cycle did. See DESIGN §5."""
+
+    cycle: int  # 0-based cycle index
+    context_len: int  # n: committed length when the cycle started
+    k: int  # draft length actually used this cycle (may be clamped near the end)
+    temperature: float
+    top_k: int
+    top_p: float
+    catch_up: tuple[EmittedToken, ...]  # tokens fed to the draft before proposing (kind = origin)
+    drafts: tuple[DraftStep, ...]
+    num_accepted: int
+    rejected_at: int | None  # 1-based draft index of the first rejection, None if all accepted
+    residual_top: tuple[TokenProb, ...]  # top of norm(max(0, p_j - q_j)) at the rejection
+    bonus_top: tuple[TokenProb, ...]  # top of p_{K+1} when all were accepted
+    emitted: tuple[EmittedToken, ...]  # what this cycle committed, in order
+    target_events: tuple[CacheEvent, ...]
+    draft_events: tuple[CacheEvent, ...]
+    snapshots: tuple[PhaseSnapshot, ...]  # one per phase in CYCLE_PHASES
+    timings_ms: dict[str, float] = field(default_factory=dict)
+    invariant_max_abs_diff: dict[str, float] | None = None  # {"target": .., "draft": ..}
+    finish_reason: str | None = None  # "eos", "max_new_tokens" or "context_full" if the cycle ended it
+    forced: bool = False  # some outcome was forced by what-if mode
+
+    @property
+    def corrected_token(self) -> EmittedToken | None:
+        return next((t for t in self.emitted if t.kind == "corrected"), None)
+
+    @property
+    def bonus_token(self) -> EmittedToken | None:
+        return next((t for t in self.emitted if t.kind == "bonus"), None)
+
+    def snapshot(self, phase: str) -> PhaseSnapshot:
+        return next(s for s in self.snapshots if s.phase == phase)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict())
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CycleTrace:
+        return _build(cls, data)
+
+
+# ---- from_dict: rebuild nested frozen dataclasses from plain dicts/lists ----
+
+_NESTED: dict[type, dict[str, type]] = {
+    CycleTrace: {
+        "catch_up": EmittedToken,
+        "drafts": DraftStep,
+        "residual_top": TokenProb,
+        "bonus_top": TokenProb,
+        "emitted": EmittedToken,
+        "target_events": CacheEvent,
+        "draft_events": CacheEvent,
+        "snapshots": PhaseSnapshot,
+    },
+    DraftStep: {"draft_top": TokenProb, "target_top": TokenProb},
+    PhaseSnapshot: {"target": CacheSnapshot, "draft": CacheSnapshot},
+}
+
+
+def _build(cls: type, data: dict[str, Any]) -> Any:
+    nested = _NESTED.get(cls, {})
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            continue
+        value = data[f.name]
+        if f.name in nested:
+            inner = nested[f.name]
+            value = _build(inner, value) if isinstance(value, dict) else tuple(_build(inner, v) for v in value)
+        elif isinstance(value, list):
+            value = tuple(value)
+        kwargs[f.name] = value
+    return cls(**kwargs)
+
+
+def traces_to_json(traces: list[CycleTrace]) -> str:
+    return json.dumps([t.to_dict() for t in traces])
+
+
+def traces_from_json(text: str) -> list[CycleTrace]:
+    return [CycleTrace.from_dict(d) for d in json.loads(text)]
