@@ -1,0 +1,289 @@
+"""What every specviz KV cache shares: the length bookkeeping and the Hugging Face interface.
+
+A KV cache stores, for every layer, the key and value vectors of the positions a decoder has
+already processed, so that a new token attends to them without recomputing them. For one
+sequence (batch 1) the cache of one layer is conceptually a `[1, H_kv, L, D]` pair of tensors
+(`H_kv` key/value heads, `D` head dim), and all layers share the same valid length `L`.
+
+Speculative decoding needs three operations on that length (DESIGN §1):
+
+* **reserve + append** — before each forward the engine calls `reserve(token_ids, phase)`; the
+  cache makes room for `len(token_ids)` positions `L .. L+n-1` *atomically* (it checks capacity
+  first, and on failure raises with nothing changed), then every layer's `update` writes the
+  new K/V into those slots. When the last layer has written, `L` becomes `L+n`. These K/V are
+  *provisional* until the acceptance test says which of them belong to the committed sequence.
+* **truncate** — the rollback: `L` moves back to `new_len`. The K/V of the removed positions
+  stay in memory ("stale") but are never read again, because every read covers positions
+  `0 .. L-1` only, and the next append overwrites them.
+* **read** — each layer's `update` returns the dense K/V of positions `0 .. L+n-1`, exactly what
+  `transformers.DynamicCache` would return, so attention (and its causal mask, built from
+  `get_mask_sizes`) is bit-for-bit the computation a plain cache would do.
+
+The two layouts differ only in *where* position p lives in memory (its physical "slot"):
+`contiguous.py` (slot = p in a preallocated buffer, gpt-fast style) and `paged.py` (slot found
+through a block table, vLLM style). Everything else is here: `SpecvizCache` subclasses
+`transformers.cache_utils.Cache`, so an HF model writes into it directly via
+`model(input_ids, past_key_values=cache, use_cache=True)`; each of its layers is a
+`SpecvizLayer` (a `CacheLayerMixin`) that asks the cache for the positions to write.
+
+Every change is recorded as a `CacheEvent` (drained by the engine into the cycle trace), and
+`snapshot()` gives a tensor-free picture of the layout for the visualiser.
+
+This package is the only place in specviz that imports `transformers.cache_utils` (DESIGN §3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from transformers.cache_utils import Cache, CacheLayerMixin, get_layer_types_and_kwargs
+
+from specviz.errors import ConfigError
+from specviz.trace import CacheEvent, CacheSnapshot
+
+AUTO_TOKEN = -1  # token id recorded for positions written without a reserve() (e.g. HF generate)
+AUTO_PHASE = "auto"  # phase recorded for such implicit reservations
+
+
+def num_attention_layers(model: torch.nn.Module) -> int:
+    """Number of decoder layers of a causal LM; refuses anything but full attention."""
+    config = model.config.get_text_config()
+    try:
+        layer_types, _ = get_layer_types_and_kwargs(config)
+    except Exception:  # configs without per-layer info: assume full attention everywhere
+        layer_types = ["full_attention"] * config.num_hidden_layers
+    other = sorted(set(layer_types) - {"full_attention"})
+    if other:
+        raise ConfigError(
+            f"specviz KV caches support full-attention layers only; this model also has {other} layers"
+        )
+    return len(layer_types)
+
+
+class SpecvizLayer(CacheLayerMixin):
+    """One layer's K/V storage. Subclasses implement `allocate`, `write_and_read` and `dense`.
+
+    Lengths are not stored per layer: the owning cache keeps one length for all layers, so a
+    layer only asks it which positions this forward writes (`begin_write`).
+    """
+
+    is_sliding = False
+    is_croppable = True
+    is_compileable = False
+
+    def __init__(self, owner: SpecvizCache, layer_idx: int) -> None:
+        super().__init__()
+        self.owner = owner
+        self.layer_idx = layer_idx
+
+    # -- storage, per layout -------------------------------------------------------------
+    def allocate(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        raise NotImplementedError
+
+    def write_and_read(
+        self, start: int, key_states: torch.Tensor, value_states: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write positions start..start+t-1, return dense K/V of positions 0..start+t-1."""
+        raise NotImplementedError
+
+    def dense(self, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Dense K/V `[1, H_kv, length, D]` of positions 0..length-1."""
+        raise NotImplementedError
+
+    # -- the transformers CacheLayerMixin interface --------------------------------------
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        # Storage is preallocated on the first update, with the layer's own dtype and device
+        # (layers of one model may sit on different devices).
+        self.dtype, self.device = key_states.dtype, key_states.device
+        self.allocate(key_states, value_states)
+        self.is_initialized = True
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if key_states.shape[0] != 1:
+            raise ConfigError(
+                f"specviz KV caches hold one sequence (batch size 1); got batch size {key_states.shape[0]}"
+            )
+        start = self.owner.begin_write(self.layer_idx, key_states.shape[-2])
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        keys, values = self.write_and_read(start, key_states, value_states)
+        self.owner.end_write(self.layer_idx)
+        return keys, values
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        # Same as DynamicLayer: the keys returned by update() cover positions 0..L+q-1.
+        return self.owner.get_seq_length() + query_length, 0
+
+    def get_seq_length(self) -> int:
+        return self.owner.get_seq_length()
+
+    def get_max_length(self) -> int:
+        return self.owner.max_len
+
+    def reset(self) -> None:  # the owner resets the bookkeeping; stale values are harmless
+        pass
+
+    def crop(self, tokens_to_remove: int) -> None:  # Cache.crop is overridden by the owner
+        raise NotImplementedError("use SpecvizCache.truncate / crop")
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        if repeats != 1:
+            raise ConfigError("specviz KV caches hold one sequence (batch size 1)")
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if indices.numel() != 1:
+            raise ConfigError("specviz KV caches hold one sequence (batch size 1)")
+
+
+class SpecvizCache(Cache):
+    """A one-sequence KV cache with explicit reserve / truncate and an event log.
+
+    State (shared by all layers):
+      seq_len        L: positions 0..L-1 hold valid K/V in every layer
+      pending        token ids of the reservation being written (positions L..L+n-1), or []
+      layers_done    layers that have already written the pending reservation
+    Subclasses define the layout: `_make_room`, `_release`, `_slots` and the layer class.
+    """
+
+    layout: str = ""
+    layer_class: type[SpecvizLayer] = SpecvizLayer
+
+    def __init__(self, num_layers: int, max_len: int, capacity: int) -> None:
+        if max_len < 1:
+            raise ConfigError(f"max_len must be >= 1, got {max_len}")
+        super().__init__(layers=[self.layer_class(self, i) for i in range(num_layers)])
+        self.max_len = max_len
+        self.seq_len = 0
+        self.pending: list[int] = []
+        self.layers_done: set[int] = set()
+        self.events: list[CacheEvent] = []
+        self.tokens: list[int] = []  # token id of each valid (or pending) position
+        # Per physical slot: the position and token last written there (-1: never), for snapshots.
+        self.slot_positions = [-1] * capacity
+        self.slot_tokens = [-1] * capacity
+        self.num_touched = 0  # slots 0..num_touched-1 may have been written
+
+    # -- public bookkeeping API ----------------------------------------------------------
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.seq_len
+
+    def get_query_offset(self, layer_idx: int = 0) -> int:
+        return self.seq_len
+
+    def get_mask_sizes(self, query_length: int, layer_idx: int = 0) -> tuple[int, int]:
+        return self.seq_len + query_length, 0
+
+    def get_max_length(self, layer_idx: int | None = None) -> int:
+        return self.max_len
+
+    @property
+    def token_ids(self) -> list[int]:
+        """Token ids of the valid positions 0..L-1 (-1 where written without reserve)."""
+        return self.tokens[: self.seq_len]
+
+    def reserve(self, token_ids: Sequence[int], phase: str) -> None:
+        """Make room for positions L..L+n-1 before a forward over `token_ids`.
+
+        Atomic: capacity is checked first; on failure a CacheCapacityError (or its subclass
+        PoolExhaustedError) is raised and nothing changes. A reservation that was never written
+        (e.g. its forward failed before the first layer) is replaced.
+        """
+        token_ids = [int(t) for t in token_ids]
+        n = len(token_ids)
+        if n < 1:
+            raise ValueError("reserve() needs at least one token")
+        if self.layers_done:
+            raise RuntimeError(
+                f"reserve() during a forward: layers {sorted(self.layers_done)} have written the "
+                "pending positions but the others have not"
+            )
+        start, end = self.seq_len, self.seq_len + n
+        self._check_room(start, end)  # raises before any change
+        self.events.append(CacheEvent("append", phase, start, end))
+        self._make_room(start, end, phase)  # layout-specific: blocks / pointer events
+        self.pending = token_ids
+        del self.tokens[start:]
+        self.tokens.extend(token_ids)
+        for pos, slot in zip(range(start, end), self._slot_list(start, end)):
+            self.slot_positions[slot] = pos
+            self.slot_tokens[slot] = token_ids[pos - start]
+            self.num_touched = max(self.num_touched, slot + 1)
+
+    def truncate(self, new_len: int, phase: str) -> None:
+        """Roll back to `new_len <= L` valid positions (also cancels an unwritten reservation)."""
+        if not 0 <= new_len <= self.seq_len:
+            raise ValueError(f"truncate({new_len}) needs 0 <= new_len <= seq_len={self.seq_len}")
+        if self.layers_done:
+            raise RuntimeError("truncate() during a forward")
+        old_len = self.seq_len
+        if new_len < old_len:
+            self.events.append(CacheEvent("truncate", phase, old_len, new_len))
+        self._release(old_len + len(self.pending), new_len, phase)  # layout-specific
+        self.seq_len = new_len
+        self.pending = []
+        del self.tokens[new_len:]
+
+    def crop(self, tokens_to_remove: int) -> None:
+        """transformers' rollback API (as DynamicCache.crop): a negative count of tokens to drop."""
+        if tokens_to_remove > 0:
+            raise ValueError(f"crop() takes a negative number of tokens to remove, got {tokens_to_remove}")
+        self.truncate(max(0, self.seq_len + tokens_to_remove), AUTO_PHASE)
+
+    def reset(self) -> None:
+        self.truncate(0, AUTO_PHASE)
+
+    def drain_events(self) -> list[CacheEvent]:
+        """Events since the last drain, in order."""
+        events, self.events = self.events, []
+        return events
+
+    def dense_kv(self, layer_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values `[1, H_kv, L, D]` of the valid positions of one layer."""
+        layer = self.layers[layer_idx]
+        if not layer.is_initialized:
+            raise ValueError(f"layer {layer_idx} has not been written yet")
+        return layer.dense(self.seq_len)
+
+    def snapshot(self, num_committed: int) -> CacheSnapshot:
+        raise NotImplementedError
+
+    # -- called by the layers during a forward -------------------------------------------
+    def begin_write(self, layer_idx: int, num_new: int) -> int:
+        """A layer is about to write `num_new` positions; returns the first position L."""
+        if layer_idx in self.layers_done:
+            # The previous forward stopped part-way (an exception); this is a retry: start over.
+            self.layers_done.clear()
+        if not self.pending:
+            self.reserve([AUTO_TOKEN] * num_new, AUTO_PHASE)  # forward without reserve()
+        elif len(self.pending) != num_new:
+            raise ValueError(
+                f"reserve() was called for {len(self.pending)} token(s) but the forward feeds {num_new}"
+            )
+        return self.seq_len
+
+    def end_write(self, layer_idx: int) -> None:
+        self.layers_done.add(layer_idx)
+        if len(self.layers_done) == len(self.layers):  # every layer wrote: the append is done
+            self.seq_len += len(self.pending)
+            self.pending = []
+            self.layers_done.clear()
+
+    # -- layout hooks ----------------------------------------------------------------------
+    def _check_room(self, start: int, end: int) -> None:
+        raise NotImplementedError
+
+    def _make_room(self, start: int, end: int, phase: str) -> None:
+        raise NotImplementedError
+
+    def _release(self, old_end: int, new_len: int, phase: str) -> None:
+        raise NotImplementedError
+
+    def _slot_list(self, start: int, end: int) -> list[int]:
+        """Physical slots of positions start..end-1 (Python ints, for bookkeeping)."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(layers={len(self.layers)}, seq_len={self.seq_len}, max_len={self.max_len})"

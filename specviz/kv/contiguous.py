@@ -1,0 +1,89 @@
+"""Contiguous KV cache: one preallocated buffer per layer plus a write pointer.
+
+This is the layout of gpt-fast and of `transformers.StaticCache`: for each layer a buffer
+`[1, H_kv, max_len, D]` is allocated once, and position p always lives in row p. Appending n
+tokens writes rows L..L+n-1 and moves the write pointer from L to L+n; attention reads rows
+0..L+n-1 as a plain slice (no copy).
+
+Rollback after a rejected draft is just moving the pointer back: `truncate(new_len)` sets
+L = new_len and leaves rows new_len.. untouched. Those *stale* rows are harmless: every read is
+the slice 0..L-1, and the next append overwrites them, row by row, before they are read again.
+
+The price of this simplicity is that the whole `max_len` is reserved up front, whatever the
+sequence actually uses — the waste that paging (see `paged.py`) removes.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specviz.errors import CacheCapacityError
+from specviz.kv.base import SpecvizCache, SpecvizLayer
+from specviz.trace import CacheEvent, CacheSnapshot
+
+
+class ContiguousLayer(SpecvizLayer):
+    """One layer: `keys`/`values` buffers `[1, H_kv, max_len, D]`; row p holds position p."""
+
+    def allocate(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        _, heads, _, _ = key_states.shape  # [B, H, T, D]
+        shape_k = (1, heads, self.owner.max_len, key_states.shape[-1])
+        shape_v = (1, heads, self.owner.max_len, value_states.shape[-1])
+        self.keys = torch.zeros(shape_k, dtype=key_states.dtype, device=key_states.device)
+        self.values = torch.zeros(shape_v, dtype=value_states.dtype, device=value_states.device)
+
+    def write_and_read(
+        self, start: int, key_states: torch.Tensor, value_states: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        end = start + key_states.shape[-2]
+        self.keys[:, :, start:end] = key_states  # [1, H, T, D]
+        self.values[:, :, start:end] = value_states
+        return self.keys[:, :, :end], self.values[:, :, :end]  # [1, H, L+T, D], views
+
+    def dense(self, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.keys[:, :, :length], self.values[:, :, :length]
+
+
+class ContiguousKVCache(SpecvizCache):
+    """Preallocated buffers + a write pointer (events: "append", "pointer", "truncate")."""
+
+    layout = "contiguous"
+    layer_class = ContiguousLayer
+
+    def __init__(self, num_layers: int, max_len: int = 2048) -> None:
+        super().__init__(num_layers, max_len, capacity=max_len)
+
+    @property
+    def write_pointer(self) -> int:
+        """Row the next token goes to (L, or L+n while a reservation is pending)."""
+        return self.seq_len + len(self.pending)
+
+    def _check_room(self, start: int, end: int) -> None:
+        if end > self.max_len:
+            raise CacheCapacityError(
+                f"contiguous KV cache full: positions {start}..{end - 1} do not fit in its "
+                f"{self.max_len} rows (create the cache with a larger max_len)"
+            )
+
+    def _make_room(self, start: int, end: int, phase: str) -> None:
+        self.events.append(CacheEvent("pointer", phase, self.write_pointer, end))
+
+    def _release(self, old_end: int, new_len: int, phase: str) -> None:
+        if old_end != new_len:
+            self.events.append(CacheEvent("pointer", phase, old_end, new_len))
+
+    def _slot_list(self, start: int, end: int) -> list[int]:
+        return list(range(start, end))
+
+    def snapshot(self, num_committed: int) -> CacheSnapshot:
+        n = self.num_touched
+        return CacheSnapshot(
+            layout="contiguous",
+            seq_len=self.seq_len,
+            num_committed=min(num_committed, self.seq_len),
+            capacity=self.max_len,
+            page_size=0,
+            num_blocks=0,
+            slot_positions=tuple(self.slot_positions[:n]),
+            slot_tokens=tuple(self.slot_tokens[:n]),
+        )

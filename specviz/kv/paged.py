@@ -1,0 +1,269 @@
+"""Paged KV cache: fixed-size blocks from a shared pool, found through a block table (vLLM).
+
+PagedAttention (Kwon et al. 2023, "Efficient Memory Management for Large Language Model
+Serving with PagedAttention"; vLLM) stores K/V the way an operating system stores memory pages:
+
+* The physical memory of each layer is a **pool** of `num_blocks` fixed-size blocks of
+  `page_size` token slots: a tensor `[num_blocks, page_size, H_kv, D]`. Block ids are shared by
+  all layers, so one table serves the whole model.
+* A sequence owns a **block table**: logical block i (positions `i*page_size ..
+  (i+1)*page_size - 1`) lives in physical block `block_table[i]`. Position p therefore lives
+  in slot `block_table[p // page_size] * page_size + p % page_size` — the blocks of one
+  sequence need not be adjacent, and memory is taken one block at a time as the sequence grows
+  instead of `max_len` up front.
+* The **BlockPool** hands out free blocks (`get_new_blocks(n)`) and takes them back
+  (`free_blocks(blocks)`); `num_free_blocks` says how many are left. As in vLLM the free list is
+  a queue: blocks are taken from its head and returned to its tail.
+* Attention needs the keys of positions 0..L-1 in order; reading them is one vectorised gather
+  over their slot ids (`index_select`), not a loop over blocks. (vLLM's kernels read through
+  the block table inside the attention kernel; specviz gathers because Hugging Face attention
+  wants dense tensors, and the result is exactly a DynamicCache's.)
+
+Rollback after a rejected draft (positions new_len..L-1 removed) has two policies:
+
+* ``"free"`` — blocks that hold *only* removed positions go back to the pool at once, so the
+  table always has exactly `ceil(L / page_size)` blocks. The last, partially filled block stays:
+  its slots past new_len are **stale** (old K/V, never read: reads cover 0..L-1 only; the next
+  append overwrites them).
+* ``"keep"`` — vLLM v1 style: the blocks stay in the block table, reserved; only the length
+  moves back, and the next appends overwrite the stale slots (recorded as "reuse"). Nothing is
+  returned to the pool, so the table never shrinks; speculative decoding will need those slots
+  again in the very next cycle anyway.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import torch
+
+from specviz.errors import CacheCapacityError, ConfigError, PoolExhaustedError
+from specviz.kv.base import SpecvizCache, SpecvizLayer
+from specviz.trace import CacheEvent, CacheSnapshot
+
+POLICIES = ("free", "keep")
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass
+class KVBlock:
+    """One physical block of `page_size` token slots (vLLM's KVCacheBlock, minus prefix hashing)."""
+
+    block_id: int
+    ref_cnt: int = 0  # how many block tables hold it (0 or 1 here: one sequence per cache)
+
+
+class BlockPool:
+    """The free list of physical blocks: taken from the head, returned to the tail."""
+
+    def __init__(self, num_blocks: int) -> None:
+        if num_blocks < 1:
+            raise ConfigError(f"num_blocks must be >= 1, got {num_blocks}")
+        self.blocks = [KVBlock(i) for i in range(num_blocks)]
+        self.free_block_queue: collections.deque[KVBlock] = collections.deque(self.blocks)
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self.blocks)
+
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self.free_block_queue)
+
+    @property
+    def free_block_ids(self) -> tuple[int, ...]:
+        """The free list, in the order the blocks will be handed out."""
+        return tuple(b.block_id for b in self.free_block_queue)
+
+    def get_new_blocks(self, num_blocks: int) -> list[KVBlock]:
+        if num_blocks > self.num_free_blocks:
+            raise PoolExhaustedError(
+                f"KV block pool exhausted: {num_blocks} block(s) needed, {self.num_free_blocks} free "
+                f"(pool of {self.num_blocks})"
+            )
+        blocks = [self.free_block_queue.popleft() for _ in range(num_blocks)]
+        for block in blocks:
+            block.ref_cnt += 1
+        return blocks
+
+    def free_blocks(self, blocks: Iterable[KVBlock]) -> None:
+        for block in blocks:
+            if block.ref_cnt <= 0:
+                raise RuntimeError(f"double free of KV block {block.block_id}")
+            block.ref_cnt -= 1
+            if block.ref_cnt == 0:
+                self.free_block_queue.append(block)
+
+
+class BlockTable:
+    """One sequence's logical -> physical block map (no tensors, no lengths: pure bookkeeping)."""
+
+    def __init__(self, pool: BlockPool, page_size: int) -> None:
+        self.pool = pool
+        self.page_size = page_size
+        self.blocks: list[KVBlock] = []
+
+    @property
+    def ids(self) -> list[int]:
+        return [b.block_id for b in self.blocks]
+
+    def __len__(self) -> int:
+        return len(self.blocks)
+
+    def num_new_blocks(self, num_positions: int) -> int:
+        """Blocks to allocate so that the table covers positions 0..num_positions-1."""
+        return max(0, cdiv(num_positions, self.page_size) - len(self.blocks))
+
+    def grow(self, num_positions: int) -> list[KVBlock]:
+        new = self.pool.get_new_blocks(self.num_new_blocks(num_positions))
+        self.blocks.extend(new)
+        return new
+
+    def shrink(self, num_positions: int) -> list[KVBlock]:
+        """Return to the pool every block that holds only positions >= num_positions."""
+        keep = cdiv(num_positions, self.page_size)
+        removed, self.blocks = self.blocks[keep:], self.blocks[:keep]
+        self.pool.free_blocks(removed)
+        return removed
+
+    def slot(self, pos: int) -> int:
+        block, offset = divmod(pos, self.page_size)
+        return self.blocks[block].block_id * self.page_size + offset
+
+    def slot_ids(self, num_positions: int, device: torch.device) -> torch.Tensor:
+        """Slots of positions 0..num_positions-1, computed without a per-token loop."""  # [N]
+        table = torch.tensor(self.ids, dtype=torch.long, device=device)  # [num_logical_blocks]
+        offsets = torch.arange(self.page_size, dtype=torch.long, device=device)  # [page_size]
+        return (table[:, None] * self.page_size + offsets).reshape(-1)[:num_positions]
+
+
+class PagedLayer(SpecvizLayer):
+    """One layer: pool tensors `keys`/`values` `[num_blocks, page_size, H_kv, D]`."""
+
+    def allocate(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        _, heads, _, _ = key_states.shape  # [B, H, T, D]
+        pool_shape = (self.owner.pool.num_blocks, self.owner.page_size, heads)
+        self.keys = torch.zeros(*pool_shape, key_states.shape[-1], dtype=key_states.dtype, device=key_states.device)
+        self.values = torch.zeros(
+            *pool_shape, value_states.shape[-1], dtype=value_states.dtype, device=value_states.device
+        )
+
+    def gather(self, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        heads = self.keys.shape[2]
+        keys = self.keys.view(-1, heads, self.keys.shape[-1]).index_select(0, slots)  # [T, H, D]
+        values = self.values.view(-1, heads, self.values.shape[-1]).index_select(0, slots)
+        return keys.transpose(0, 1).unsqueeze(0), values.transpose(0, 1).unsqueeze(0)  # [1, H, T, D]
+
+    def write_and_read(
+        self, start: int, key_states: torch.Tensor, value_states: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        end = start + key_states.shape[-2]
+        slots = self.owner.slot_ids(end, self.keys.device)  # [L+T]
+        heads = self.keys.shape[2]
+        flat_k = self.keys.view(-1, heads, self.keys.shape[-1])  # [num_blocks * page_size, H, D]
+        flat_v = self.values.view(-1, heads, self.values.shape[-1])
+        flat_k.index_copy_(0, slots[start:], key_states[0].transpose(0, 1))  # [T, H, D]
+        flat_v.index_copy_(0, slots[start:], value_states[0].transpose(0, 1))
+        return self.gather(slots)
+
+    def dense(self, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.gather(self.owner.slot_ids(length, self.keys.device))
+
+
+class PagedKVCache(SpecvizCache):
+    """A block table over a BlockPool (events: "append", "alloc", "reuse", "truncate", "free")."""
+
+    layout = "paged"
+    layer_class = PagedLayer
+
+    def __init__(
+        self,
+        num_layers: int,
+        max_len: int = 2048,
+        page_size: int = 16,
+        policy: str = "free",
+        num_blocks: int | None = None,
+    ) -> None:
+        if page_size < 1:
+            raise ConfigError(f"page_size must be >= 1, got {page_size}")
+        if policy not in POLICIES:
+            raise ConfigError(f"paged rollback policy must be one of {POLICIES}, got {policy!r}")
+        self.page_size = page_size
+        self.policy = policy
+        self.pool = BlockPool(cdiv(max_len, page_size) if num_blocks is None else num_blocks)
+        self.table = BlockTable(self.pool, page_size)
+        self._slot_cache: dict[tuple[torch.device, int], torch.Tensor] = {}
+        capacity = self.pool.num_blocks * page_size
+        super().__init__(num_layers, min(max_len, capacity), capacity=capacity)
+
+    @property
+    def block_table(self) -> list[int]:
+        """Logical block i -> physical block id."""
+        return self.table.ids
+
+    def slot_ids(self, num_positions: int, device: torch.device) -> torch.Tensor:
+        """Slot ids of positions 0..num_positions-1 on `device`, computed once per table state."""
+        key = (device, num_positions)
+        if key not in self._slot_cache:
+            self._slot_cache[key] = self.table.slot_ids(num_positions, device)
+        return self._slot_cache[key]
+
+    def _check_room(self, start: int, end: int) -> None:
+        needed = self.table.num_new_blocks(end)
+        if needed > self.pool.num_free_blocks:
+            raise PoolExhaustedError(
+                f"KV block pool exhausted: positions {start}..{end - 1} need {needed} new block(s) of "
+                f"{self.page_size} slots but only {self.pool.num_free_blocks} of {self.pool.num_blocks} "
+                "are free (raise num_blocks)"
+            )
+        if end > self.max_len:
+            raise CacheCapacityError(
+                f"paged KV cache full: positions {start}..{end - 1} exceed max_len={self.max_len}"
+            )
+
+    def _make_room(self, start: int, end: int, phase: str) -> None:
+        self._slot_cache.clear()
+        # Blocks already in the table that hold no valid position yet get written again.
+        first_empty = cdiv(start, self.page_size)
+        reused = self.table.ids[first_empty : cdiv(end, self.page_size)]
+        if self.policy == "free":  # a replaced, never-written reservation may have over-allocated
+            self._free(end, phase)
+        if reused:
+            self.events.append(CacheEvent("reuse", phase, blocks=tuple(reused)))
+        new = self.table.grow(end)
+        if new:
+            self.events.append(CacheEvent("alloc", phase, blocks=tuple(b.block_id for b in new)))
+
+    def _release(self, old_end: int, new_len: int, phase: str) -> None:
+        self._slot_cache.clear()
+        if self.policy == "free":
+            self._free(new_len, phase)
+
+    def _free(self, num_positions: int, phase: str) -> None:
+        freed = self.table.shrink(num_positions)
+        if freed:
+            self.events.append(CacheEvent("free", phase, blocks=tuple(b.block_id for b in freed)))
+
+    def _slot_list(self, start: int, end: int) -> list[int]:
+        return [self.table.slot(p) for p in range(start, end)]
+
+    def snapshot(self, num_committed: int) -> CacheSnapshot:
+        n = cdiv(self.num_touched, self.page_size) * self.page_size
+        return CacheSnapshot(
+            layout="paged",
+            seq_len=self.seq_len,
+            num_committed=min(num_committed, self.seq_len),
+            capacity=self.pool.num_blocks * self.page_size,
+            page_size=self.page_size,
+            num_blocks=self.pool.num_blocks,
+            block_table=tuple(self.table.ids),
+            free_blocks=self.pool.free_block_ids,
+            policy=self.policy,
+            slot_positions=tuple(self.slot_positions[:n]),
+            slot_tokens=tuple(self.slot_tokens[:n]),
+        )

@@ -1,0 +1,44 @@
+"""Shared fixtures: tiny random-config causal LMs (see tiny_models.py), built once per session."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+from tiny_models import ARCHS, tiny_model
+
+
+@functools.cache
+def _cached_tiny_model(arch: str, vocab_size: int, seed: int):
+    return tiny_model(arch, vocab_size=vocab_size, seed=seed)
+
+
+@pytest.fixture(scope="session")
+def make_tiny_model():
+    """`make_tiny_model(arch, vocab_size=64, seed=0)` -> a cached tiny model (do not mutate it)."""
+
+    def make(arch: str = "llama", vocab_size: int = 64, seed: int = 0):
+        return _cached_tiny_model(arch, vocab_size, seed)
+
+    return make
+
+
+@pytest.fixture(scope="session", params=ARCHS)
+def tiny_lm(request, make_tiny_model):
+    """Each tiny architecture in turn: llama (GQA), qwen2 (GQA), gpt2."""
+    return make_tiny_model(request.param)
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(make_tiny_model):
+    return make_tiny_model("llama")
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen2(make_tiny_model):
+    return make_tiny_model("qwen2")
+
+
+@pytest.fixture(scope="session")
+def tiny_gpt2(make_tiny_model):
+    return make_tiny_model("gpt2")
