@@ -1,0 +1,361 @@
+"""The KV caches of the target and the draft, side by side, animated phase by phase.
+
+What the picture teaches (DESIGN §1, §2):
+
+* **paged layout** (vLLM's PagedAttention): the cache is a pool of fixed-size blocks. Each row of
+  the grid is one *physical* block, each cell one slot, labelled with the token whose K/V it
+  holds. The tag left of a row names the physical block and its place in the sequence's
+  `block_table` (``b7·L3``: physical block 7 holds logical block 3), or "free" when the block is
+  in the free pool.
+* **contiguous layout** (gpt-fast, HF static cache): one preallocated buffer, drawn in rows of
+  16 slots, with a ▼ marking the write pointer (the next slot to be written).
+* colours: committed K/V, *provisional* K/V (written by the target's verify pass, or by the
+  draft's own forward passes, not yet known to survive), *stale* slots (past the valid length:
+  the values are still in memory and will be overwritten), free slots.
+
+Each cycle's figure carries one plotly frame per phase of `CYCLE_PHASES` (start, draft, verify,
+accept, resolve, rollback) with a play button and a phase slider, so the provisional append, the
+truncation, the blocks returning to the pool (policy "free") or staying reserved ("keep") and
+the pointer rewind can be watched as an animation. `layout.transition` is set too, so when the
+app redraws the same chart for the next phase plotly.js animates the change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import plotly.graph_objects as go
+
+from ..trace import CYCLE_PHASES, CacheEvent, CacheSnapshot, CycleTrace, PhaseSnapshot
+from .style import FONT, PHASE_TITLES, SLOT_COLORS, SLOT_ORDER, SLOT_TEXT_COLORS, base_layout, esc, show_token
+
+TokenText = Callable[[int], str]
+CONTIGUOUS_ROW = 16  # slots per drawn row of a contiguous buffer
+MAX_ROWS = 40  # rows drawn per model; longer caches show their most recent rows
+ROW_PX = 24
+TAG_COLS = 1.7  # width (in slots) of the row-tag column left of each grid
+# Heatmaps cannot be tweened by plotly.js (they vanish during a non-zero transition), so frames
+# switch instantly and the animation's pace comes from the frame duration instead.
+TRANSITION_MS = 0
+
+# A discrete colour scale: z = index in SLOT_ORDER (0..3) maps to a flat colour band.
+_COLORSCALE = []
+for _i, _state in enumerate(SLOT_ORDER):
+    _COLORSCALE += [[_i / len(SLOT_ORDER), SLOT_COLORS[_state]], [(_i + 1) / len(SLOT_ORDER), SLOT_COLORS[_state]]]
+
+
+@dataclass(frozen=True)
+class _Grid:
+    """How one model's cache maps onto rows × columns of the drawing (fixed for all frames)."""
+
+    layout: str
+    width: int  # columns = slots per row
+    rows: tuple[int, ...]  # physical block index (paged) / buffer row index (contiguous) per drawn row
+    hidden_rows: int  # rows not drawn (cap on height)
+
+
+def _grid_for(snaps: Sequence[CacheSnapshot]) -> _Grid:
+    first = snaps[0]
+    if first.layout == "paged":
+        width = first.page_size
+        touched = max(-(-len(s.slot_positions) // width) for s in snaps)
+        in_use = max((max(s.block_table, default=-1) for s in snaps), default=-1) + 1
+        n_rows = max(touched, in_use, 1)
+    else:
+        width = CONTIGUOUS_ROW
+        extent = max(max(len(s.slot_positions), s.seq_len + 1) for s in snaps)
+        n_rows = max(-(-extent // width), 1)
+    rows = tuple(range(n_rows))
+    hidden = 0
+    if n_rows > MAX_ROWS:
+        # Keep the rows where the action is: those holding the newest positions.
+        newest = max(s.seq_len for s in snaps)
+        if first.layout == "paged":
+            last = snaps[-1]
+            wanted = sorted(
+                {b for s in snaps for b in s.block_table[max(0, (newest // width) - MAX_ROWS + 4):]}
+                | set(range(max(0, n_rows - 4), n_rows))
+            )
+            rows = tuple(wanted[-MAX_ROWS:]) if wanted else rows[-MAX_ROWS:]
+            del last
+        else:
+            end = n_rows
+            rows = tuple(range(end - MAX_ROWS, end))
+        hidden = n_rows - len(rows)
+    return _Grid(first.layout, width, rows, hidden)
+
+
+def _cells(snap: CacheSnapshot, grid: _Grid, token_text: TokenText) -> tuple[list, list, list]:
+    """z (state index), text (token label) and hover text, one row per drawn grid row."""
+    z, text, hover = [], [], []
+    for row in grid.rows:
+        z_row, t_row, h_row = [], [], []
+        for col in range(grid.width):
+            slot = row * grid.width + col
+            state = snap.slot_state(slot) if slot < snap.capacity or snap.layout == "contiguous" else "free"
+            pos = snap.slot_positions[slot] if slot < len(snap.slot_positions) else -1
+            tok = snap.slot_tokens[slot] if slot < len(snap.slot_tokens) else -1
+            z_row.append(SLOT_ORDER.index(state))
+            if state == "free" or tok < 0:
+                t_row.append("")
+                h_row.append(f"slot {slot}: free" if state == "free" else f"slot {slot}: {state}")
+            else:
+                raw = token_text(tok)
+                t_row.append(
+                    f"<span style='color:{SLOT_TEXT_COLORS[state]}'>{esc(show_token(raw, 7))}</span>"
+                )
+                h_row.append(
+                    f"slot {slot} · <b>{state}</b><br>position {pos} · token {tok} {esc(repr(raw))}"
+                )
+        z.append(z_row)
+        text.append(t_row)
+        hover.append(h_row)
+    return z, text, hover
+
+
+def _row_tags(snap: CacheSnapshot, grid: _Grid) -> list[str]:
+    """Left-of-row tags: the logical block a physical block serves, or 'free' / buffer offsets."""
+    tags = []
+    for row in grid.rows:
+        if grid.layout == "paged":
+            if row in snap.block_table:
+                tags.append(f"b{row}·L{snap.block_table.index(row)}")
+            else:
+                tags.append(f"b{row}·free")
+        else:
+            tags.append(f"{row * grid.width}")
+    return tags
+
+
+def _pointer_xy(snap: CacheSnapshot, grid: _Grid) -> tuple[float | None, float | None]:
+    """Grid coordinates of the slot the next position (seq_len) would be written to."""
+    pos = snap.seq_len
+    if grid.layout == "paged":
+        logical, offset = divmod(pos, grid.width)
+        if logical >= len(snap.block_table):
+            return None, None  # the next write needs a fresh block from the pool
+        row = snap.block_table[logical]
+    else:
+        row, offset = divmod(pos, grid.width)
+    if row not in grid.rows:
+        return None, None
+    return float(offset), float(grid.rows.index(row))
+
+
+def _summary(name: str, snap: CacheSnapshot) -> str:
+    """The subplot heading: lengths, and for paged caches the block table and free blocks."""
+    provisional = snap.seq_len - snap.num_committed
+    head = f"<b>{name}</b> · length {snap.seq_len}"
+    head += f" ({snap.num_committed} committed + {provisional} provisional)" if provisional else " (all committed)"
+    if snap.layout == "paged":
+        table = ", ".join(str(b) for b in snap.block_table[-8:])
+        if len(snap.block_table) > 8:
+            table = "…, " + table
+        head += (
+            f"<br><span style='font-size:11px'>block_table [{table}] · free blocks "
+            f"{snap.num_free_blocks}/{snap.num_blocks} · policy {snap.policy or 'free'}</span>"
+        )
+    else:
+        head += f"<br><span style='font-size:11px'>write pointer at slot {snap.seq_len} · capacity {snap.capacity}</span>"
+    return head
+
+
+def _events_text(events: Sequence[CacheEvent], phase: str) -> str:
+    here = [e.describe() for e in events if e.phase == phase]
+    return "; ".join(here) if here else "no change"
+
+
+@dataclass(frozen=True)
+class KVFrame:
+    """One animation frame: a named phase, the two snapshots, and what changed in each cache."""
+
+    phase: str
+    snapshot: PhaseSnapshot
+    target_events: str = ""
+    draft_events: str = ""
+
+
+def frames_for_trace(trace: CycleTrace) -> list[KVFrame]:
+    """One KVFrame per phase of CYCLE_PHASES, in order."""
+    out = []
+    for phase in CYCLE_PHASES:
+        out.append(
+            KVFrame(
+                phase,
+                trace.snapshot(phase),
+                _events_text(trace.target_events, phase),
+                _events_text(trace.draft_events, phase),
+            )
+        )
+    return out
+
+
+def kv_figure(trace: CycleTrace, token_text: TokenText, phase: str = "rollback") -> go.Figure:
+    """Target and draft caches for one cycle, shown at `phase`, with one frame per phase."""
+    return kv_figure_from_frames(frames_for_trace(trace), token_text, phase, cycle=trace.cycle)
+
+
+def kv_figure_from_frames(
+    frames: Sequence[KVFrame], token_text: TokenText, phase: str, cycle: int | None = None
+) -> go.Figure:
+    """The general form: any sequence of KVFrames (the app uses a single "prefill" frame before
+    the first cycle). The figure's initial data is the frame named `phase`."""
+    names = [f.phase for f in frames]
+    current = names.index(phase) if phase in names else len(names) - 1
+    t_grid = _grid_for([f.snapshot.target for f in frames])
+    d_grid = _grid_for([f.snapshot.draft for f in frames])
+    n_rows = max(len(t_grid.rows), len(d_grid.rows))
+
+    def traces_for(frame: KVFrame) -> list[go.BaseTraceType]:
+        out: list[go.BaseTraceType] = []
+        for grid, snap, axis in ((t_grid, frame.snapshot.target, ""), (d_grid, frame.snapshot.draft, "2")):
+            z, text, hover = _cells(snap, grid, token_text)
+            out.append(
+                go.Heatmap(
+                    z=z,
+                    x=list(range(grid.width)),
+                    y=list(range(len(grid.rows))),
+                    text=text,
+                    texttemplate="%{text}",
+                    textfont=dict(size=10, family=FONT),
+                    customdata=hover,
+                    hovertemplate="%{customdata}<extra></extra>",
+                    colorscale=_COLORSCALE,
+                    zmin=0,
+                    zmax=len(SLOT_ORDER),
+                    showscale=False,
+                    xgap=2,
+                    ygap=2,
+                    xaxis=f"x{axis}",
+                    yaxis=f"y{axis}",
+                )
+            )
+            px, py = _pointer_xy(snap, grid)
+            marker_name = "write pointer" if grid.layout == "contiguous" else "next slot"
+            out.append(
+                go.Scatter(
+                    x=[px],
+                    y=[None if py is None else py - 0.62],
+                    mode="markers",
+                    marker=dict(symbol="triangle-down", size=11, color="#111827"),
+                    hovertemplate=f"{marker_name}: position {snap.seq_len}<extra></extra>",
+                    showlegend=False,
+                    xaxis=f"x{axis}",
+                    yaxis=f"y{axis}",
+                )
+            )
+            tags = _row_tags(snap, grid)
+            out.append(
+                go.Scatter(
+                    x=[-0.5 - TAG_COLS / 2] * len(tags),
+                    y=list(range(len(tags))),
+                    text=tags,
+                    mode="text",
+                    textposition="middle center",
+                    textfont=dict(size=10, color="#6b7280"),
+                    hoverinfo="skip",
+                    showlegend=False,
+                    xaxis=f"x{axis}",
+                    yaxis=f"y{axis}",
+                )
+            )
+        return out
+
+    def annotations_for(frame: KVFrame) -> list[dict]:
+        snap = frame.snapshot
+        title = PHASE_TITLES.get(frame.phase, frame.phase)
+        cyc = f"Cycle {cycle} · " if cycle is not None else ""
+        return [
+            dict(text=_summary("Target cache", snap.target), x=0.0, y=1.0, xref="paper", yref="paper",
+                 xanchor="left", yanchor="bottom", showarrow=False, align="left"),
+            dict(text=_summary("Draft cache", snap.draft), x=0.53, y=1.0, xref="paper", yref="paper",
+                 xanchor="left", yanchor="bottom", showarrow=False, align="left"),
+            dict(
+                text=(f"<b>{cyc}{esc(title)}</b> — target: {esc(frame.target_events)}"
+                      f"<br>draft: {esc(frame.draft_events)}"),
+                x=0.0, y=0.0, xref="paper", yref="paper", xanchor="left", yanchor="top", yshift=-4,
+                showarrow=False, align="left", font=dict(size=11, color="#374151"),
+            ),
+        ]
+
+    fig = go.Figure(data=traces_for(frames[current]))
+    legend_traces = [
+        go.Scatter(x=[None], y=[None], mode="markers", name=state,
+                   marker=dict(symbol="square", size=12, color=SLOT_COLORS[state],
+                               line=dict(color="#9ca3af", width=1)))
+        for state in SLOT_ORDER
+    ]
+    fig.add_traces(legend_traces)
+    fig.frames = [
+        go.Frame(name=f.phase, data=traces_for(f), traces=list(range(6)), layout=dict(annotations=annotations_for(f)))
+        for f in frames
+    ]
+
+    animated = len(frames) > 1
+    top, bottom = 64, (150 if animated else 86)
+    plot_h = ROW_PX * n_rows + 10
+    height = top + bottom + plot_h
+
+    def below(px: float) -> float:
+        """Paper y coordinate `px` pixels below the plot area (paper coords scale with plot_h)."""
+        return -px / plot_h
+
+    layout = base_layout("", height)
+    layout["margin"] = dict(l=44, r=10, t=top, b=bottom)
+    layout["legend"] = dict(orientation="h", x=1.0, xanchor="right", y=below(bottom - 22), yanchor="top",
+                            font=dict(size=11))
+    fig.update_layout(**layout)
+    fig.update_layout(
+        annotations=annotations_for(frames[current]),
+        xaxis=dict(domain=[0.0, 0.47]),
+        xaxis2=dict(domain=[0.53, 1.0]),
+        yaxis2=dict(anchor="x2"),
+    )
+    for axis, grid in (("", t_grid), ("2", d_grid)):
+        fig.update_layout(
+            {
+                f"xaxis{axis}": dict(
+                    range=[-0.5 - TAG_COLS, grid.width - 0.5], showgrid=False, zeroline=False, showticklabels=False,
+                    fixedrange=True,
+                ),
+                f"yaxis{axis}": dict(
+                    range=[n_rows - 0.5, -0.9], showgrid=False, zeroline=False, showticklabels=False,
+                    fixedrange=True,
+                ),
+            }
+        )
+    if animated:
+        fig.update_layout(
+            updatemenus=[dict(
+                type="buttons", direction="left", x=0.0, xanchor="left", y=below(44), yanchor="top",
+                pad=dict(t=0, r=8), showactive=False,
+                buttons=[
+                    dict(label="▶ Play cycle", method="animate",
+                         args=[None, dict(frame=dict(duration=1100, redraw=True), fromcurrent=False,
+                                          transition=dict(duration=TRANSITION_MS), mode="immediate")]),
+                    dict(label="❚❚", method="animate",
+                         args=[[None], dict(frame=dict(duration=0, redraw=False), mode="immediate",
+                                            transition=dict(duration=0))]),
+                ],
+            )],
+            sliders=[dict(
+                active=current, x=0.2, xanchor="left", len=0.8, y=below(40), yanchor="top",
+                pad=dict(t=0, b=0), currentvalue=dict(visible=False),
+                font=dict(size=10),
+                steps=[dict(label=f.phase, method="animate",
+                            args=[[f.phase], dict(mode="immediate", frame=dict(duration=0, redraw=True),
+                                                  transition=dict(duration=TRANSITION_MS))])
+                       for f in frames],
+            )],
+        )
+    if t_grid.hidden_rows or d_grid.hidden_rows:
+        fig.add_annotation(text=f"(showing the most recent {MAX_ROWS} rows)", x=1, y=0, xref="paper",
+                           yref="paper", xanchor="right", yanchor="top", showarrow=False,
+                           font=dict(size=10, color="#6b7280"))
+    return fig
+
+
+def prefill_frame(target: CacheSnapshot, draft: CacheSnapshot) -> KVFrame:
+    """A single frame for the state after prefill, before any cycle has run."""
+    return KVFrame("prefill", PhaseSnapshot("prefill", target, draft), "prefill of the prompt", "prefill of the prompt")

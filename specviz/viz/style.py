@@ -1,0 +1,91 @@
+"""Shared colours, labels and small helpers for every specviz figure.
+
+One palette is used everywhere so that a colour means the same thing in every view:
+a slot of the KV cache that holds a *provisional* entry is the same amber as a pending draft
+token in the token strip; a *rejected* draft is the same red in the acceptance chart and in the
+cache view's rollback frame. Keeping it in one module is what makes the page readable at a glance.
+"""
+
+from __future__ import annotations
+
+import html
+
+# Cache slot states (CacheSnapshot.slot_state).
+SLOT_COLORS: dict[str, str] = {
+    "free": "#eef0f4",
+    "committed": "#4c78a8",
+    "provisional": "#f2b134",
+    "stale": "#d9a3a3",
+}
+SLOT_ORDER: tuple[str, ...] = ("free", "committed", "provisional", "stale")
+SLOT_TEXT_COLORS: dict[str, str] = {
+    "free": "#9aa1ad",
+    "committed": "#ffffff",
+    "provisional": "#3b2a00",
+    "stale": "#5a2a2a",
+}
+
+# Token origins / verdicts.
+KIND_COLORS: dict[str, str] = {
+    "prompt": "#e6e8ec",
+    "generated": "#c7d3e6",
+    "accepted": "#54a24b",
+    "corrected": "#f58518",
+    "bonus": "#b279a2",
+    "pending": "#f2b134",
+    "rejected": "#e45756",
+    "untested": "#bab0ac",
+}
+TARGET_COLOR = "#4c78a8"  # p: the target's distribution
+DRAFT_COLOR = "#f2b134"  # q: the draft's distribution
+RESIDUAL_COLOR = "#f58518"
+BONUS_COLOR = "#b279a2"
+U_COLOR = "#1f2937"
+FONT = "Inter, 'Segoe UI', Roboto, Helvetica, Arial, sans-serif"
+
+PHASE_TITLES: dict[str, str] = {
+    "prefill": "Prefill",
+    "start": "Start of cycle",
+    "draft": "1 · Draft proposes",
+    "verify": "2 · Target verifies",
+    "accept": "3 · Acceptance tests",
+    "resolve": "4 · Corrected / bonus token",
+    "rollback": "5 · Rollback & commit",
+}
+
+
+def show_token(text: str, limit: int = 12) -> str:
+    """Make a token's text visible in a chart label: spaces become '␣', newlines '↵', tabs '⇥'.
+
+    BPE tokens usually carry their leading space; showing it teaches why ' the' and 'the' are
+    different tokens.
+    """
+    shown = text.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥").replace("\r", "")
+    if shown == "":
+        shown = "∅"
+    if len(shown) > limit:
+        shown = shown[: limit - 1] + "…"
+    return shown
+
+
+def esc(text: str) -> str:
+    """HTML-escape for plotly labels and the token strip (plotly renders a subset of HTML)."""
+    return html.escape(text, quote=True)
+
+
+def label(text: str, limit: int = 12) -> str:
+    return esc(show_token(text, limit))
+
+
+def base_layout(title: str, height: int) -> dict:
+    """Layout defaults shared by all figures: clean white background, compact margins."""
+    return dict(
+        title=dict(text=title, x=0.0, xanchor="left", font=dict(size=15)),
+        height=height,
+        margin=dict(l=10, r=10, t=48, b=10),
+        font=dict(family=FONT, size=12, color="#1f2937"),
+        plot_bgcolor="#ffffff",
+        paper_bgcolor="#ffffff",
+        showlegend=True,
+        legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0),
+    )
