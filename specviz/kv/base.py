@@ -202,6 +202,8 @@ class SpecvizCache(Cache):
             )
         start, end = self.seq_len, self.seq_len + n
         self._check_room(start, end)  # raises before any change
+        if self.pending:  # an earlier reservation was never written: drop it first
+            self.events.append(CacheEvent("truncate", phase, start + len(self.pending), start))
         self.events.append(CacheEvent("append", phase, start, end))
         self._make_room(start, end, phase)  # layout-specific: blocks / pointer events
         self.pending = token_ids
@@ -218,10 +220,10 @@ class SpecvizCache(Cache):
             raise ValueError(f"truncate({new_len}) needs 0 <= new_len <= seq_len={self.seq_len}")
         if self.layers_done:
             raise RuntimeError("truncate() during a forward")
-        old_len = self.seq_len
-        if new_len < old_len:
-            self.events.append(CacheEvent("truncate", phase, old_len, new_len))
-        self._release(old_len + len(self.pending), new_len, phase)  # layout-specific
+        old_end = self.seq_len + len(self.pending)  # a pending reservation is dropped too
+        if new_len < old_end:
+            self.events.append(CacheEvent("truncate", phase, old_end, new_len))
+        self._release(old_end, new_len, phase)  # layout-specific
         self.seq_len = new_len
         self.pending = []
         del self.tokens[new_len:]
