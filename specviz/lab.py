@@ -1,0 +1,131 @@
+"""The exactness lab: does speculative decoding really sample from the target's p?
+
+Speculative sampling is *exact* (Leviathan et al. 2023, Thm 3.5; Chen et al. 2023): every emitted
+token is distributed as the target's processed distribution p. The lab checks it empirically
+from the current context: it draws N next tokens with the real `SpeculativeDecoder` (each with
+its own seed) and N with the plain `AutoregressiveDecoder` of the target, and compares both
+empirical distributions with the exact p recorded by the decoder. The total-variation distance
+TV = ½ Σ |p̂ − p| of *both* shrinks like 1/√N — speculative sampling is no worse than sampling
+the target directly.
+
+Details that keep it honest and fast:
+  * the first token a cycle emits is decided by d_1's test alone (accepted d_1, or the corrected
+    token from the residual at position 1), so K = 1 gives the same next-token law with the least
+    work;
+  * p is compared on its top tokens plus an "other" bucket (TV on that partition is a lower bound
+    of the full TV that is exact whenever the top list covers the vocabulary, as with tiny models);
+  * what-if forcing is switched off: forcing is exactly what breaks exactness.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .config import DecodeConfig
+
+OTHER = -1  # bucket id for every token outside the exact top list
+Progress = Callable[[float, str], None]
+
+
+@dataclass(frozen=True)
+class LabResult:
+    token_ids: tuple[int, ...]  # the buckets, most likely first; OTHER last
+    token_texts: tuple[str, ...]
+    exact: tuple[float, ...]  # p of each bucket
+    spec_counts: tuple[int, ...]
+    target_counts: tuple[int, ...]
+    checkpoints: tuple[int, ...]  # N values at which TV was measured
+    tv_spec: tuple[float, ...]
+    tv_target: tuple[float, ...]
+    n: int
+    context_len: int
+    temperature: float
+
+    def spec_freq(self) -> list[float]:
+        return [c / self.n for c in self.spec_counts]
+
+    def target_freq(self) -> list[float]:
+        return [c / self.n for c in self.target_counts]
+
+
+def total_variation(counts: Sequence[int], exact: Sequence[float]) -> float:
+    n = sum(counts)
+    if n == 0:
+        return 1.0
+    return 0.5 * sum(abs(c / n - p) for c, p in zip(counts, exact, strict=True))
+
+
+def checkpoints_for(n: int) -> list[int]:
+    """Roughly log-spaced N values (for TV against N on a log axis), ending at n."""
+    points = sorted({max(1, round(10 ** (e / 4))) for e in range(0, int(4 * math.log10(max(n, 1))) + 1)} | {n})
+    return [p for p in points if p <= n]
+
+
+def run_exactness_lab(
+    pair: Any,
+    context_ids: Sequence[int],
+    config: DecodeConfig,
+    n: int,
+    progress: Progress | None = None,
+    top: int = 12,
+) -> LabResult:
+    """Sample n speculative and n target-only next tokens from `context_ids`.
+
+    `pair` is a specviz ModelPair. Raises SpecvizError subclasses from the decoders unchanged.
+    """
+    from .engine import AutoregressiveDecoder, SpeculativeDecoder  # torch only when the lab runs
+
+    ctx = list(context_ids)
+    cfg = config.replace(
+        k=1, forced_outcomes=(), check_invariant=False, max_new_tokens=4, top_n=max(top, config.top_n),
+        max_context=max(len(ctx) + 8, 16),
+    )
+    base_seed = config.seed * 1_000_003 + len(ctx)
+    spec_tokens: list[int] = []
+    target_tokens: list[int] = []
+    exact_top = None
+    for i in range(n):
+        dec = SpeculativeDecoder(pair, cfg.replace(seed=base_seed + 2 * i))
+        dec.start(ctx)
+        tr = dec.step()
+        spec_tokens.append(tr.emitted[0].token_id)
+        if exact_top is None:
+            # p_1 of the first cycle is the exact next-token distribution (processed, top-N).
+            exact_top = tr.drafts[0].target_top[:top]
+        ar = AutoregressiveDecoder(pair.target, cfg.replace(seed=base_seed + 2 * i + 1), tokenizer=pair.tokenizer)
+        ar.start(ctx)
+        target_tokens.append(int(ar.step()))
+        if progress is not None:
+            progress((i + 1) / n, f"{i + 1}/{n} speculative + target-only samples")
+    assert exact_top is not None
+    ids = [tp.token_id for tp in exact_top]
+    probs = [tp.prob for tp in exact_top]
+    texts = [tp.text for tp in exact_top]
+    other = max(0.0, 1.0 - sum(probs))
+    ids.append(OTHER)
+    probs.append(other)
+    texts.append("(other)")
+    index = {t: i for i, t in enumerate(ids)}
+
+    def bucket(tokens: Sequence[int]) -> list[int]:
+        counts = Counter(index.get(t, len(ids) - 1) for t in tokens)
+        return [counts.get(i, 0) for i in range(len(ids))]
+
+    cps = checkpoints_for(n)
+    return LabResult(
+        token_ids=tuple(ids),
+        token_texts=tuple(texts),
+        exact=tuple(probs),
+        spec_counts=tuple(bucket(spec_tokens)),
+        target_counts=tuple(bucket(target_tokens)),
+        checkpoints=tuple(cps),
+        tv_spec=tuple(total_variation(bucket(spec_tokens[:m]), probs) for m in cps),
+        tv_target=tuple(total_variation(bucket(target_tokens[:m]), probs) for m in cps),
+        n=n,
+        context_len=len(ctx),
+        temperature=config.temperature,
+    )

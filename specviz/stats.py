@@ -1,0 +1,153 @@
+"""Acceptance statistics from recorded traces, and the theory they should match.
+
+Leviathan et al. (2023, §3.3–3.4) model each draft token as accepted independently with rate α.
+Then one cycle with draft length K commits on average
+
+    E[tokens per cycle] = (1 − α^(K+1)) / (1 − α)            (→ K+1 as α → 1)
+
+tokens, and if one draft forward pass costs c target forward passes, the expected wall-time
+speedup over plain autoregressive decoding is
+
+    speedup = (1 − α^(K+1)) / ((1 − α)(K·c + 1)).
+
+`acceptance_stats` measures α (accepted / tested drafts), tokens per cycle, the histogram of
+accepted lengths and acceptance by position from real traces; `cost_ratio` estimates c from the
+traces' timings; `measured_speedup` compares the traces' wall time per token with a plain
+autoregressive run of the same target. Cycles forced by what-if mode are excluded: their
+outcomes were not decided by the acceptance test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from .trace import CycleTrace
+
+
+def expected_tokens_per_cycle(alpha: float, k: int) -> float:
+    """(1 − α^(K+1)) / (1 − α); equals K+1 at α = 1 and 1 at α = 0."""
+    if alpha >= 1.0:
+        return float(k + 1)
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+def expected_speedup(alpha: float, k: int, c: float) -> float:
+    """(1 − α^(K+1)) / ((1 − α)(K·c + 1)): expected tokens per cycle over the cycle's cost."""
+    return expected_tokens_per_cycle(alpha, k) / (k * c + 1.0)
+
+
+@dataclass(frozen=True)
+class AcceptanceStats:
+    cycles: int
+    tokens: int  # committed by those cycles
+    tested: int  # drafts whose acceptance test ran
+    accepted: int
+    mean_ratio: float  # mean of min(1, p/q) over tested drafts (another estimate of α)
+    accepted_hist: tuple[int, ...]  # accepted_hist[a] = cycles that accepted exactly a drafts
+    tested_by_position: tuple[int, ...]  # index i-1: how often d_i was tested
+    accepted_by_position: tuple[int, ...]
+    mean_k: float
+    forced_cycles: int = 0
+    k_values: tuple[int, ...] = field(default_factory=tuple)
+
+    @property
+    def alpha(self) -> float:
+        """Per-token acceptance rate: accepted / tested."""
+        return self.accepted / self.tested if self.tested else 0.0
+
+    @property
+    def tokens_per_cycle(self) -> float:
+        return self.tokens / self.cycles if self.cycles else 0.0
+
+    def acceptance_by_position(self) -> list[float | None]:
+        return [a / t if t else None for a, t in zip(self.accepted_by_position, self.tested_by_position, strict=True)]
+
+
+def acceptance_stats(traces: Sequence[CycleTrace]) -> AcceptanceStats:
+    used = [t for t in traces if not t.forced]
+    max_k = max((t.k for t in used), default=0)
+    hist = [0] * (max_k + 1)
+    tested_pos = [0] * max_k
+    accepted_pos = [0] * max_k
+    tested = accepted = 0
+    ratio_sum = 0.0
+    for t in used:
+        hist[t.num_accepted] += 1
+        for d in t.drafts:
+            if d.verdict == "untested":
+                continue
+            tested += 1
+            tested_pos[d.index - 1] += 1
+            ratio_sum += d.ratio
+            if d.verdict == "accepted":
+                accepted += 1
+                accepted_pos[d.index - 1] += 1
+    return AcceptanceStats(
+        cycles=len(used),
+        tokens=sum(len(t.emitted) for t in used),
+        tested=tested,
+        accepted=accepted,
+        mean_ratio=ratio_sum / tested if tested else 0.0,
+        accepted_hist=tuple(hist),
+        tested_by_position=tuple(tested_pos),
+        accepted_by_position=tuple(accepted_pos),
+        mean_k=sum(t.k for t in used) / len(used) if used else 0.0,
+        forced_cycles=len(traces) - len(used),
+        k_values=tuple(sorted({t.k for t in used})),
+    )
+
+
+def cycle_ms(trace: CycleTrace) -> float:
+    """Wall time of one cycle: the sum of its phase timings."""
+    return float(sum(trace.timings_ms.values()))
+
+
+def cost_ratio(traces: Sequence[CycleTrace]) -> float | None:
+    """c ≈ (draft time per draft forward) / (target verify time).
+
+    The draft runs about K forward passes per cycle (the catch-up and d_1 … d_{K−1} fed one at a
+    time, plus the pass that yields q_1); the target runs one verify pass. On a memory-bound device a
+    verify pass over K+1 tokens costs about one decode step, so this is the c of the formula.
+    """
+    draft = sum(t.timings_ms.get("draft", 0.0) for t in traces)
+    forwards = sum(t.k for t in traces)
+    verify = sum(t.timings_ms.get("verify", 0.0) for t in traces)
+    if not traces or verify <= 0 or forwards == 0:
+        return None
+    return (draft / forwards) / (verify / len(traces))
+
+
+@dataclass(frozen=True)
+class SpeedupReport:
+    alpha: float
+    k: float
+    c: float | None
+    expected_tokens_per_cycle: float
+    measured_tokens_per_cycle: float
+    theoretical_speedup: float | None
+    spec_ms_per_token: float
+    baseline_ms_per_token: float | None
+    measured_speedup: float | None
+
+
+def measured_speedup(traces: Sequence[CycleTrace], baseline_ms_per_token: float | None) -> SpeedupReport:
+    """Theory (Leviathan formula with measured α, K, c) next to the measured wall-time speedup."""
+    st = acceptance_stats(traces)
+    used = [t for t in traces if not t.forced]
+    c = cost_ratio(used)
+    k = round(st.mean_k) if st.cycles else 0
+    spec_ms = sum(cycle_ms(t) for t in used)
+    spec_per_token = spec_ms / st.tokens if st.tokens else 0.0
+    measured = baseline_ms_per_token / spec_per_token if baseline_ms_per_token and spec_per_token > 0 else None
+    return SpeedupReport(
+        alpha=st.alpha,
+        k=st.mean_k,
+        c=c,
+        expected_tokens_per_cycle=expected_tokens_per_cycle(st.alpha, k) if k else 0.0,
+        measured_tokens_per_cycle=st.tokens_per_cycle,
+        theoretical_speedup=expected_speedup(st.alpha, k, c) if (k and c is not None) else None,
+        spec_ms_per_token=spec_per_token,
+        baseline_ms_per_token=baseline_ms_per_token,
+        measured_speedup=measured,
+    )

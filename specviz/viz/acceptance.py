@@ -1,0 +1,72 @@
+"""The acceptance tests, left to right: bar min(1, p_i(d_i)/q_i(d_i)) with the uniform draw u_i.
+
+Draft d_i is accepted iff u_i <= min(1, p/q): the bar is the acceptance probability, the marker is
+the draw, so "marker inside the bar" means accepted. The first rejection ends the streak: the
+positions after it are **never tested** (hatched, no u drawn) — their drafts are discarded
+whatever their ratio. At temperature 0 there is no draw: d_i is accepted iff it equals argmax p_i
+(the bar is 1 or 0). Outcomes forced by what-if mode are marked, because forcing breaks exactness.
+
+Before the tests run (the verify phase) the bars are shown alone: the ratios are known as soon as
+the target's single forward pass has produced p_1..p_K.
+"""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from ..trace import CycleTrace
+from .style import KIND_COLORS, U_COLOR, base_layout, esc, show_token
+
+
+def acceptance_figure(trace: CycleTrace, tested: bool = True) -> go.Figure:
+    greedy = trace.temperature == 0
+    xs = [f"d{d.index} {esc(show_token(d.text, 10))}" for d in trace.drafts]
+    colors, patterns, labels, hovers = [], [], [], []
+    for d in trace.drafts:
+        verdict = d.verdict if tested else "pending"
+        colors.append(KIND_COLORS["untested"] if verdict == "untested" else KIND_COLORS[verdict])
+        patterns.append("/" if verdict == "untested" else "")
+        if verdict == "untested":
+            labels.append("never tested")
+        elif verdict == "pending":
+            labels.append(f"{d.ratio:.2f}")
+        else:
+            labels.append(f"{verdict}{' (forced)' if d.forced else ''}")
+        hovers.append(
+            f"d{d.index} = {esc(repr(d.text))} (token {d.token_id}, position {d.position})<br>"
+            f"q={d.draft_prob:.4f} p={d.target_prob:.4f} min(1,p/q)={d.ratio:.4f}"
+            + (f"<br>u={d.u:.4f}" if d.u is not None and tested else "")
+        )
+    fig = go.Figure(
+        go.Bar(
+            x=xs, y=[d.ratio for d in trace.drafts], name="min(1, p/q)",
+            marker=dict(color=colors, pattern=dict(shape=patterns, fgcolor="#ffffff", size=6),
+                        line=dict(color="#6b7280", width=1)),
+            text=labels, textposition="outside", cliponaxis=False,
+            customdata=hovers, hovertemplate="%{customdata}<extra></extra>",
+        )
+    )
+    if tested and not greedy:
+        us = [(x, d) for x, d in zip(xs, trace.drafts, strict=True) if d.u is not None]
+        fig.add_trace(
+            go.Scatter(
+                x=[x for x, _ in us], y=[d.u for _, d in us], mode="markers+text", name="u ~ U(0,1)",
+                marker=dict(symbol=["x-thin" if d.forced else "line-ew" for _, d in us], size=34,
+                            line=dict(width=4, color=U_COLOR), color=U_COLOR),
+                text=[f"u={d.u:.2f}" for _, d in us], textposition="middle right",
+                textfont=dict(size=11, color=U_COLOR),
+                hovertemplate="u = %{y:.4f}<extra></extra>",
+            )
+        )
+    if greedy:
+        title = "Acceptance (greedy, T = 0): accept d_i iff d_i = argmax p_i"
+    elif tested:
+        title = "Acceptance tests, left to right: accept d_i iff u_i ≤ min(1, p_i(d_i) / q_i(d_i))"
+    else:
+        title = "Acceptance probabilities min(1, p/q) — known after the verify pass, not yet tested"
+    if trace.forced:
+        title += " — WHAT-IF: outcomes forced, not exact"
+    fig.update_layout(**base_layout(title, 330))
+    fig.update_yaxes(range=[0, 1.18], title="probability", gridcolor="#eef0f4", tickvals=[0, 0.25, 0.5, 0.75, 1])
+    fig.update_layout(showlegend=tested and not greedy, bargap=0.35)
+    return fig

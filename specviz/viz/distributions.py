@@ -1,0 +1,113 @@
+"""Distributions behind one cycle: p against q, the residual, and p_{K+1}.
+
+* `pq_figure`: at draft position i, the top tokens of the target's p_i and the draft's q_i side
+  by side (both *after* temperature / top-k / top-p: the distributions sampling really uses).
+  Where q over-proposes a token (q > p) the draft is sometimes rejected; where q under-proposes
+  (q < p) the residual gives the missing mass back.
+* `residual_figure`: at the first rejection j, the corrected token is drawn from
+  norm(max(0, p_j − q_j)) — the residual — and never from p_j itself. No bonus token follows.
+* `bonus_figure`: when all K drafts pass, the target's forward pass already produced p_{K+1}
+  (it scored K+1 inputs), so one extra token is sampled from it for free.
+"""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from ..trace import CycleTrace, TokenProb
+from .style import BONUS_COLOR, DRAFT_COLOR, RESIDUAL_COLOR, TARGET_COLOR, base_layout, esc, show_token
+
+
+def pq_figure(trace: CycleTrace, index: int) -> go.Figure:
+    """p_i vs q_i at 1-based draft position `index` over the union of both top-N lists."""
+    d = trace.drafts[index - 1]
+    p = {tp.token_id: tp for tp in d.target_top}
+    q = {tp.token_id: tp for tp in d.draft_top}
+    # The drafted token's own p and q are always known, even outside the top-N lists.
+    p.setdefault(d.token_id, TokenProb(d.token_id, d.target_prob, d.text))
+    q.setdefault(d.token_id, TokenProb(d.token_id, d.draft_prob, d.text))
+    ids = sorted(set(p) | set(q), key=lambda t: -max(p[t].prob if t in p else 0, q[t].prob if t in q else 0))[:12]
+    names = [_name(p.get(t) or q[t]) for t in ids]
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=names, y=[q[t].prob if t in q else None for t in ids], name=f"q{index} (draft)",
+                         marker_color=DRAFT_COLOR, hovertemplate="q=%{y:.4f}<extra></extra>"))
+    fig.add_trace(go.Bar(x=names, y=[p[t].prob if t in p else None for t in ids], name=f"p{index} (target)",
+                         marker_color=TARGET_COLOR, hovertemplate="p=%{y:.4f}<extra></extra>"))
+    drafted = names[ids.index(d.token_id)]
+    fig.add_annotation(x=drafted, y=max(d.draft_prob, d.target_prob), text=f"d{index} ({d.verdict})",
+                       showarrow=True, arrowhead=2, ay=-30, font=dict(size=11))
+    fig.update_layout(**base_layout(
+        f"p{index} vs q{index} at position {d.position} — min(1, p/q) = {d.ratio:.3f} for d{index}", 330))
+    fig.update_layout(barmode="group", bargap=0.25)
+    fig.update_yaxes(title="probability", gridcolor="#eef0f4", rangemode="tozero")
+    _note_missing(fig)
+    return fig
+
+
+def residual_figure(trace: CycleTrace) -> go.Figure:
+    """The residual at the rejected position with the corrected token highlighted."""
+    j = trace.rejected_at
+    corrected = trace.corrected_token
+    if j is None or corrected is None:
+        return _empty("No rejection this cycle: no residual was needed.")
+    d = trace.drafts[j - 1]
+    p = {tp.token_id: tp.prob for tp in d.target_top}
+    q = {tp.token_id: tp.prob for tp in d.draft_top}
+    items = list(trace.residual_top)
+    names = [_name(tp) for tp in items]
+    colors = [RESIDUAL_COLOR if tp.token_id == corrected.token_id else "#fbd3a8" for tp in items]
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=names, y=[tp.prob for tp in items], name=f"residual norm(max(0, p{j} − q{j}))",
+                         marker_color=colors, hovertemplate="residual=%{y:.4f}<extra></extra>"))
+    fig.add_trace(go.Scatter(x=names, y=[p.get(tp.token_id) for tp in items], mode="markers", name=f"p{j}",
+                             marker=dict(color=TARGET_COLOR, symbol="diamond", size=9)))
+    fig.add_trace(go.Scatter(x=names, y=[q.get(tp.token_id) for tp in items], mode="markers", name=f"q{j}",
+                             marker=dict(color=DRAFT_COLOR, symbol="circle", size=9,
+                                         line=dict(color="#92400e", width=1))))
+    greedy = trace.temperature == 0
+    how = "argmax p (greedy)" if greedy else "a sample from the residual"
+    if corrected.token_id in [tp.token_id for tp in items]:
+        fig.add_annotation(x=_name(next(tp for tp in items if tp.token_id == corrected.token_id)),
+                           y=next(tp.prob for tp in items if tp.token_id == corrected.token_id),
+                           text=f"corrected = {esc(repr(corrected.text))}", showarrow=True, arrowhead=2, ay=-30)
+    fig.update_layout(**base_layout(
+        f"Rejection at d{j}: corrected token {esc(repr(corrected.text))} is {how} — no bonus token", 330))
+    fig.update_yaxes(title="probability", gridcolor="#eef0f4", rangemode="tozero")
+    return fig
+
+
+def bonus_figure(trace: CycleTrace) -> go.Figure:
+    """p_{K+1} with the bonus token highlighted (only when all K drafts were accepted)."""
+    bonus = trace.bonus_token
+    if bonus is None:
+        return _empty("A draft was rejected: no bonus token this cycle.")
+    k = trace.k
+    items = list(trace.bonus_top)
+    names = [_name(tp) for tp in items]
+    colors = [BONUS_COLOR if tp.token_id == bonus.token_id else "#e4cfe0" for tp in items]
+    fig = go.Figure(go.Bar(x=names, y=[tp.prob for tp in items], name=f"p{k + 1}", marker_color=colors,
+                           hovertemplate="p=%{y:.4f}<extra></extra>"))
+    fig.update_layout(**base_layout(
+        f"All {k} accepted: bonus token {esc(repr(bonus.text))} sampled from p{k + 1} (position {bonus.position})",
+        330))
+    fig.update_yaxes(title="probability", gridcolor="#eef0f4", rangemode="tozero")
+    return fig
+
+
+def _name(tp: TokenProb) -> str:
+    return f"{esc(show_token(tp.text, 10))} <span style='font-size:9px'>#{tp.token_id}</span>"
+
+
+def _note_missing(fig: go.Figure) -> None:
+    fig.add_annotation(text="missing bar = outside that distribution's stored top-N", x=1, y=-0.28,
+                       xref="paper", yref="paper", xanchor="right", showarrow=False,
+                       font=dict(size=10, color="#6b7280"))
+    fig.update_layout(margin=dict(b=60))
+
+
+def _empty(message: str) -> go.Figure:
+    fig = go.Figure()
+    fig.update_layout(**base_layout(message, 160))
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return fig
