@@ -291,3 +291,50 @@ def test_parity_on_cuda(arch, cache_kwargs):
     keys, _ = pair.cache.dense_kv(0)
     assert keys.device.type == "cuda"
     assert math.isfinite(keys.abs().max().item())
+
+
+@pytest.mark.parametrize("cache_kwargs", [LAYOUTS[0], LAYOUTS[3], LAYOUTS[4]])
+def test_forward_that_fails_part_way(tiny_llama, cache_kwargs):
+    """An exception after some layers wrote: truncate() undoes the reservation, and the cache
+    works on (the engine's forward() does exactly this)."""
+    pair = Pair(tiny_llama, **cache_kwargs)
+    pair.feed(tokens(5, 0), "prefill")
+    before = (pair.cache.get_seq_length(), pair.cache.block_table if cache_kwargs["layout"] == "paged" else None)
+
+    def boom(*args):
+        raise KeyboardInterrupt("stop")
+
+    handle = tiny_llama.model.layers[1].register_forward_pre_hook(boom)
+    try:
+        pair.cache.reserve([7, 8, 9], "verify")
+        with pytest.raises(KeyboardInterrupt):
+            tiny_llama(torch.tensor([[7, 8, 9]]), past_key_values=pair.cache, use_cache=True)
+        assert pair.cache.layers_done == {0}
+        pair.cache.truncate(5, "verify")
+    finally:
+        handle.remove()
+    after = (pair.cache.get_seq_length(), pair.cache.block_table if cache_kwargs["layout"] == "paged" else None)
+    assert after == before
+    pair.feed([10, 11], "verify")
+
+
+def test_inference_mode_then_no_grad(tiny_gpt2):
+    """Storage allocated under torch.inference_mode() can still be written outside it."""
+    pair = Pair(tiny_gpt2, layout="paged", page_size=4)
+    with torch.inference_mode():
+        pair.feed(tokens(5, 0), "prefill")
+    pair.feed(tokens(2, 1), "verify")  # Pair.feed runs under no_grad
+
+
+def test_reset_returns_every_block(tiny_llama):
+    cache = create_cache(tiny_llama, "paged", page_size=2, policy="keep")
+    cache.reserve([1, 2, 3], "prefill")
+    with torch.no_grad():
+        tiny_llama(torch.tensor([[1, 2, 3]]), past_key_values=cache, use_cache=True)
+    cache.truncate(1, "rollback")
+    assert cache.block_table == [0, 1]  # "keep" holds them
+    cache.drain_events()
+    cache.reset()
+    assert cache.get_seq_length() == 0 and cache.block_table == []
+    assert cache.pool.num_free_blocks == cache.pool.num_blocks
+    assert [(e.kind, e.blocks) for e in cache.drain_events()] == [("truncate", ()), ("free", (0, 1))]

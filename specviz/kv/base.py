@@ -96,7 +96,10 @@ class SpecvizLayer(CacheLayerMixin):
         # Storage is preallocated on the first update, with the layer's own dtype and device
         # (layers of one model may sit on different devices).
         self.dtype, self.device = key_states.dtype, key_states.device
-        self.allocate(key_states, value_states)
+        # Normal (not inference-mode) tensors, so that later writes work whether or not they
+        # run under torch.inference_mode(), whatever mode the first forward ran in.
+        with torch.inference_mode(False):
+            self.allocate(key_states, value_states)
         self.is_initialized = True
 
     def update(
@@ -195,15 +198,11 @@ class SpecvizCache(Cache):
         n = len(token_ids)
         if n < 1:
             raise ValueError("reserve() needs at least one token")
-        if self.layers_done:
-            raise RuntimeError(
-                f"reserve() during a forward: layers {sorted(self.layers_done)} have written the "
-                "pending positions but the others have not"
-            )
         start, end = self.seq_len, self.seq_len + n
         self._check_room(start, end)  # raises before any change
-        if self.pending:  # an earlier reservation was never written: drop it first
+        if self.pending:  # an earlier reservation's forward never finished: drop it first
             self.events.append(CacheEvent("truncate", phase, start + len(self.pending), start))
+            self.layers_done.clear()
         self.events.append(CacheEvent("append", phase, start, end))
         self._make_room(start, end, phase)  # layout-specific: blocks / pointer events
         self.pending = token_ids
@@ -215,17 +214,20 @@ class SpecvizCache(Cache):
             self.num_touched = max(self.num_touched, slot + 1)
 
     def truncate(self, new_len: int, phase: str) -> None:
-        """Roll back to `new_len <= L` valid positions (also cancels an unwritten reservation)."""
+        """Roll back to `new_len <= L` valid positions.
+
+        Also cancels a pending reservation, even one whose forward stopped part-way (an
+        exception after some layers wrote): those slots simply become stale.
+        """
         if not 0 <= new_len <= self.seq_len:
             raise ValueError(f"truncate({new_len}) needs 0 <= new_len <= seq_len={self.seq_len}")
-        if self.layers_done:
-            raise RuntimeError("truncate() during a forward")
         old_end = self.seq_len + len(self.pending)  # a pending reservation is dropped too
         if new_len < old_end:
             self.events.append(CacheEvent("truncate", phase, old_end, new_len))
         self._release(old_end, new_len, phase)  # layout-specific
         self.seq_len = new_len
         self.pending = []
+        self.layers_done.clear()
         del self.tokens[new_len:]
 
     def crop(self, tokens_to_remove: int) -> None:
@@ -235,7 +237,8 @@ class SpecvizCache(Cache):
         self.truncate(max(0, self.seq_len + tokens_to_remove), AUTO_PHASE)
 
     def reset(self) -> None:
-        self.truncate(0, AUTO_PHASE)
+        """Empty the cache (transformers' Cache.reset)."""
+        self.truncate(0, "reset")
 
     def drain_events(self) -> list[CacheEvent]:
         """Events since the last drain, in order."""

@@ -28,7 +28,8 @@ Rollback after a rejected draft (positions new_len..L-1 removed) has two policie
 * ``"keep"`` — vLLM v1 style: the blocks stay in the block table, reserved; only the length
   moves back, and the next appends overwrite the stale slots (recorded as "reuse"). Nothing is
   returned to the pool, so the table never shrinks; speculative decoding will need those slots
-  again in the very next cycle anyway.
+  again in the very next cycle anyway. (Two exceptions: blocks taken for a forward that never
+  completed go back when that reservation is cancelled, and `reset()` returns everything.)
 """
 
 from __future__ import annotations
@@ -198,6 +199,7 @@ class PagedKVCache(SpecvizCache):
         self.pool = BlockPool(cdiv(max_len, page_size) if num_blocks is None else num_blocks)
         self.table = BlockTable(self.pool, page_size)
         self._slot_cache: dict[tuple[torch.device, int], torch.Tensor] = {}
+        self._blocks_before_pending = 0  # table length before the pending reservation
         capacity = self.pool.num_blocks * page_size
         super().__init__(num_layers, min(max_len, capacity), capacity=capacity)
 
@@ -228,6 +230,8 @@ class PagedKVCache(SpecvizCache):
 
     def _make_room(self, start: int, end: int, phase: str) -> None:
         self._slot_cache.clear()
+        if not self.pending:
+            self._blocks_before_pending = len(self.table)
         # Blocks already in the table that hold no valid position yet get written again.
         first_empty = cdiv(start, self.page_size)
         reused = self.table.ids[first_empty : cdiv(end, self.page_size)]
@@ -243,6 +247,14 @@ class PagedKVCache(SpecvizCache):
         self._slot_cache.clear()
         if self.policy == "free":
             self._free(new_len, phase)
+        elif self.pending:  # "keep" holds blocks of computed tokens, not of a forward that never ran
+            self._free(self._blocks_before_pending * self.page_size, phase)
+
+    def reset(self) -> None:
+        """Empty the cache and return every block to the pool (under either policy)."""
+        super().reset()
+        self._slot_cache.clear()
+        self._free(0, "reset")
 
     def _free(self, num_positions: int, phase: str) -> None:
         freed = self.table.shrink(num_positions)
