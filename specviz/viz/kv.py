@@ -316,11 +316,13 @@ def kv_figure_from_frames(
         fig.update_layout(
             {
                 f"xaxis{axis}": dict(
-                    range=[-0.5 - TAG_COLS, grid.width - 0.5], showgrid=False, zeroline=False, showticklabels=False,
+                    range=[-0.5 - TAG_COLS, grid.width - 0.5], showgrid=False, zeroline=False, showticklabels=False, ticks="",
+                    showline=False,
                     fixedrange=True,
                 ),
                 f"yaxis{axis}": dict(
-                    range=[n_rows - 0.5, -0.9], showgrid=False, zeroline=False, showticklabels=False,
+                    range=[n_rows - 0.5, -0.9], showgrid=False, zeroline=False, showticklabels=False, ticks="",
+                    showline=False,
                     fixedrange=True,
                 ),
             }

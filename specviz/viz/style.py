@@ -82,7 +82,7 @@ def base_layout(title: str, height: int) -> dict:
     return dict(
         title=dict(text=title, x=0.0, xanchor="left", font=dict(size=15)),
         height=height,
-        margin=dict(l=10, r=10, t=48, b=10),
+        margin=dict(l=56, r=12, t=56, b=40),
         font=dict(family=FONT, size=12, color="#1f2937"),
         plot_bgcolor="#ffffff",
         paper_bgcolor="#ffffff",

@@ -1,0 +1,626 @@
+"""specviz — watch exact speculative decoding happen, one phase at a time.
+
+    streamlit run app.py                 # the embedded default pair (SmolLM2-135M-Instruct + draft)
+    SPECVIZ_PAIR=tiny streamlit run app.py   # a tiny random pair: instant start, for tests and dev
+
+This file is Streamlit only: layout, widgets, session state and cached model loading. All math
+lives in the engine (`specviz.SpeculativeDecoder` computes a whole cycle per `step()` and returns
+a `CycleTrace`); all pictures are pure functions of traces in `specviz.viz`; all explanations come
+from `specviz.narrative`. The app *reveals* a recorded cycle phase by phase, and history
+navigation replays recorded traces — nothing is recomputed.
+
+State discipline: every click computes the new `Session` first and assigns it to
+`st.session_state` in one statement, so an error (or a click arriving mid-step) never leaves a
+half-updated state. The model pair is loaded once per process (`st.cache_resource`) and shared
+read-only by all browser sessions; each session has its own decoder, caches and history.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import streamlit as st
+
+import specviz
+from specviz import narrative
+from specviz.config import DecodeConfig
+from specviz.errors import SpecvizError
+from specviz.lab import LabResult, run_exactness_lab
+from specviz.stats import acceptance_stats, measured_speedup
+from specviz.trace import CYCLE_PHASES, CacheSnapshot, CycleTrace, traces_to_json
+from specviz.viz import acceptance, distributions, exactness, kv, proposals, statistics, tokens
+from specviz.viz.style import PHASE_TITLES
+
+PAIR_LABELS = {
+    "default": "Default: SmolLM2-135M-Instruct + trained draft",
+    "tiny": "Tiny random pair (instant; for demos of the mechanics)",
+    "custom": "Custom: hub ids or local directories",
+}
+DEFAULT_PROMPT = "Explain in two sentences why the sky is blue."
+EXAMPLES_FILE = Path(__file__).parent / "assets" / "prompts" / "examples.json"
+PHASES_PER_CYCLE = len(CYCLE_PHASES) - 1  # "start" of cycle c+1 is "rollback" of cycle c
+SPEEDS = {"slow (2 s)": 2.0, "normal (1 s)": 1.0, "fast (0.5 s)": 0.5}
+LIVE = ("k", "temperature", "top_k", "top_p", "check_invariant", "max_new_tokens", "forced_outcomes")
+WALKTHROUGH = ((1, True), (2, True), (3, True), (4, False))
+
+st.set_page_config(page_title="specviz — speculative decoding, exactly", page_icon=":material/visibility:", layout="wide")
+
+
+# ---------------------------------------------------------------- model loading (shared) -----
+
+
+@st.cache_resource(show_spinner=False, max_entries=3)
+def load_pair_cached(kind: str, target: str = "", draft: str = "", _progress: Any = None) -> Any:
+    """One pair per (kind, target, draft) for the whole server; errors are not cached."""
+    if kind == "tiny":
+        return specviz.build_tiny_pair(seed=0)
+    if kind == "default":
+        try:
+            return specviz.load_default_pair(progress=_progress)
+        except TypeError:  # an older signature without a progress callback
+            return specviz.load_default_pair()
+    return specviz.load_pair(target=target, draft=draft, progress=_progress)
+
+
+def example_prompts() -> list[str]:
+    try:
+        data = json.loads(EXAMPLES_FILE.read_text())
+        return [str(p) for p in data] or [DEFAULT_PROMPT]
+    except (OSError, ValueError):
+        return [DEFAULT_PROMPT]
+
+
+# ---------------------------------------------------------------- session model ----------------
+
+
+@dataclass(frozen=True)
+class Session:
+    """Everything one browser session shows. Replaced as a whole, never mutated in place
+    (the decoder inside is the one mutable object; it only changes inside `step()`, which
+    leaves it untouched when it raises)."""
+
+    restart_key: tuple
+    pair: Any
+    dec: Any  # specviz.SpeculativeDecoder
+    prompt_ids: tuple[int, ...]
+    prefill: tuple[CacheSnapshot, CacheSnapshot]
+    traces: tuple[CycleTrace, ...] = ()
+    revealed: int = 0  # furthest step of the timeline shown so far
+    view: int = 0  # the step shown now (0 = after prefill; 5c+p = cycle c, phase p)
+    baseline_ms_per_token: float | None = None
+    baseline_tokens: int = 0
+    lab: LabResult | None = None
+    notices: tuple[str, ...] = field(default_factory=tuple)
+
+
+def view_of(step: int, sess: Session) -> tuple[int | None, str]:
+    """(cycle index or None before the first cycle, phase name) of a timeline step."""
+    if step == 0:
+        return (0, "start") if sess.traces else (None, "prefill")
+    c, p = divmod(step - 1, PHASES_PER_CYCLE)
+    return c, CYCLE_PHASES[p + 1]
+
+
+def encode_prompt(tokenizer: Any, text: str, chat: bool) -> list[int]:
+    if not text.strip():
+        raise specviz.PromptError("The prompt is empty: type something for the model to continue.")
+    if chat and getattr(tokenizer, "chat_template", None):
+        ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                            tokenize=True)
+        if hasattr(ids, "keys"):  # BatchEncoding / dict in newer transformers
+            ids = ids["input_ids"]
+        return [int(i) for i in ids]
+    return [int(i) for i in tokenizer.encode(text)]
+
+
+def new_session(key: tuple, pair: Any, cfg: DecodeConfig, prompt: str, chat: bool, notice: str = "") -> Session:
+    """Build and prefill a decoder; raises SpecvizError without touching the current session."""
+    ids = encode_prompt(pair.tokenizer, prompt, chat)
+    dec = specviz.SpeculativeDecoder(pair, cfg)
+    dec.start(ids)
+    n = len(dec.committed)
+    prefill = (dec.target_cache.snapshot(n), dec.draft_cache.snapshot(n))
+    return Session(key, pair, dec, tuple(ids), prefill, notices=(notice,) if notice else ())
+
+
+def sync_config(sess: Session, cfg: DecodeConfig) -> None:
+    """Apply changed live fields (K, temperature, top-k/p, ...) from the next cycle on."""
+    cur = sess.dec.config
+    if any(getattr(cur, f) != getattr(cfg, f) for f in LIVE):
+        sess.dec.update_config(cur.replace(**{f: getattr(cfg, f) for f in LIVE}))
+
+
+def compute_cycle(sess: Session) -> Session:
+    """Run one real cycle; returns the new session showing its draft phase."""
+    if sess.dec.finished:
+        raise specviz.DecodingFinishedError(
+            f"Generation has finished ({sess.dec.finish_reason}). Press Reset or change the prompt to start again.")
+    tr = sess.dec.step()
+    traces = (*sess.traces, tr)
+    step = PHASES_PER_CYCLE * (len(traces) - 1) + 1
+    return dataclasses.replace(sess, traces=traces, revealed=step, view=step)
+
+
+def advance_phase(sess: Session) -> Session:
+    if sess.view < sess.revealed:
+        return dataclasses.replace(sess, view=sess.view + 1)
+    if sess.revealed < PHASES_PER_CYCLE * len(sess.traces):
+        return dataclasses.replace(sess, revealed=sess.revealed + 1, view=sess.revealed + 1)
+    return compute_cycle(sess)
+
+
+def advance_cycle(sess: Session) -> Session:
+    """Show the end (rollback) of the current cycle, or of the next one when at a cycle end."""
+    at_end = sess.view % PHASES_PER_CYCLE == 0
+    target_cycle = sess.view // PHASES_PER_CYCLE if at_end else (sess.view - 1) // PHASES_PER_CYCLE
+    if target_cycle >= len(sess.traces):
+        sess = compute_cycle(sess)
+    end = PHASES_PER_CYCLE * (target_cycle + 1)
+    return dataclasses.replace(sess, view=end, revealed=max(sess.revealed, end))
+
+
+# ---------------------------------------------------------------- widgets -> config -----------
+
+
+def sidebar() -> tuple[str, str, str, str, bool, DecodeConfig, bool]:
+    """All controls. Returns (pair kind, target, draft, prompt, chat, config, what-if on)."""
+    ss = st.session_state
+    with st.sidebar:
+        st.markdown("### :material/visibility: specviz")
+        kind = st.radio("Model pair", list(PAIR_LABELS), format_func=PAIR_LABELS.get, key="pair_kind")
+        target = draft = ""
+        if kind == "custom":
+            target = st.text_input("Target (hub id or directory)", key="custom_target",
+                                   placeholder="HuggingFaceTB/SmolLM2-360M-Instruct")
+            draft = st.text_input("Draft (hub id or directory)", key="custom_draft",
+                                  placeholder="HuggingFaceTB/SmolLM2-135M-Instruct")
+        st.markdown("**Prompt**")
+        examples = example_prompts()
+        st.selectbox("Example prompts", examples, key="example", on_change=_use_example, label_visibility="collapsed")
+        prompt = st.text_area("Prompt", key="prompt", height=90)
+        chat = st.toggle("Apply the chat template", key="chat",
+                         help="Wrap the prompt as a user message with the tokenizer's chat template "
+                              "(when it has one). Off: the raw text is the prompt.")
+        st.markdown("**Sampling** — applies from the next cycle")
+        k = st.slider("K (draft length)", 1, 16, key="k")
+        temperature = st.slider("Temperature (0 = greedy)", 0.0, 2.0, step=0.05, key="temperature")
+        c1, c2 = st.columns(2)
+        top_k = c1.number_input("top-k (0 = off)", 0, 100000, step=1, key="top_k")
+        top_p = c2.number_input("top-p (1 = off)", 0.01, 1.0, step=0.05, key="top_p")
+        max_new = st.number_input("Max new tokens", 1, 4096, step=16, key="max_new")
+        st.markdown("**Cache** — changing these restarts")
+        layout = st.radio("Cache layout", ["paged", "contiguous"], key="layout", horizontal=True)
+        page = st.select_slider("Page size (tokens per block)", [1, 2, 4, 8, 16, 32, 64], key="page_size",
+                                disabled=layout != "paged")
+        policy = st.radio("Paged rollback policy", ["free", "keep"], key="policy", horizontal=True,
+                          disabled=layout != "paged",
+                          help="free: blocks holding only rejected positions return to the pool. "
+                               "keep (vLLM v1): they stay reserved and are overwritten.")
+        seed = st.number_input("Seed", 0, 2**31 - 1, step=1, key="seed")
+        check = st.toggle("Check the cache invariant every cycle", key="check",
+                          help="Compare both caches with a fresh prefill of the committed sequence (slower).")
+        st.markdown("**Play**")
+        st.select_slider("Play speed", list(SPEEDS), key="speed")
+        whatif = _whatif_controls()
+    forced: tuple[tuple[int, bool], ...] = ()
+    if whatif:
+        forced = tuple(sorted([(i, True) for i in ss.force_accept] + [(i, False) for i in ss.force_reject]))
+    cfg = DecodeConfig(
+        k=int(k), temperature=float(temperature), top_k=int(top_k), top_p=float(top_p), seed=int(seed),
+        cache_layout=layout, page_size=int(page), free_policy=policy, max_new_tokens=int(max_new),
+        check_invariant=bool(check), forced_outcomes=forced,
+    )
+    return kind, target.strip(), draft.strip(), prompt, chat, cfg, whatif
+
+
+def _whatif_controls() -> bool:
+    with st.expander("What-if (teaching) mode", icon=":material/science:", expanded=st.session_state.get("whatif", False)):
+        st.caption("Force the outcome of chosen acceptance tests to stage a scenario. **This breaks "
+                   "exactness**: forced cycles are marked and left out of the statistics.")
+        on = st.toggle("Force outcomes (breaks exactness)", key="whatif")
+        positions = list(range(1, 17))
+        st.multiselect("Force accept at draft positions", positions, key="force_accept", disabled=not on)
+        st.multiselect("Force reject at draft positions", positions, key="force_reject", disabled=not on)
+        st.button("Walkthrough scenario: K = 5, d1–d3 accepted, d4 rejected", key="scenario",
+                  on_click=_on_scenario, use_container_width=True)
+    return on
+
+
+def _use_example() -> None:
+    st.session_state.prompt = st.session_state.example
+
+
+def init_state() -> None:
+    env_pair = os.environ.get("SPECVIZ_PAIR", "default")
+    defaults = dict(
+        pair_kind=env_pair if env_pair in PAIR_LABELS else "default", custom_target="", custom_draft="",
+        prompt=DEFAULT_PROMPT, example=DEFAULT_PROMPT, chat=True, k=5, temperature=1.0, top_k=0, top_p=1.0,
+        max_new=128, layout="paged", page_size=16, policy="free", seed=0, check=False, speed="normal (1 s)",
+        whatif=False, force_accept=[], force_reject=[], playing=False, error=None,
+    )
+    if env_pair == "tiny":
+        defaults.update(page_size=4)  # short prompts: small pages show block traffic
+    for key, value in defaults.items():
+        st.session_state.setdefault(key, value)
+
+
+# ---------------------------------------------------------------- actions (callbacks) ---------
+
+
+def _act(fn: Any) -> None:
+    """Run an action on the session; assign the result only if it succeeded."""
+    sess: Session | None = st.session_state.get("sess")
+    if sess is None:
+        return
+    try:
+        new = fn(sess)
+    except SpecvizError as exc:
+        st.session_state.error = str(exc)
+        st.session_state.playing = False
+        return
+    except Exception as exc:  # keep the app usable whatever happens, but say what it was
+        st.session_state.error = f"{type(exc).__name__}: {exc}"
+        st.session_state.playing = False
+        return
+    if new.notices and new.notices == sess.notices:
+        new = dataclasses.replace(new, notices=())  # a notice is shown once, until the next action
+    st.session_state.error = None
+    st.session_state.sess = new
+
+
+def _on_next_phase() -> None:
+    _act(advance_phase)
+
+
+def _on_next_cycle() -> None:
+    _act(advance_cycle)
+
+
+def _on_back() -> None:
+    _act(lambda s: dataclasses.replace(s, view=max(0, s.view - 1)))
+
+
+def _on_history() -> None:
+    _act(lambda s: dataclasses.replace(s, view=min(int(st.session_state.history), s.revealed)))
+
+
+def _on_reset() -> None:
+    st.session_state.sess = None  # rebuilt from the current controls on this run
+    st.session_state.playing = False
+    st.session_state.error = None
+    st.session_state.reset_notice = "Reset: the decoder restarted from the prompt."
+
+
+def _on_play() -> None:
+    playing = not st.session_state.playing
+    st.session_state.playing = playing
+    if playing:
+        _on_next_phase()  # the first step happens at once; the timer does the rest
+
+
+def _on_scenario() -> None:
+    """One click: K = 5, force d1–d3 accept and d4 reject, and run that cycle."""
+    ss = st.session_state
+    ss.k, ss.whatif, ss.force_accept, ss.force_reject = 5, True, [1, 2, 3], [4]
+    ss.playing = False
+
+    def run(sess: Session) -> Session:
+        cfg = sess.dec.config.replace(k=5, forced_outcomes=WALKTHROUGH)
+        sess.dec.update_config(cfg)
+        done = dataclasses.replace(sess, revealed=PHASES_PER_CYCLE * len(sess.traces))
+        new = compute_cycle(done)
+        return dataclasses.replace(new, notices=("What-if: K = 5 with d1–d3 forced to accept and d4 to reject. "
+                                                 "Step through the phases to follow the walkthrough.",))
+
+    _act(run)
+
+
+# ---------------------------------------------------------------- views -----------------------
+
+
+def token_text_fn(sess: Session) -> Any:
+    return sess.dec.token_text
+
+
+def status_line(sess: Session, cycle: int | None, phase: str) -> str:
+    committed = len(sess.prompt_ids) + sum(len(t.emitted) for t in sess.traces[: (cycle or 0)])
+    where = "before the first cycle" if cycle is None else f"cycle **{cycle}** of {len(sess.traces)}"
+    fin = f" · finished: {sess.dec.finish_reason}" if sess.dec.finished and sess.view == sess.revealed else ""
+    return (f"{where} · phase **{PHASE_TITLES.get(phase, phase)}** · {committed} tokens committed before "
+            f"this cycle ({len(sess.prompt_ids)} prompt){fin}")
+
+
+def kv_view(sess: Session, cycle: int | None, phase: str) -> Any:
+    if cycle is None:
+        frame = kv.prefill_frame(*sess.prefill)
+        return kv.kv_figure_from_frames([frame], token_text_fn(sess), "prefill")
+    return kv.kv_figure(sess.traces[cycle], token_text_fn(sess), phase)
+
+
+def main_view() -> None:
+    """Everything below the buttons. Runs as a fragment that re-runs on a timer while playing."""
+    ss = st.session_state
+    if ss.get("playing") and not ss.get("_full_run"):
+        _on_next_phase()
+        if ss.error or (ss.sess.dec.finished and ss.sess.view == ss.sess.revealed
+                        and ss.sess.revealed == PHASES_PER_CYCLE * len(ss.sess.traces)):
+            ss.playing = False
+            st.rerun(scope="app")
+    ss._full_run = False
+    sess: Session = ss.sess
+    if ss.get("error"):
+        st.error(ss.error, icon=":material/error:")
+    cycle, phase = view_of(sess.view, sess)
+    st.markdown(status_line(sess, cycle, phase))
+    if sess.revealed > 0:
+        ss.history = sess.view
+        st.slider("History (every revealed phase of every cycle)", 0, sess.revealed, key="history",
+                  on_change=_on_history)
+
+    chips = tokens.strip_chips(sess.prompt_ids, sess.traces, token_text_fn(sess), cycle, phase)
+    st.html(tokens.strip_html(chips))
+
+    tr = sess.traces[cycle] if cycle is not None else None
+    with st.container(border=True):
+        if tr is None:
+            st.markdown(narrative.prefill_markdown(len(sess.prompt_ids), sess.prefill[0].seq_len,
+                                                   sess.prefill[1].seq_len))
+        else:
+            st.markdown(narrative.phase_markdown(tr, phase))
+
+    figures: dict[str, Any] = {}
+    figures["kv_cache"] = kv_view(sess, cycle, phase)
+    st.plotly_chart(figures["kv_cache"], key="kv_fig", theme=None, config={"displaylogo": False})
+
+    if tr is not None and phase != "start":
+        step = CYCLE_PHASES.index(phase)
+        left, right = st.columns(2)
+        figures["proposals"] = proposals.proposals_figure(tr)
+        left.plotly_chart(figures["proposals"], key="proposals_fig", theme=None, config={"displaylogo": False})
+        if step >= CYCLE_PHASES.index("verify"):
+            figures["acceptance"] = acceptance.acceptance_figure(tr, tested=step >= CYCLE_PHASES.index("accept"))
+            right.plotly_chart(figures["acceptance"], key="acceptance_fig", theme=None,
+                               config={"displaylogo": False})
+        else:
+            right.info("The target has not scored the drafts yet: acceptance appears after **verify**.")
+        if step >= CYCLE_PHASES.index("verify"):
+            dist_view(tr, step, figures)
+    ss._figures = figures
+    extra_tabs(sess, cycle)
+
+
+def dist_view(tr: CycleTrace, step: int, figures: dict[str, Any]) -> None:
+    left, right = st.columns(2)
+    options = [d.index for d in tr.drafts]
+    default = tr.rejected_at or 1
+    with left:
+        if st.session_state.get("dist_pos") not in options:
+            st.session_state.dist_pos = default
+        pos = st.segmented_control("Compare p and q at draft position", options, key="dist_pos",
+                                   format_func=lambda i: f"d{i}") or default
+        figures["p_vs_q"] = distributions.pq_figure(tr, int(pos))
+        st.plotly_chart(figures["p_vs_q"], key="pq_fig", theme=None, config={"displaylogo": False})
+    with right:
+        if step >= CYCLE_PHASES.index("resolve"):
+            fig = distributions.residual_figure(tr) if tr.rejected_at else distributions.bonus_figure(tr)
+            figures["resolve"] = fig
+            st.plotly_chart(fig, key="resolve_fig", theme=None, config={"displaylogo": False})
+        else:
+            st.info("After the tests: the **residual** norm(max(0, p_j − q_j)) at a rejection, or "
+                    "**p_{K+1}** for the bonus token when all K pass.")
+
+
+def extra_tabs(sess: Session, cycle: int | None) -> None:
+    t_stats, t_lab, t_myths, t_export = st.tabs(
+        [":material/bar_chart: Statistics", ":material/target: Exactness lab",
+         ":material/report: Common misconceptions", ":material/download: Export"])
+    with t_stats:
+        stats_tab(sess)
+    with t_lab:
+        lab_tab(sess, cycle)
+    with t_myths:
+        st.markdown("The classic walkthrough of the cache bookkeeping gets these wrong. specviz shows the "
+                    "precise version:")
+        st.markdown(narrative.misconceptions_markdown())
+    with t_export:
+        export_tab(sess)
+
+
+def revealed_traces(sess: Session) -> list[CycleTrace]:
+    full = sess.revealed // PHASES_PER_CYCLE  # cycles whose rollback has been shown
+    return list(sess.traces[:full])
+
+
+def stats_tab(sess: Session) -> None:
+    done = revealed_traces(sess)
+    st_ = acceptance_stats(done)
+    if st_.cycles == 0:
+        st.info("Statistics appear once a cycle has been stepped through to its rollback.")
+    else:
+        c1, c2, c3, c4 = st.columns(4)
+        c1.metric("Acceptance rate α", f"{st_.alpha:.3f}")
+        c2.metric("Tokens per cycle", f"{st_.tokens_per_cycle:.2f}")
+        report = measured_speedup(done, sess.baseline_ms_per_token)
+        c3.metric("Theory: E[tokens/cycle]", f"{report.expected_tokens_per_cycle:.2f}")
+        c4.metric("Measured speedup", f"{report.measured_speedup:.2f}×" if report.measured_speedup else "—")
+        st.plotly_chart(statistics.stats_figure(st_, report), key="stats_fig", theme=None,
+                        config={"displaylogo": False})
+        st.plotly_chart(statistics.speedup_figure(report), key="speedup_fig", theme=None,
+                        config={"displaylogo": False})
+        st.caption("Expected tokens per cycle (1 − α^(K+1))/(1 − α) and speedup (1 − α^(K+1))/((1 − α)(K·c + 1)) "
+                   "(Leviathan et al. 2023), with α measured here and c = draft time per forward / target verify "
+                   "time from the traces' timings. The measured speedup compares wall time per committed token "
+                   "with a plain autoregressive run of the same target.")
+    st.button("Run the autoregressive baseline (same target, same prompt)", key="baseline", on_click=_on_baseline)
+    if sess.baseline_ms_per_token:
+        st.caption(f"Baseline: {sess.baseline_ms_per_token:.1f} ms per token over {sess.baseline_tokens} tokens.")
+
+
+def _on_baseline() -> None:
+    def run(sess: Session) -> Session:
+        cfg = sess.dec.config.replace(forced_outcomes=())
+        ar = specviz.AutoregressiveDecoder(sess.pair.target, cfg, tokenizer=sess.pair.tokenizer)
+        ar.start(list(sess.prompt_ids))
+        n = max(8, min(64, sum(len(t.emitted) for t in sess.traces)))
+        t0 = time.perf_counter()
+        steps = 0
+        for _ in range(n):
+            if getattr(ar, "finished", False):
+                break
+            ar.step()
+            steps += 1
+        ms = (time.perf_counter() - t0) * 1000 / max(steps, 1)
+        return dataclasses.replace(sess, baseline_ms_per_token=ms, baseline_tokens=steps)
+
+    _act(run)
+
+
+def lab_tab(sess: Session, cycle: int | None) -> None:
+    st.markdown("Sample **N** next tokens with the speculative decoder and **N** with the target alone, from "
+                "the context at the start of the cycle shown, and compare both with the exact p. Exactness "
+                "means the speculative sampler's TV distance to p shrinks like 1/√N, exactly like the target's.")
+    c1, c2 = st.columns([1, 3])
+    n = c1.number_input("N samples", 10, 2000, value=60, step=10, key="lab_n")
+    if c2.button("Run the exactness lab", key="lab_run"):
+        ctx = list(sess.prompt_ids) + [e.token_id for t in sess.traces[: (cycle or 0)] for e in t.emitted]
+        bar = st.progress(0.0, text="sampling…")
+        try:
+            res = run_exactness_lab(sess.pair, ctx, sess.dec.config, int(n),
+                                    progress=lambda f, msg: bar.progress(min(f, 1.0), text=msg))
+        except SpecvizError as exc:
+            st.error(str(exc))
+        else:
+            st.session_state.sess = dataclasses.replace(st.session_state.sess, lab=res)
+            sess = st.session_state.sess
+        bar.empty()
+    if sess.lab is not None:
+        res = sess.lab
+        st.plotly_chart(exactness.lab_figure(res), key="lab_fig", theme=None, config={"displaylogo": False})
+        st.caption(f"TV at N = {res.n}: speculative {res.tv_spec[-1]:.3f}, target only {res.tv_target[-1]:.3f}.")
+
+
+def export_tab(sess: Session) -> None:
+    st.download_button("Traces (JSON)", data=lambda: traces_to_json(list(sess.traces)),
+                       file_name="specviz-traces.json", mime="application/json", key="dl_json",
+                       disabled=not sess.traces)
+    st.download_button("Current figures (standalone HTML)", data=lambda: figures_html(), file_name="specviz-figures.html",
+                       mime="text/html", key="dl_html")
+    st.caption("The HTML file embeds plotly.js and every frame of the KV animation: it works offline.")
+
+
+def figures_html() -> str:
+    figs = st.session_state.get("_figures") or {}
+    parts = ["<html><head><meta charset='utf-8'><title>specviz figures</title></head>"
+             "<body style='font-family:sans-serif;max-width:1200px;margin:auto'>"]
+    for i, (name, fig) in enumerate(figs.items()):
+        parts.append(f"<h3>{name}</h3>")
+        parts.append(fig.to_html(full_html=False, include_plotlyjs=(i == 0), auto_play=False))
+    parts.append("</body></html>")
+    return "".join(parts)
+
+
+# ---------------------------------------------------------------- page ------------------------
+
+
+def button_row(sess: Session | None) -> None:
+    ss = st.session_state
+    cols = st.columns([1.5, 1.7, 1.1, 1.2, 1.1, 1.5])
+    disabled = sess is None
+    # Material icons ship with Streamlit's frontend (no emoji font needed on the viewer's machine).
+    cols[0].button("Next phase", key="next_phase", on_click=_on_next_phase, type="primary", disabled=disabled,
+                   icon=":material/play_arrow:", shortcut="Right", use_container_width=True)
+    cols[1].button("Next cycle", key="next_cycle", on_click=_on_next_cycle, disabled=disabled,
+                   icon=":material/skip_next:", shortcut="Shift+Right", use_container_width=True)
+    cols[2].button("Back", key="back", on_click=_on_back, disabled=disabled or sess.view == 0,
+                   icon=":material/undo:", shortcut="Left", use_container_width=True)
+    cols[3].button("Pause" if ss.playing else "Play", key="play", on_click=_on_play, disabled=disabled,
+                   icon=":material/pause:" if ss.playing else ":material/slow_motion_video:", shortcut="P",
+                   use_container_width=True, help="Auto-advance one phase at a time at the sidebar's speed")
+    cols[4].button("Reset", key="reset", on_click=_on_reset, icon=":material/restart_alt:", use_container_width=True)
+
+
+def main() -> None:
+    init_state()
+    ss = st.session_state
+    kind, target, draft, prompt, chat, cfg, _ = _safe_sidebar()
+    st.markdown("## Speculative decoding, exactly — step by step")
+    st.caption("A small **draft** model proposes K tokens, the **target** model checks them all in one forward pass, "
+               "and a rejection-sampling test keeps the output distributed exactly as the target's. Watch both "
+               "KV caches grow provisionally and roll back.")
+    if cfg is None:
+        button_row(None)
+        return
+    if kind == "custom" and not (target and draft):
+        st.info("Enter a target and a draft (hub ids or local directories) in the sidebar.")
+        return
+    pair = _load_pair(kind, target, draft)
+    if pair is None:
+        button_row(None)
+        return
+    restart_key = (kind, target, draft, prompt, chat, cfg.cache_layout, cfg.page_size, cfg.free_policy, cfg.seed)
+    sess: Session | None = ss.get("sess")
+    if sess is None or sess.restart_key != restart_key:
+        notice = ss.pop("reset_notice", "")
+        if sess is not None:
+            changed = [name for name, a, b in zip(
+                ("model pair", "target", "draft", "prompt", "chat template", "cache layout", "page size",
+                 "rollback policy", "seed"), sess.restart_key, restart_key, strict=True) if a != b]
+            notice = f"Restarted from the prompt because the {', '.join(changed)} changed (history cleared)."
+        try:
+            ss.sess = new_session(restart_key, pair, cfg, prompt, chat, notice)
+            ss.error = None
+        except SpecvizError as exc:
+            ss.sess = None
+            ss.playing = False
+            st.error(f"Could not start: {exc}", icon=":material/error:")
+            button_row(None)
+            return
+    sess = ss.sess
+    try:
+        sync_config(sess, cfg)
+    except SpecvizError as exc:
+        ss.error = str(exc)
+    for note in sess.notices:
+        st.info(note, icon=":material/info:")
+    button_row(sess)
+    ss._full_run = True
+    run_every = SPEEDS.get(ss.speed, 1.0) if ss.playing else None
+    st.fragment(run_every=run_every)(main_view)()
+
+
+def _safe_sidebar() -> tuple:
+    try:
+        return sidebar()
+    except SpecvizError as exc:  # e.g. an invalid DecodeConfig
+        st.error(str(exc), icon=":material/error:")
+        return ("", "", "", "", False, None, False)
+
+
+def _load_pair(kind: str, target: str, draft: str) -> Any:
+    bar = st.empty()
+
+    def progress(msg: str, fraction: float | None = None) -> None:
+        bar.progress(min(max(fraction or 0.0, 0.0), 1.0), text=f"Loading models: {msg}")
+
+    try:
+        pair = load_pair_cached(kind, target, draft, _progress=progress)
+    except SpecvizError as exc:
+        bar.empty()
+        st.error(f"Could not load the model pair: {exc}", icon=":material/error:")
+        st.caption("Pick another pair in the sidebar (the tiny random pair always works).")
+        return None
+    except Exception as exc:  # unexpected loader failure: report, stay usable
+        bar.empty()
+        st.error(f"Could not load the model pair ({type(exc).__name__}): {exc}", icon=":material/error:")
+        return None
+    bar.empty()
+    return pair
+
+
+main()

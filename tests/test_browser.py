@@ -1,0 +1,115 @@
+"""The served app in a real headless Chromium (Debian's /usr/bin/chromium, driven by Playwright).
+
+Starts `streamlit run app.py` on a free port with the tiny random pair, waits until the server
+answers, clicks through every phase of two cycles and a Play, checks that the plotly charts render
+and that no exception box appears, and saves screenshots under test-artifacts/ (gitignored).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian chromium is not installed"),
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    port = _free_port()
+    env = dict(os.environ, SPECVIZ_PAIR="tiny", STREAMLIT_BROWSER_GATHER_USAGE_STATS="false")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.headless", "true",
+         "--server.port", str(port), "--server.address", "127.0.0.1", "--server.fileWatcherType", "none"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 90
+        while time.time() < deadline:
+            try:
+                with urllib.request.urlopen(url + "/_stcore/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            pytest.fail("streamlit did not become ready within 90 s")
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def _wait_idle(page, timeout_ms: int = 60_000) -> None:
+    """Wait until Streamlit has finished the current script run."""
+    page.wait_for_timeout(300)
+    page.wait_for_selector("[data-testid='stStatusWidget']", state="detached", timeout=timeout_ms)
+
+
+def test_click_through_two_cycles_and_play(server: str) -> None:
+    from playwright.sync_api import sync_playwright
+
+    if ARTIFACTS.exists():
+        shutil.rmtree(ARTIFACTS / "browser", ignore_errors=True)
+    out = ARTIFACTS / "browser"
+    out.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1500, "height": 2600})
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(server, wait_until="domcontentloaded")
+        next_phase = page.get_by_role("button", name="Next phase")
+        next_phase.wait_for(timeout=90_000)
+        _wait_idle(page)
+        page.wait_for_selector(".js-plotly-plot", timeout=30_000)
+        page.screenshot(path=str(out / "00-prefill.png"), full_page=True)
+        phases = ["draft", "verify", "accept", "resolve", "rollback"]
+        for cycle in range(2):
+            for i, phase in enumerate(phases):
+                next_phase.click()
+                _wait_idle(page)
+                page.wait_for_selector(".js-plotly-plot .main-svg", timeout=30_000)
+                assert page.locator("[data-testid='stException']").count() == 0, f"exception at {phase}"
+                page.screenshot(path=str(out / f"{cycle + 1:02d}-{i + 1}-{phase}.png"), full_page=True)
+        # The KV chart, proposals, acceptance, p-vs-q and residual/bonus charts are on the page.
+        assert page.locator(".js-plotly-plot").count() >= 4
+        heat = page.locator(".js-plotly-plot .heatmaplayer")
+        assert heat.count() >= 1
+        page.get_by_role("button", name="Play").click()
+        page.wait_for_timeout(3500)
+        page.screenshot(path=str(out / "20-playing.png"), full_page=True)
+        page.get_by_role("button", name="Pause").click()
+        _wait_idle(page)
+        assert page.locator("[data-testid='stException']").count() == 0
+        assert page.locator(".js-plotly-plot").count() >= 1
+        page.screenshot(path=str(out / "21-paused.png"), full_page=True)
+        browser.close()
+    assert not errors, errors
