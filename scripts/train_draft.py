@@ -200,6 +200,339 @@ def cmd_data(args: argparse.Namespace) -> None:
     del total_tokens
 
 
+# ----------------------------------------------------------------------------------------------
+# the draft model
+
+
+def draft_config(hidden: int, layers: int, intermediate: int):
+    """A narrow Llama with SmolLM2's vocabulary, special tokens, RoPE base and head size."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        vocab_size=49152,
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=hidden // 64,
+        num_key_value_heads=max(1, hidden // 128),
+        head_dim=64,
+        hidden_act="silu",
+        max_position_embeddings=8192,
+        rms_norm_eps=1e-5,
+        rope_parameters={"rope_type": "default", "rope_theta": 100000.0},
+        tie_word_embeddings=True,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=2,
+        architectures=["LlamaForCausalLM"],
+    )
+
+
+def init_draft(target, hidden: int, layers: int, intermediate: int):
+    """Random layers + the target's embedding projected onto its top ``hidden`` principal axes.
+
+    The tied embedding/lm_head table is most of the draft's bytes and of its per-token cost, so it
+    is narrow; starting it at the SVD projection ``E V[:, :hidden]`` of the target's 576-wide table
+    keeps the geometry of the vocabulary (tokens that the target confuses stay close).
+    """
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(SEED)
+    model = LlamaForCausalLM(draft_config(hidden, layers, intermediate))
+    emb = target.get_input_embeddings().weight.detach().float()  # [V, 576]
+    _, _, vh = torch.linalg.svd(emb, full_matrices=False)  # vh: [576, 576]
+    proj = emb @ vh[:hidden].T  # [V, hidden]
+    # RMSNorm-ed hidden states have unit RMS per coordinate; keep logits on the target's scale.
+    model.get_input_embeddings().weight.data.copy_(proj)
+    model.tie_weights()
+    return model
+
+
+# ----------------------------------------------------------------------------------------------
+# train: KL to the target's top-k distributions
+
+
+def load_rows(seen: set[str], rows: list[dict]) -> int:
+    added = 0
+    for shard in sorted(DATA.glob("shard-*.pt")):
+        if shard.name in seen:
+            continue
+        try:
+            blob = torch.load(shard, weights_only=False)
+        except Exception:  # noqa: BLE001 - a shard being written right now; next time
+            continue
+        seen.add(shard.name)
+        for r in blob["rows"]:
+            if len(r["gen"]) > 0:
+                rows.append(r)
+                added += len(r["gen"])
+    return added
+
+
+def make_batch(rows: list[dict], max_len: int):
+    """Right-padded inputs and the (row, position) of each soft label."""
+    seqs, label_pos, ids, probs = [], [], [], []
+    for b, r in enumerate(rows):
+        x = torch.cat([r["prompt"], r["gen"]]).long()[: max_len + 1]
+        n_prompt = len(r["prompt"])
+        n_lab = min(len(r["gen"]), len(x) - n_prompt)
+        inp = x[:-1] if len(x) > n_prompt + n_lab - 1 else x
+        inp = x[: n_prompt + n_lab - 1]
+        seqs.append(inp)
+        pos = torch.arange(n_prompt - 1, n_prompt - 1 + n_lab)
+        label_pos.append(torch.stack([torch.full_like(pos, b), pos], dim=1))
+        ids.append(r["topk_ids"][:n_lab].long())
+        probs.append(r["topk_probs"][:n_lab].float())
+    width = max(len(s) for s in seqs)
+    input_ids = torch.full((len(seqs), width), 2, dtype=torch.long)
+    attn = torch.zeros_like(input_ids)
+    for b, s in enumerate(seqs):
+        input_ids[b, : len(s)] = s
+        attn[b, : len(s)] = 1
+    return input_ids, attn, torch.cat(label_pos), torch.cat(ids), torch.cat(probs)
+
+
+def topk_kl(logits: torch.Tensor, top_ids: torch.Tensor, top_probs: torch.Tensor) -> torch.Tensor:
+    """Per-position KL of the (k+1)-bin distributions: top-k tokens + the lumped tail."""
+    logq = torch.log_softmax(logits.float(), dim=-1)  # [N, V]
+    logq_top = logq.gather(1, top_ids)  # [N, k]
+    p_top = top_probs.clamp_min(0)
+    p_tail = (1 - p_top.sum(-1)).clamp_min(0)  # [N]
+    # log(1 - sum q_top), computed stably from log-probabilities.
+    log_q_top_sum = torch.logsumexp(logq_top, dim=-1).clamp_max(-1e-6)
+    log_q_tail = torch.log(-torch.expm1(log_q_top_sum))
+    cross = -(p_top * logq_top).sum(-1) - p_tail * log_q_tail
+    ent = (p_top * torch.log(p_top.clamp_min(1e-12))).sum(-1) + p_tail * torch.log(p_tail.clamp_min(1e-12))
+    return cross + ent
+
+
+def save_ckpt(state: dict) -> None:
+    CKPT.mkdir(parents=True, exist_ok=True)
+    tmp = CKPT / "latest.tmp"
+    torch.save(state, tmp)
+    os.replace(tmp, CKPT / "latest.pt")
+
+
+def cmd_train(args: argparse.Namespace) -> None:
+    torch.set_num_threads(args.threads)
+    device = pick_device()
+    ckpt_path = CKPT / "latest.pt"
+    if ckpt_path.exists():
+        state = torch.load(ckpt_path, weights_only=False)
+        arch = state["arch"]
+        from transformers import LlamaForCausalLM
+
+        model = LlamaForCausalLM(draft_config(**arch))
+        model.load_state_dict(state["model"])
+        log(f"resumed from step {state['step']}")
+    else:
+        arch = {"hidden": args.hidden, "layers": args.layers, "intermediate": args.intermediate}
+        target, _ = load_target(torch.device("cpu"))
+        model = init_draft(target, **arch)
+        del target
+        state = {"step": 0, "tokens": 0, "seconds": 0.0, "curve": []}
+    model.to(device).train()
+    ema = {k: v.detach().clone().float() for k, v in model.state_dict().items()}
+    if "ema" in state:
+        ema = state["ema"]
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.0)
+    if "opt" in state:
+        opt.load_state_dict(state["opt"])
+    n_params = sum(p.numel() for p in model.parameters())
+    log(f"draft {arch}: {n_params / 1e6:.2f} M parameters on {device}")
+
+    rows: list[dict] = []
+    seen: set[str] = set()
+    n_avail = load_rows(seen, rows)
+    rng = random.Random(SEED + state["step"])
+    step, t_last, tok_window, loss_window = state["step"], time.perf_counter(), 0, []
+    last_ckpt = time.perf_counter()
+    while step < args.steps:
+        if step % 50 == 0:
+            n_avail += load_rows(seen, rows)
+        if not rows:
+            log("no data yet; waiting for shards")
+            time.sleep(30)
+            n_avail += load_rows(seen, rows)
+            continue
+        # Linear warm-up, then constant (data keeps arriving), cosine decay over --decay-steps.
+        warm = min(1.0, (step + 1) / args.warmup)
+        decay_start = args.steps - args.decay_steps
+        frac = max(0.0, (step - decay_start) / max(1, args.decay_steps))
+        lr = args.lr * warm * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
+        for g in opt.param_groups:
+            g["lr"] = lr
+        batch = rng.sample(rows, min(args.batch, len(rows)))
+        input_ids, attn, pos, top_ids, top_probs = make_batch(batch, args.max_len)
+        out = model.model(input_ids=input_ids.to(device), attention_mask=attn.to(device))
+        hidden = out.last_hidden_state[pos[:, 0].to(device), pos[:, 1].to(device)]  # [N, H]
+        logits = model.lm_head(hidden)  # [N, V]: only where there is a label
+        loss = topk_kl(logits, top_ids.to(device), top_probs.to(device)).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        with torch.no_grad():
+            d = args.ema if step > args.warmup else 0.0
+            for k, v in model.state_dict().items():
+                ema[k].mul_(d).add_(v.detach().float(), alpha=1 - d)
+        step += 1
+        tok_window += len(pos)
+        loss_window.append(loss.item())
+        state["tokens"] += len(pos)
+        if step % args.log_every == 0:
+            dt = time.perf_counter() - t_last
+            state["seconds"] += dt
+            mean_loss = sum(loss_window) / len(loss_window)
+            state["curve"].append({"step": step, "kl": round(mean_loss, 4), "tokens": state["tokens"],
+                                   "seconds": round(state["seconds"], 1), "data_tokens": n_avail})
+            eta = (args.steps - step) * dt / args.log_every
+            log(f"step {step}/{args.steps} kl {mean_loss:.4f} lr {lr:.2e} {tok_window / dt:.0f} tok/s "
+                f"data {n_avail} tokens in {len(rows)} seqs, ETA {eta / 60:.0f} min")
+            t_last, tok_window, loss_window = time.perf_counter(), 0, []
+        if time.perf_counter() - last_ckpt > args.ckpt_minutes * 60 or step == args.steps:
+            state.update(step=step, arch=arch, model=model.state_dict(), ema=ema, opt=opt.state_dict(),
+                         data_tokens=n_avail)
+            save_ckpt(state)
+            last_ckpt = time.perf_counter()
+            log(f"checkpoint at step {step}")
+
+
+# ----------------------------------------------------------------------------------------------
+# eval: acceptance, greedy agreement and cost ratio on held-out prompts
+
+
+def load_draft_from_ckpt(use_ema: bool = True):
+    from transformers import LlamaForCausalLM
+
+    state = torch.load(CKPT / "latest.pt", weights_only=False)
+    model = LlamaForCausalLM(draft_config(**state["arch"]))
+    model.load_state_dict(state["ema"] if use_ema else state["model"])
+    return model.eval(), state
+
+
+def eval_set(target, tok, n: int, max_new: int) -> dict:
+    """Held-out prompts with a sampled (T=1) and a greedy target continuation each (cached)."""
+    path = WORK / f"eval-set-{n}-{max_new}.pt"
+    if path.exists():
+        return torch.load(path, weights_only=False)
+    prompts = [r["prompt"] for r in read_prompts("heldout")][:n]
+    enc = encode_prompts(tok, prompts)
+    sets: dict = {"sampled": [], "greedy": []}
+    for kind in sets:
+        for i in range(0, n, 32):
+            rows = generate_batch(target, tok, enc[i:i + 32], max_new, kind == "greedy", seed=10_000 + i)
+            sets[kind] += [{"prompt": r["prompt"], "gen": r["gen"]} for r in rows]
+    torch.save(sets, path)
+    return sets
+
+
+@torch.no_grad()
+def agreement(target, draft, rows: list[dict], batch: int = 16) -> dict:
+    """alpha = mean sum_x min(p, q) (T=1) and argmax agreement at every continuation position."""
+    alpha_sum, agree_sum, n = 0.0, 0.0, 0
+    for i in range(0, len(rows), batch):
+        chunk = rows[i:i + batch]
+        seqs = [torch.cat([r["prompt"], r["gen"]]).long()[:-1] for r in chunk]
+        width = max(len(s) for s in seqs)
+        ids = torch.full((len(seqs), width), 2, dtype=torch.long)
+        attn = torch.zeros_like(ids)
+        for b, s in enumerate(seqs):
+            ids[b, : len(s)] = s
+            attn[b, : len(s)] = 1
+        sel = [(b, j) for b, r in enumerate(chunk) for j in range(len(r["prompt"]) - 1, len(seqs[b]))]
+        bi = torch.tensor([s[0] for s in sel])
+        pj = torch.tensor([s[1] for s in sel])
+        tp = torch.softmax(target(input_ids=ids, attention_mask=attn).logits[bi, pj].float(), -1)
+        dp = torch.softmax(draft(input_ids=ids, attention_mask=attn).logits[bi, pj].float(), -1)
+        alpha_sum += torch.minimum(tp, dp).sum(-1).sum().item()
+        agree_sum += (tp.argmax(-1) == dp.argmax(-1)).float().sum().item()
+        n += len(sel)
+    return {"alpha": alpha_sum / n, "greedy_agreement": agree_sum / n, "positions": n}
+
+
+@torch.no_grad()
+def decode_ms_per_token(model, n_tokens: int = 48, prompt_len: int = 32) -> float:
+    """Median wall time of one decode step with a KV cache (batch 1, greedy)."""
+    import statistics
+
+    from transformers import DynamicCache
+
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 49152, (1, prompt_len), generator=gen)
+    cache = DynamicCache(config=model.config)
+    out = model(input_ids=ids, past_key_values=cache, use_cache=True)
+    nxt = out.logits[:, -1:].argmax(-1)
+    times = []
+    for _ in range(n_tokens):
+        t0 = time.perf_counter()
+        out = model(input_ids=nxt, past_key_values=cache, use_cache=True)
+        nxt = out.logits[:, -1:].argmax(-1)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times[4:]) * 1000
+
+
+def cost_ratio(target, draft, rounds: int = 5) -> dict:
+    """Interleave target and draft timings (same threads) so load changes hit both alike."""
+    import statistics
+
+    t_ms, d_ms = [], []
+    for _ in range(rounds):
+        t_ms.append(decode_ms_per_token(target))
+        d_ms.append(decode_ms_per_token(draft))
+    t, d = statistics.median(t_ms), statistics.median(d_ms)
+    return {"target_ms_per_token": t, "draft_ms_per_token": d, "cost_ratio": d / t,
+            "threads": torch.get_num_threads()}
+
+
+def cmd_eval(args: argparse.Namespace) -> dict:
+    torch.set_num_threads(args.threads)
+    target, tok = load_target(torch.device("cpu"))
+    draft, state = load_draft_from_ckpt(use_ema=not args.raw)
+    sets = eval_set(target, tok, args.n, args.max_new)
+    res = {
+        "step": state["step"],
+        "train_tokens_seen": state["tokens"],
+        "data_tokens": state.get("data_tokens"),
+        "train_seconds": state["seconds"],
+        "heldout_prompts": args.n,
+        "max_new_tokens": args.max_new,
+        "sampled_T1": agreement(target, draft, sets["sampled"]),
+        "greedy_path": agreement(target, draft, sets["greedy"]),
+        "weights": "ema" if not args.raw else "raw",
+    }
+    res["alpha"] = res["sampled_T1"]["alpha"]
+    res["greedy_agreement"] = res["greedy_path"]["greedy_agreement"]
+    if not args.no_cost:
+        res.update(cost_ratio(target, draft))
+    out = WORK / f"eval-step{state['step']}.json"
+    out.write_text(json.dumps(res, indent=2))
+    (WORK / "eval-latest.json").write_text(json.dumps(res, indent=2))
+    log(json.dumps(res))
+    return res
+
+
+# ----------------------------------------------------------------------------------------------
+# export: fp16 safetensors into assets/draft
+
+
+def cmd_export(args: argparse.Namespace) -> None:
+    draft, state = load_draft_from_ckpt(use_ema=True)
+    EXPORT.mkdir(parents=True, exist_ok=True)
+    draft = draft.to(torch.float16)
+    draft.config.dtype = "float16"
+    draft.save_pretrained(EXPORT, safe_serialization=True)
+    draft.generation_config.save_pretrained(EXPORT)
+    metrics_path = Path(args.metrics) if args.metrics else WORK / "eval-latest.json"
+    metrics = json.loads(metrics_path.read_text()) if metrics_path.exists() else {}
+    info = {"step": state["step"], "train_tokens_seen": state["tokens"],
+            "data_tokens": state.get("data_tokens"), "train_seconds": state["seconds"],
+            "curve": state["curve"], "arch": state["arch"], "metrics": metrics}
+    (WORK / "export-info.json").write_text(json.dumps(info, indent=2))
+    size = sum(f.stat().st_size for f in EXPORT.iterdir() if f.is_file())
+    log(f"exported step {state['step']} to {EXPORT} ({size / 1e6:.1f} MB total)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -208,8 +541,30 @@ def main() -> None:
     p.add_argument("--max-new", type=int, default=128)
     p.add_argument("--max-batches", type=int, default=0, help="stop after this shard index (0: all)")
     p.add_argument("--threads", type=int, default=2)
+    p = sub.add_parser("train", help="KL-train the draft; resumes from work-data/draft/ckpt/latest.pt")
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--intermediate", type=int, default=768)
+    p.add_argument("--steps", type=int, default=6000)
+    p.add_argument("--decay-steps", type=int, default=1500)
+    p.add_argument("--warmup", type=int, default=100)
+    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--ema", type=float, default=0.995)
+    p.add_argument("--batch", type=int, default=16, help="sequences per step")
+    p.add_argument("--max-len", type=int, default=256)
+    p.add_argument("--log-every", type=int, default=20)
+    p.add_argument("--ckpt-minutes", type=float, default=3.0)
+    p.add_argument("--threads", type=int, default=2)
+    p = sub.add_parser("eval", help="alpha / greedy agreement / cost ratio on held-out prompts")
+    p.add_argument("--n", type=int, default=64, help="held-out prompts")
+    p.add_argument("--max-new", type=int, default=96)
+    p.add_argument("--raw", action="store_true", help="raw weights instead of the EMA")
+    p.add_argument("--no-cost", action="store_true")
+    p.add_argument("--threads", type=int, default=2)
+    p = sub.add_parser("export", help="fp16 safetensors of the EMA weights into assets/draft")
+    p.add_argument("--metrics", default="", help="eval JSON to record (default: eval-latest.json)")
     args = ap.parse_args()
-    {"data": cmd_data}[args.cmd](args)
+    {"data": cmd_data, "train": cmd_train, "eval": cmd_eval, "export": cmd_export}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -349,3 +349,247 @@ def check_compatible(
                 f"{name} has an embedding table of {vocab} rows, smaller than the shared "
                 f"tokenizer's {min(n_tok, max(n_target, n_draft))} tokens."
             )
+
+
+# --------------------------------------------------------------------------------------------
+# resolving a model spec (hub id, local directory, GGUF file) to a local directory
+
+_HUB_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken", "*.jinja"]
+
+
+def _hub_offline_forced() -> bool:
+    return any(
+        os.environ.get(var, "").strip().lower() in {"1", "true", "yes", "on"}
+        for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    )
+
+
+def _hub_reachable(timeout: float = 2.0) -> bool:
+    """A quick TCP connect to the hub endpoint, so an offline machine fails fast, not after retries."""
+    import socket
+    from urllib.parse import urlparse
+
+    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    host, port = url.hostname or "huggingface.co", url.port or (443 if url.scheme != "http" else 80)
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _looks_like_path(spec: str) -> bool:
+    return (
+        spec.startswith(("/", "./", "../", "~", "\\"))
+        or os.path.isabs(spec)
+        or spec.count("/") > 1
+        or spec.endswith(".gguf")
+    )
+
+
+def _unavailable_message(repo_id: str, why: str) -> str:
+    return (
+        f"Model '{repo_id}' is not available: {why}. On a machine with internet access run "
+        f"`huggingface-cli download {repo_id}` (or `hf download {repo_id}`) and copy its Hugging Face "
+        "cache (~/.cache/huggingface, or the directory $HF_HOME points to) to this machine, or "
+        "pass a local directory that contains config.json and the safetensors weights."
+    )
+
+
+def resolve_model_dir(spec: str | os.PathLike[str], progress: Progress | None = None) -> Path:
+    """Turn a hub id, a local directory or a ``.gguf`` file into a local model directory.
+
+    Hub ids are looked up in the local Hugging Face cache first; the network is only used when
+    the hub is reachable and ``HF_HUB_OFFLINE`` is not set, so offline use never hangs.
+    """
+    spec = str(spec)
+    path = Path(spec).expanduser()
+    if spec.endswith(".gguf"):
+        if not path.is_file():
+            raise ModelLoadError(f"GGUF file not found: {path}")
+        return convert_gguf(path, progress=progress)
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelLoadError(
+                f"{path} is a directory but holds no config.json, so it is not a Hugging Face "
+                "model directory (expected config.json plus *.safetensors weights)."
+            )
+        return path
+    if _looks_like_path(spec) or path.exists():
+        raise ModelLoadError(f"Local model directory not found: {path}")
+
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.utils import HFValidationError
+
+    try:
+        cached = Path(snapshot_download(spec, allow_patterns=_HUB_PATTERNS, local_files_only=True))
+        if (cached / "config.json").is_file() and any(cached.glob("*.safetensors")):
+            return cached
+    except HFValidationError as exc:
+        raise ModelLoadError(f"'{spec}' is neither a local directory nor a valid hub id: {exc}") from exc
+    except Exception:  # noqa: BLE001 - not (fully) cached: maybe download below
+        pass
+    if _hub_offline_forced():
+        raise ModelLoadError(_unavailable_message(spec, "it is not in the local cache and HF_HUB_OFFLINE is set"))
+    if not _hub_reachable():
+        raise ModelLoadError(_unavailable_message(spec, "it is not in the local cache and the hub is unreachable"))
+    _report(progress, f"Downloading {spec} from the Hugging Face hub…", None)
+    try:
+        local = Path(snapshot_download(spec, allow_patterns=_HUB_PATTERNS))
+    except Exception as exc:  # noqa: BLE001
+        raise ModelLoadError(_unavailable_message(spec, f"download failed ({exc})")) from exc
+    if not any(local.glob("*.safetensors")):
+        raise ModelLoadError(
+            f"Model '{spec}' has no safetensors weights. specviz only loads safetensors (pickled "
+            "*.bin checkpoints can run code when loaded); convert it first or pick another model."
+        )
+    return local
+
+
+# --------------------------------------------------------------------------------------------
+# loading
+
+
+def _has_tokenizer(path: Path) -> bool:
+    return any((path / f).is_file() for f in ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json"))
+
+
+def _load_config(path: Path, name: str) -> Any:
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(str(path), trust_remote_code=False, local_files_only=True)
+    except Exception as exc:  # noqa: BLE001
+        raise ModelLoadError(
+            f"Could not read the config of {name} ({path}): {exc}. specviz never enables "
+            "trust_remote_code, so models that need custom code cannot be used."
+        ) from exc
+
+
+def _load_tokenizer(path: Path, name: str) -> Any:
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(path), trust_remote_code=False, local_files_only=True)
+    except Exception as exc:  # noqa: BLE001
+        raise ModelLoadError(f"Could not load the tokenizer of {name} ({path}): {exc}") from exc
+
+
+def _load_model(path: Path, name: str, device: torch.device, dtype: torch.dtype) -> Any:
+    from transformers import AutoModelForCausalLM
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            str(path), dtype=dtype, trust_remote_code=False, local_files_only=True
+        )
+    except Exception as exc:  # noqa: BLE001
+        raise ModelLoadError(f"Could not load model {name} ({path}): {exc}") from exc
+    model.to(device)
+    model.eval()
+    model.requires_grad_(False)  # the decoder never trains: no autograd graph, less memory
+    return model
+
+
+def _load_pair_dirs(
+    target_dir: Path,
+    draft_dir: Path,
+    target_name: str,
+    draft_name: str,
+    device: torch.device | str | None,
+    dtype: torch.dtype | str | None,
+    draft_device: torch.device | str | None,
+    draft_dtype: torch.dtype | str | None,
+    progress: Progress | None,
+    target_tokenizer_dir: Path | None = None,
+) -> ModelPair:
+    t_dev = torch.device(device) if device is not None else default_device()
+    d_dev = torch.device(draft_device) if draft_device is not None else t_dev
+    t_dtype = _as_dtype(dtype, t_dev)
+    d_dtype = _as_dtype(draft_dtype, d_dev) if draft_dtype is not None else (
+        t_dtype if draft_device is None else default_dtype(d_dev)
+    )
+    _report(progress, "Checking that the two models can be paired…", 0.1)
+    target_cfg = _load_config(target_dir, target_name)
+    draft_cfg = _load_config(draft_dir, draft_name)
+    _check_architecture(target_cfg, target_name)
+    _check_architecture(draft_cfg, draft_name)
+    tok_dir = target_tokenizer_dir or target_dir
+    if not _has_tokenizer(tok_dir):
+        raise ModelLoadError(f"{target_name} ({tok_dir}) ships no tokenizer files.")
+    tokenizer = _load_tokenizer(tok_dir, target_name)
+    # A draft without tokenizer files (like the shipped default draft) uses the target's.
+    draft_tokenizer = _load_tokenizer(draft_dir, draft_name) if _has_tokenizer(draft_dir) else tokenizer
+    check_compatible(target_cfg, draft_cfg, tokenizer, draft_tokenizer, target_name, draft_name)
+    _report(progress, f"Loading the target {target_name}…", 0.3)
+    target = _load_model(target_dir, target_name, t_dev, t_dtype)
+    _report(progress, f"Loading the draft {draft_name}…", 0.8)
+    draft = _load_model(draft_dir, draft_name, d_dev, d_dtype)
+    _report(progress, "Model pair ready", 1.0)
+    info = {
+        "target_dir": str(target_dir),
+        "draft_dir": str(draft_dir),
+        "target_dtype": str(t_dtype).removeprefix("torch."),
+        "draft_dtype": str(d_dtype).removeprefix("torch."),
+        "target_device": str(t_dev),
+        "draft_device": str(d_dev),
+        "target_vocab_size": int(_text_config(target_cfg).vocab_size),
+        "draft_vocab_size": int(_text_config(draft_cfg).vocab_size),
+    }
+    return ModelPair(
+        target=target, draft=draft, tokenizer=tokenizer,
+        target_name=target_name, draft_name=draft_name, info=info,
+    )
+
+
+def load_pair(
+    target: str | os.PathLike[str],
+    draft: str | os.PathLike[str],
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | str | None = None,
+    progress: Progress | None = None,
+    *,
+    draft_device: torch.device | str | None = None,
+    draft_dtype: torch.dtype | str | None = None,
+) -> ModelPair:
+    """Load a target and a draft given as hub ids, local directories or ``.gguf`` files.
+
+    ``device``/``dtype`` default to cuda → mps → cpu and float32 on CPU / bfloat16 on a GPU.
+    ``draft_device`` places the draft elsewhere (its dtype then defaults for that device).
+    Raises :class:`ModelLoadError` (not found, not cached offline, unreadable) or
+    :class:`IncompatiblePairError` (different vocabularies, not a full-attention decoder).
+    Never runs remote code; only safetensors weights are downloaded.
+    """
+    _report(progress, f"Locating the target {target}…", 0.0)
+    target_dir = resolve_model_dir(target, progress)
+    _report(progress, f"Locating the draft {draft}…", 0.05)
+    draft_dir = resolve_model_dir(draft, progress)
+    return _load_pair_dirs(
+        target_dir, draft_dir, str(target), str(draft),
+        device, dtype, draft_device, draft_dtype, progress,
+    )
+
+
+def load_default_pair(
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | str | None = None,
+    progress: Progress | None = None,
+    *,
+    draft_device: torch.device | str | None = None,
+    draft_dtype: torch.dtype | str | None = None,
+) -> ModelPair:
+    """The embedded default pair, fully offline: SmolLM2-135M-Instruct + the distilled draft.
+
+    The first call converts the target's GGUF file into the user cache (~20 s, with progress);
+    later calls load from there in about a second. No network access is attempted.
+    """
+    target_dir = default_target_dir(progress)
+    draft_dir = default_draft_dir()
+    if not (draft_dir / "config.json").is_file():
+        raise ModelLoadError(
+            f"The default draft model is missing from {draft_dir}. It is shipped with specviz "
+            "(assets/draft); rebuild it with `python scripts/train_draft.py data|train|export`."
+        )
+    return _load_pair_dirs(
+        target_dir, draft_dir, DEFAULT_TARGET_NAME, DEFAULT_DRAFT_NAME,
+        device, dtype, draft_device, draft_dtype, progress,
+    )
