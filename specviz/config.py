@@ -25,7 +25,7 @@ POLICIES = ("free", "keep")
 
 # Fields that may change between cycles without restarting the decoder.
 LIVE_FIELDS = frozenset(
-    {"k", "temperature", "top_k", "top_p", "forced_outcomes", "check_invariant", "max_new_tokens", "top_n"}
+    {"k", "temperature", "top_k", "top_p", "forced_outcomes", "check_invariant", "max_new_tokens", "top_n", "instrument"}
 )
 
 
@@ -44,6 +44,9 @@ class DecodeConfig:
     max_new_tokens: int = 256
     check_invariant: bool = False  # compare caches with a fresh prefill after every cycle
     top_n: int = 8  # how many alternatives the trace keeps per distribution
+    # Record snapshots, top-N lists and token texts in each trace. Off = the lean path that the
+    # benchmarks time against instrumentation on; decoding is identical either way.
+    instrument: bool = True
     # What-if mode: (draft index i (1-based), accept?) pairs that override the acceptance test.
     # Breaks exactness; only for teaching. Empty = off.
     forced_outcomes: tuple[tuple[int, bool], ...] = ()

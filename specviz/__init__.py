@@ -1,0 +1,51 @@
+"""specviz: watch exact speculative decoding happen, with a real decoder underneath.
+
+Public API (DESIGN §4):
+
+    pair = specviz.load_default_pair()                 # offline embedded default pair
+    pair = specviz.load_pair(target=..., draft=...)    # any HF pair (ids, dirs, GGUF files)
+    cfg = specviz.DecodeConfig(k=5, temperature=1.0, cache_layout="paged", page_size=16)
+    dec = specviz.SpeculativeDecoder(pair, cfg)
+    dec.start(prompt_ids); trace = dec.step()          # one cycle -> CycleTrace
+"""
+
+from .config import DecodeConfig
+from .engine import AutoregressiveDecoder, SpeculativeDecoder
+from .errors import (
+    CacheCapacityError,
+    ConfigError,
+    ContextFullError,
+    DecodingFinishedError,
+    IncompatiblePairError,
+    ModelLoadError,
+    PoolExhaustedError,
+    PromptError,
+    SpecvizError,
+)
+from .models import ModelPair, load_default_pair, load_pair
+from .tiny import build_tiny_pair
+from .trace import CacheEvent, CacheSnapshot, CycleTrace, traces_from_json, traces_to_json
+
+__all__ = [
+    "AutoregressiveDecoder",
+    "CacheCapacityError",
+    "CacheEvent",
+    "CacheSnapshot",
+    "ConfigError",
+    "ContextFullError",
+    "CycleTrace",
+    "DecodeConfig",
+    "DecodingFinishedError",
+    "IncompatiblePairError",
+    "ModelLoadError",
+    "ModelPair",
+    "PoolExhaustedError",
+    "PromptError",
+    "SpecvizError",
+    "SpeculativeDecoder",
+    "build_tiny_pair",
+    "load_default_pair",
+    "load_pair",
+    "traces_from_json",
+    "traces_to_json",
+]

@@ -1,0 +1,198 @@
+"""Headless walk-through: run speculative decoding cycle by cycle and narrate each one.
+
+    python -m specviz walk --prompt "Explain KV caches." --k 5 --temperature 0.8 --cycles 8 \
+        --layout paged --page-size 4 [--policy free|keep] [--seed N] [--json FILE] \
+        [--target ID_OR_DIR --draft ID_OR_DIR | --tiny]
+
+For every cycle it prints what the decoder actually did, with positions and numbers: the
+catch-up tokens fed to the draft, each proposal with q, p, the ratio min(1, p/q), the uniform
+draw u and the verdict, the corrected token (with the top of the residual) or the bonus token
+(with the top of p_{K+1}), and for both caches the provisional append, the truncation and the
+blocks allocated and freed. `--json` writes every CycleTrace for later inspection or the app.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from .config import DecodeConfig
+from .errors import SpecvizError
+from .trace import CacheSnapshot, CycleTrace, TokenProb
+
+DEFAULT_PROMPT = "Explain in two sentences what a KV cache is."
+
+
+def _show(text: str) -> str:
+    return repr(text)[1:-1] if text else "''"
+
+
+def _tops(tops: Sequence[TokenProb], n: int = 5) -> str:
+    return ", ".join(f"'{_show(t.text)}' {t.prob:.3f}" for t in tops[:n])
+
+
+def _layout_line(snap: CacheSnapshot) -> str:
+    if snap.layout == "paged":
+        return (
+            f"len {snap.seq_len}, block table {list(snap.block_table)}, "
+            f"{snap.num_free_blocks}/{snap.num_blocks} blocks free"
+        )
+    return f"len {snap.seq_len}, write pointer at {snap.seq_len} of {snap.capacity}"
+
+
+def format_cycle(trace: CycleTrace) -> str:
+    """The walk-through of one cycle, as plain text."""
+    n, k = trace.context_len, trace.k
+    out = [f"=== cycle {trace.cycle}: n = {n} committed tokens, K = {k}, temperature {trace.temperature:g} ==="]
+    catch = " ".join(f"'{_show(t.text)}'@{t.position}" for t in trace.catch_up)
+    out.append(f"draft   catch-up: feeds {len(trace.catch_up)} token(s) it lacks: {catch}")
+    for d in trace.drafts:
+        line = (
+            f"draft   d{d.index} = '{_show(d.text)}' (id {d.token_id}, position {d.position}): "
+            f"q = {d.draft_prob:.4f}, p = {d.target_prob:.4f}, min(1, p/q) = {d.ratio:.4f}"
+        )
+        if d.verdict == "untested":
+            line += "  -> not tested (after the first rejection)"
+        else:
+            u = "greedy: accept iff d = argmax p" if d.u is None else f"u = {d.u:.4f}"
+            forced = " [FORCED: what-if mode]" if d.forced else ""
+            line += f", {u} -> {d.verdict.upper()}{forced}"
+        out.append(line)
+    out.append(
+        f"verify  target ran ONE pass over {k + 1} inputs (x_n and d1..d{k}) at positions {n - 1}..{n + k - 1}"
+        f" -> {k + 1} distributions p_1..p_{k + 1}"
+    )
+    if trace.rejected_at is not None:
+        c = trace.corrected_token
+        assert c is not None
+        out.append(
+            f"resolve rejection at d{trace.rejected_at}: corrected token '{_show(c.text)}' (id {c.token_id}) "
+            f"sampled from norm(max(0, p - q)) [top: {_tops(trace.residual_top)}]; no bonus token"
+        )
+    else:
+        b = trace.bonus_token
+        if b is not None:
+            out.append(
+                f"resolve all {k} accepted: bonus token '{_show(b.text)}' (id {b.token_id}) "
+                f"sampled from p_{k + 1} [top: {_tops(trace.bonus_top)}]"
+            )
+    emitted = " ".join(f"'{_show(t.text)}'({t.kind})" for t in trace.emitted)
+    out.append(f"commit  +{len(trace.emitted)} token(s): {emitted}")
+    for role, events in (("target", trace.target_events), ("draft", trace.draft_events)):
+        for e in events:
+            out.append(f"{role:7s} [{e.phase}] {e.describe()}")
+        if trace.snapshots:
+            out.append(f"{role:7s} after rollback: {_layout_line(getattr(trace.snapshot('rollback'), role))}")
+    if trace.invariant_max_abs_diff is not None:
+        diffs = ", ".join(f"{r} {v:.2e}" for r, v in trace.invariant_max_abs_diff.items())
+        out.append(f"check   cache vs fresh prefill, max |diff|: {diffs}")
+    ms = ", ".join(f"{p} {v:.1f}" for p, v in trace.timings_ms.items())
+    out.append(f"time    ms: {ms}")
+    if trace.finish_reason:
+        out.append(f"done    sequence finished: {trace.finish_reason}")
+    return "\n".join(out)
+
+
+def _load_pair(args: argparse.Namespace, progress: Callable[[str, float | None], None]) -> Any:
+    from . import models, tiny
+
+    if args.tiny:
+        return tiny.build_tiny_pair(seed=args.seed)
+    if args.target or args.draft:
+        if not (args.target and args.draft):
+            raise SpecvizError("give both --target and --draft (or neither, for the default pair)")
+        return models.load_pair(target=args.target, draft=args.draft, progress=progress)
+    return models.load_default_pair(progress=progress)
+
+
+def encode_prompt(tokenizer: Any, text: str, chat: bool = True) -> list[int]:
+    """Token ids of a prompt; with chat=True the tokenizer's chat template is applied if it has one."""
+    if not text.strip():
+        return []
+    if chat and getattr(tokenizer, "chat_template", None):
+        ids = tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+        return list(ids["input_ids"] if isinstance(ids, dict) else ids)
+    return list(tokenizer.encode(text, add_special_tokens=False))
+
+
+def walk(args: argparse.Namespace, out: TextIO) -> int:
+    from .engine import SpeculativeDecoder
+
+    def progress(message: str, fraction: float | None) -> None:
+        pct = "" if fraction is None else f" {fraction:.0%}"
+        print(f"[load]{pct} {message}", file=sys.stderr)
+
+    pair = _load_pair(args, progress)
+    cfg = DecodeConfig(
+        k=args.k,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+        cache_layout=args.layout,
+        page_size=args.page_size,
+        free_policy=args.policy,
+        max_new_tokens=args.max_new_tokens,
+        check_invariant=args.check,
+    )
+    dec = SpeculativeDecoder(pair, cfg)
+    ids = encode_prompt(pair.tokenizer, args.prompt, chat=not args.raw)
+    dec.start(ids)
+    print(f"prompt: {len(ids)} tokens; target {pair.target_name}, draft {pair.draft_name}", file=out)
+    traces = []
+    for _ in range(args.cycles):
+        if dec.finished:
+            break
+        trace = dec.step()
+        traces.append(trace)
+        print(format_cycle(trace) + "\n", file=out)
+    generated = dec.committed[dec.num_prompt_tokens :]
+    text = pair.tokenizer.decode(generated) if pair.tokenizer is not None else str(generated)
+    accepted = sum(t.num_accepted for t in traces)
+    proposed = sum(t.k for t in traces)
+    print(f"generated {len(generated)} tokens in {len(traces)} cycles "
+          f"({len(generated) / max(1, len(traces)):.2f} per cycle; {accepted}/{proposed} drafts accepted):", file=out)
+    print(text, file=out)
+    if args.json:
+        Path(args.json).write_text(json.dumps([t.to_dict() for t in traces], indent=1))
+        print(f"wrote {len(traces)} traces to {args.json}", file=out)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m specviz", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    w = sub.add_parser("walk", help="narrate speculative decoding cycle by cycle")
+    w.add_argument("--prompt", default=DEFAULT_PROMPT)
+    w.add_argument("--raw", action="store_true", help="do not apply the chat template")
+    w.add_argument("--k", type=int, default=5)
+    w.add_argument("--temperature", type=float, default=0.8)
+    w.add_argument("--top-k", type=int, default=0)
+    w.add_argument("--top-p", type=float, default=1.0)
+    w.add_argument("--cycles", type=int, default=8)
+    w.add_argument("--max-new-tokens", type=int, default=256)
+    w.add_argument("--layout", choices=["paged", "contiguous"], default="paged")
+    w.add_argument("--page-size", type=int, default=4)
+    w.add_argument("--policy", choices=["free", "keep"], default="free")
+    w.add_argument("--seed", type=int, default=0)
+    w.add_argument("--check", action="store_true", help="check both caches against a fresh prefill every cycle")
+    w.add_argument("--json", help="write the traces to this JSON file")
+    w.add_argument("--target", help="target model: hub id, local directory or .gguf file")
+    w.add_argument("--draft", help="draft model: hub id, local directory or .gguf file")
+    w.add_argument("--tiny", action="store_true", help="random tiny pair (smoke run, no model files)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return walk(args, out)
+    except SpecvizError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2

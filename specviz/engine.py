@@ -1,0 +1,608 @@
+"""The speculative decoder, one cycle at a time, and the plain autoregressive baseline.
+
+A cycle (DESIGN §1) is layered as in gpt-fast: `_draft -> _verify -> _accept -> _resolve ->
+_rollback`, each a short method, and `step()` runs them and returns a `CycleTrace`.
+
+The cache invariant ("last token separate", as in llama.cpp, HF and gpt-fast): at the start of a
+cycle with committed sequence x_1..x_n,
+  * the target cache holds K/V for exactly x_1..x_{n-1};
+  * the draft cache holds K/V for a prefix x_1..x_m, m <= n-1, and is fed x_{m+1}..x_n first
+    ("catch-up": usually one token, two after a fully accepted cycle, because d_K is sampled
+    but never fed to the draft).
+The verify pass feeds [x_n, d_1, .., d_K] and appends their K/V provisionally; the rollback
+truncates both caches back to the new committed length minus one, so the next cycle computes
+exactly the distributions a plain autoregressive decoder would.
+
+Positions are 0-based: x_i sits at position i-1, so "target cache length n-1" means positions
+0..n-2 are cached.
+
+Errors never leave a half-done cycle behind: `step()` snapshots the decoder's small state
+(committed tokens, cache lengths, generator states) and restores it if anything raises.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from . import sampling
+from .config import LIVE_FIELDS, DecodeConfig
+from .errors import ConfigError, ContextFullError, DecodingFinishedError, PromptError
+from .kv import SpecvizCache, create_cache
+from .trace import CacheEvent, CycleTrace, DraftStep, EmittedToken, PhaseSnapshot, TokenProb
+
+DRAFT_SEED_SALT = 0x9E3779B9  # decorrelates the draft's random stream from the target's
+
+# ---------------------------------------------------------------- model helpers
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def vocab_size_of(model: Any) -> int:
+    return int(model.get_output_embeddings().weight.shape[0])
+
+
+def max_positions_of(model: Any) -> int | None:
+    cfg = model.config
+    for name in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+        value = getattr(cfg, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def eos_ids_of(model: Any) -> frozenset[int]:
+    """EOS ids from the generation config (preferred) or the model config."""
+    ids = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if ids is None:
+        ids = getattr(model.config, "eos_token_id", None)
+    if ids is None:
+        return frozenset()
+    return frozenset([ids] if isinstance(ids, int) else ids)
+
+
+@torch.inference_mode()
+def forward(model: Any, cache: SpecvizCache, token_ids: Sequence[int], phase: str, last_only: bool = False) -> torch.Tensor:
+    """Feed token_ids at the cache's next positions; return logits [T, V] (or [1, V]).
+
+    The cache reserves its slots first, so running out of room raises before the model runs."""
+    start_len = cache.get_seq_length()
+    cache.reserve(list(token_ids), phase)
+    try:
+        ids = torch.tensor([list(token_ids)], dtype=torch.long, device=model_device(model))  # [1, T]
+        out = model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1 if last_only else 0)
+    except BaseException:
+        cache.truncate(start_len, phase)  # undo the reservation: the cache stays as it was
+        raise
+    return out.logits[0].float()  # [T, V]
+
+
+@torch.inference_mode()
+def reference_kv(model: Any, token_ids: Sequence[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """K/V of a fresh prefill with transformers' own DynamicCache: the ground truth that the
+    invariant check compares our caches with. Returns per layer (keys, values) [1, H, T, D]."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    ids = torch.tensor([list(token_ids)], dtype=torch.long, device=model_device(model))
+    model(input_ids=ids, past_key_values=cache, use_cache=True)
+    return [(layer.keys, layer.values) for layer in cache.layers]
+
+
+def max_abs_kv_diff(model: Any, cache: SpecvizCache, token_ids: Sequence[int]) -> float:
+    """Largest |difference| between the cache's K/V and a fresh prefill of token_ids."""
+    if len(token_ids) != cache.get_seq_length():
+        return float("inf")
+    if not token_ids:
+        return 0.0
+    worst = 0.0
+    for layer_idx, (ref_k, ref_v) in enumerate(reference_kv(model, token_ids)):
+        keys, values = cache.dense_kv(layer_idx)
+        worst = max(worst, (keys - ref_k).abs().max().item(), (values - ref_v).abs().max().item())
+    return worst
+
+
+class _TokenTexts:
+    """Token id -> display text, memoised (decoding is slow compared with a cycle)."""
+
+    def __init__(self, tokenizer: Any | None) -> None:
+        self.tokenizer = tokenizer
+        self._cache: dict[int, str] = {}
+
+    def __call__(self, token_id: int) -> str:
+        text = self._cache.get(token_id)
+        if text is None:
+            if self.tokenizer is None:
+                text = f"<{token_id}>"
+            else:
+                text = self.tokenizer.decode([token_id])
+            self._cache[token_id] = text
+        return text
+
+
+# ---------------------------------------------------------------- shared decoder state
+
+
+@dataclass
+class _Session:
+    """Everything a decoder mutates, so that it can be built whole and swapped in at once."""
+
+    committed: list[int]
+    num_prompt_tokens: int
+    caches: dict[str, SpecvizCache]
+    generators: dict[str, torch.Generator]
+    cycle: int = 0
+    finish_reason: str | None = None
+    origins: list[str] = field(default_factory=list)  # per committed token: prompt/accepted/corrected/bonus
+
+
+def _make_generator(device: torch.device, seed: int) -> torch.Generator:
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed)
+    return gen
+
+
+def _validate_prompt(prompt_ids: Sequence[int], vocab_size: int, max_context: int) -> list[int]:
+    ids = list(prompt_ids)
+    if not ids:
+        raise PromptError("the prompt is empty: give at least one token")
+    bad = [t for t in ids if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab_size]
+    if bad:
+        raise PromptError(f"the prompt has token ids outside the vocabulary 0..{vocab_size - 1}: {bad[:5]}")
+    if len(ids) >= max_context:
+        raise PromptError(
+            f"the prompt has {len(ids)} tokens but the context holds {max_context}; "
+            "shorten it so that at least one position is left for generation"
+        )
+    return ids
+
+
+def _check_live_update(old: DecodeConfig, new: DecodeConfig) -> None:
+    if not isinstance(new, DecodeConfig):
+        raise ConfigError(f"expected a DecodeConfig, got {type(new).__name__}")
+    changed = [f for f in old.__dataclass_fields__ if getattr(old, f) != getattr(new, f)]
+    frozen = [f for f in changed if f not in LIVE_FIELDS]
+    if frozen:
+        raise ConfigError(f"{', '.join(frozen)} shape the caches or the random stream; call start() to change them")
+
+
+# ---------------------------------------------------------------- speculative decoder
+
+
+class SpeculativeDecoder:
+    """Exact speculative decoding over a (target, draft) pair, one cycle per `step()`."""
+
+    def __init__(self, pair: Any, config: DecodeConfig | None = None) -> None:
+        self.pair = pair
+        self.config = config or DecodeConfig()
+        self.config.validate()
+        self.target, self.draft = pair.target, pair.draft
+        self.vocab_size = max(vocab_size_of(self.target), vocab_size_of(self.draft))
+        self.eos_ids = eos_ids_of(self.target)
+        self.token_text = _TokenTexts(getattr(pair, "tokenizer", None))
+        self._session: _Session | None = None
+
+    # -- public state ---------------------------------------------------------------------
+
+    @property
+    def max_context(self) -> int:
+        limits = [self.config.max_context, max_positions_of(self.target), max_positions_of(self.draft)]
+        return min(x for x in limits if x is not None)
+
+    @property
+    def started(self) -> bool:
+        return self._session is not None
+
+    @property
+    def committed(self) -> list[int]:
+        return list(self._require().committed)
+
+    @property
+    def origins(self) -> list[str]:
+        return list(self._require().origins)
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return self._require().num_prompt_tokens
+
+    @property
+    def target_cache(self) -> SpecvizCache:
+        return self._require().caches["target"]
+
+    @property
+    def draft_cache(self) -> SpecvizCache:
+        return self._require().caches["draft"]
+
+    @property
+    def finished(self) -> bool:
+        return self._session is not None and self._session.finish_reason is not None
+
+    @property
+    def finish_reason(self) -> str | None:
+        return None if self._session is None else self._session.finish_reason
+
+    def update_config(self, config: DecodeConfig) -> None:
+        """Change K / temperature / top-k / top-p (and other LIVE_FIELDS) from the next cycle."""
+        _check_live_update(self.config, config)
+        config.validate()
+        self.config = config
+
+    # -- start ----------------------------------------------------------------------------
+
+    def start(self, prompt_ids: Sequence[int]) -> None:
+        """Prefill both caches with the prompt minus its last token (the invariant's start)."""
+        cfg = self.config
+        ids = _validate_prompt(prompt_ids, vocab_size_of(self.target), self.max_context)
+        caches = {
+            role: create_cache(
+                model,
+                cfg.cache_layout,
+                page_size=cfg.page_size,
+                policy=cfg.free_policy,
+                max_len=self.max_context,
+                num_blocks=cfg.num_blocks,
+            )
+            for role, model in (("target", self.target), ("draft", self.draft))
+        }
+        for role, model in (("target", self.target), ("draft", self.draft)):
+            if len(ids) > 1:
+                forward(model, caches[role], ids[:-1], "prefill", last_only=True)
+            caches[role].drain_events()
+        devices = {"target": model_device(self.target), "draft": model_device(self.draft)}
+        # Independent streams: with one seed for both, the draft's sampling draws and the
+        # target's acceptance draws would be the same numbers, which biases the output.
+        seeds = {"target": cfg.seed, "draft": cfg.seed ^ DRAFT_SEED_SALT}
+        generators = {role: _make_generator(dev, seeds[role]) for role, dev in devices.items()}
+        # Built completely before it replaces the old session: a failure above changes nothing.
+        self._session = _Session(ids, len(ids), caches, generators, origins=["prompt"] * len(ids))
+
+    # -- one cycle ------------------------------------------------------------------------
+
+    def step(self) -> CycleTrace:
+        """Run one draft -> verify -> accept -> resolve -> rollback cycle."""
+        s = self._require()
+        if s.finish_reason is not None:
+            raise DecodingFinishedError(f"decoding has finished ({s.finish_reason}); call start() to begin again")
+        cfg = self.config
+        n = len(s.committed)
+        room = self.max_context - n  # committed never exceeds max_context; verify fills up to n-1+k
+        if room < 1:
+            raise ContextFullError(f"the context is full ({n} of {self.max_context} positions)")
+        remaining = cfg.max_new_tokens - (n - s.num_prompt_tokens)
+        k = max(1, min(cfg.k, room, remaining - 1))
+
+        saved = self._save(s)
+        try:
+            return self._cycle(s, cfg, n, k, remaining, room)
+        except BaseException:
+            self._restore(s, saved)
+            raise
+
+    def generate(self, max_cycles: int | None = None) -> list[int]:
+        """Run cycles until the sequence finishes (or max_cycles); return the new tokens."""
+        s = self._require()
+        before = len(s.committed)
+        cycles = 0
+        while not self.finished and (max_cycles is None or cycles < max_cycles):
+            self.step()
+            cycles += 1
+        return s.committed[before:]
+
+    def _cycle(self, s: _Session, cfg: DecodeConfig, n: int, k: int, remaining: int, room: int) -> CycleTrace:
+        timings: dict[str, float] = {}
+        snaps: list[PhaseSnapshot] = []
+        record = cfg.instrument
+
+        def mark(phase: str, num_committed: int, began: float) -> float:
+            now = time.perf_counter()
+            timings[phase] = (now - began) * 1000
+            if record:
+                snaps.append(self._phase_snapshot(s, phase, num_committed))
+            return now
+
+        t = time.perf_counter()
+        if record:
+            snaps.append(self._phase_snapshot(s, "start", n))
+        catch_up = s.committed[s.caches["draft"].get_seq_length() :]
+        drafts, draft_probs = self._draft(s, cfg, catch_up, k)
+        t = mark("draft", n, t)
+        target_probs = self._verify(s, cfg, drafts)  # [k+1, V]
+        t = mark("verify", n, t)
+        steps, num_accepted = self._accept(s, cfg, n, drafts, draft_probs, target_probs)
+        t = mark("accept", n + num_accepted, t)
+        emitted, dist_top = self._resolve(s, cfg, n, drafts, draft_probs, target_probs, num_accepted)
+        emitted, finish_reason = self._trim(emitted, remaining, room)
+        t = mark("resolve", n + num_accepted, t)
+        self._commit(s, emitted)
+        self._rollback(s)
+        t = mark("rollback", len(s.committed), t)
+
+        invariant = None
+        if cfg.check_invariant:
+            invariant = self.check_invariant()
+            timings["invariant_check"] = (time.perf_counter() - t) * 1000
+        s.finish_reason = finish_reason
+        s.cycle += 1
+
+        rejected_at = num_accepted + 1 if num_accepted < k else None
+        return CycleTrace(
+            cycle=s.cycle - 1,
+            context_len=n,
+            k=k,
+            temperature=cfg.temperature,
+            top_k=cfg.top_k,
+            top_p=cfg.top_p,
+            catch_up=tuple(
+                EmittedToken(tok, self.token_text(tok) if record else "", pos, s.origins[pos])
+                for pos, tok in zip(range(n - len(catch_up), n), catch_up)
+            ),
+            drafts=tuple(steps),
+            num_accepted=num_accepted,
+            rejected_at=rejected_at,
+            residual_top=dist_top if rejected_at is not None else (),
+            bonus_top=dist_top if rejected_at is None else (),
+            emitted=tuple(emitted),
+            target_events=tuple(s.caches["target"].drain_events()),
+            draft_events=tuple(s.caches["draft"].drain_events()),
+            snapshots=tuple(snaps),
+            timings_ms=timings,
+            invariant_max_abs_diff=invariant,
+            finish_reason=finish_reason,
+            forced=any(st.forced for st in steps),
+        )
+
+    def _draft(self, s: _Session, cfg: DecodeConfig, catch_up: list[int], k: int) -> tuple[list[int], list[torch.Tensor]]:
+        """Feed the catch-up tokens, then sample d_1..d_k, feeding each but the last."""
+        gen = s.generators["draft"]
+        drafts: list[int] = []
+        draft_probs: list[torch.Tensor] = []  # q_i [V] for i = 1..k
+        logits = forward(self.draft, s.caches["draft"], catch_up, "draft", last_only=True)[-1]  # [V]
+        for i in range(k):
+            probs = sampling.pad_vocab(sampling.process_logits(logits, cfg.temperature, cfg.top_k, cfg.top_p), self.vocab_size)
+            token = sampling.greedy_token(probs) if cfg.greedy else sampling.sample(probs, gen)
+            drafts.append(token)
+            draft_probs.append(probs)
+            if i < k - 1:  # d_k is never fed: the draft catches up on it next cycle
+                logits = forward(self.draft, s.caches["draft"], [token], "draft", last_only=True)[-1]
+        return drafts, draft_probs
+
+    def _verify(self, s: _Session, cfg: DecodeConfig, drafts: list[int]) -> torch.Tensor:
+        """One target pass over [x_n, d_1..d_k]: K/V appended provisionally, k+1 distributions."""
+        logits = forward(self.target, s.caches["target"], [s.committed[-1], *drafts], "verify")  # [k+1, V]
+        return sampling.pad_vocab(sampling.process_logits(logits, cfg.temperature, cfg.top_k, cfg.top_p), self.vocab_size)
+
+    def _accept(
+        self,
+        s: _Session,
+        cfg: DecodeConfig,
+        n: int,
+        drafts: list[int],
+        draft_probs: list[torch.Tensor],
+        target_probs: torch.Tensor,
+    ) -> tuple[list[DraftStep], int]:
+        """Test d_1..d_k left to right; the first rejection ends the streak."""
+        gen = s.generators["target"]
+        record = cfg.instrument
+        steps: list[DraftStep] = []
+        num_accepted = 0
+        rejected = False
+        for i, (token, q) in enumerate(zip(drafts, draft_probs), start=1):
+            p = target_probs[i - 1]
+            p_tok, q_tok = float(p[token]), float(q[token])
+            if cfg.greedy:
+                ratio, u = (1.0 if token == sampling.greedy_token(p) else 0.0), None
+            else:
+                ratio, u = sampling.acceptance_ratio(p_tok, q_tok), None
+            forced = cfg.forced_outcome(i)
+            if rejected:
+                verdict = "untested"
+            else:
+                if not cfg.greedy and forced is None:
+                    u = sampling.uniform(gen)
+                ok = forced if forced is not None else (ratio == 1.0 if cfg.greedy else sampling.is_accepted(u, ratio))
+                verdict = "accepted" if ok else "rejected"
+                num_accepted += ok
+                rejected = not ok
+            steps.append(
+                DraftStep(
+                    index=i,
+                    position=n + i - 1,
+                    token_id=token,
+                    text=self.token_text(token) if record else "",
+                    draft_prob=q_tok,
+                    target_prob=p_tok,
+                    ratio=ratio,
+                    u=u,
+                    verdict=verdict,
+                    forced=forced is not None and verdict != "untested",
+                    draft_top=self._top(q, cfg) if record else (),
+                    target_top=self._top(p, cfg) if record else (),
+                )
+            )
+        return steps, num_accepted
+
+    def _resolve(
+        self,
+        s: _Session,
+        cfg: DecodeConfig,
+        n: int,
+        drafts: list[int],
+        draft_probs: list[torch.Tensor],
+        target_probs: torch.Tensor,
+        num_accepted: int,
+    ) -> tuple[list[EmittedToken], tuple[TokenProb, ...]]:
+        """Accepted drafts, then the corrected token (rejection) or the bonus token (all accepted)."""
+        gen = s.generators["target"]
+        k = len(drafts)
+        emitted = [
+            EmittedToken(tok, self.token_text(tok), n + i, "accepted") for i, tok in enumerate(drafts[:num_accepted])
+        ]
+        if num_accepted < k:  # rejection at j = num_accepted + 1: sample from the residual, no bonus
+            j = num_accepted
+            dist = target_probs[j] if cfg.greedy else sampling.residual_distribution(target_probs[j], draft_probs[j])
+            kind = "corrected"
+        else:  # all accepted: the bonus token from p_{K+1}
+            dist = target_probs[k]
+            kind = "bonus"
+        token = sampling.greedy_token(dist) if cfg.greedy else sampling.sample(dist, gen)
+        emitted.append(EmittedToken(token, self.token_text(token), n + num_accepted, kind))
+        return emitted, (self._top(dist, cfg) if cfg.instrument else ())
+
+    def _trim(self, emitted: list[EmittedToken], remaining: int, room: int) -> tuple[list[EmittedToken], str | None]:
+        """Cut at the first EOS (inclusive), at max_new_tokens and at the end of the context."""
+        limit = min(remaining, room)
+        for i, tok in enumerate(emitted[:limit]):
+            if tok.token_id in self.eos_ids:
+                return emitted[: i + 1], "eos"
+        if len(emitted) >= remaining:
+            return emitted[:remaining], "max_new_tokens"
+        if len(emitted) >= room:
+            return emitted[:room], "context_full"
+        return emitted, None
+
+    def _commit(self, s: _Session, emitted: list[EmittedToken]) -> None:
+        s.committed.extend(t.token_id for t in emitted)
+        s.origins.extend(t.kind for t in emitted)
+
+    def _rollback(self, s: _Session) -> None:
+        """Truncate both caches to the new committed length minus one (the invariant)."""
+        keep = len(s.committed) - 1
+        for cache in s.caches.values():
+            if cache.get_seq_length() > keep:
+                cache.truncate(keep, "rollback")
+
+    # -- checks and snapshots -------------------------------------------------------------
+
+    def check_invariant(self) -> dict[str, float]:
+        """Max |K/V difference| of each cache against a fresh prefill of the committed sequence
+        (the draft's own, possibly shorter, prefix). 0.0 up to float noise when exact."""
+        s = self._require()
+        out = {}
+        for role, model in (("target", self.target), ("draft", self.draft)):
+            cache = s.caches[role]
+            out[role] = max_abs_kv_diff(model, cache, s.committed[: cache.get_seq_length()])
+        return out
+
+    def _phase_snapshot(self, s: _Session, phase: str, num_committed: int) -> PhaseSnapshot:
+        return PhaseSnapshot(
+            phase=phase,
+            target=s.caches["target"].snapshot(num_committed),
+            draft=s.caches["draft"].snapshot(num_committed),
+        )
+
+    def _top(self, probs: torch.Tensor, cfg: DecodeConfig) -> tuple[TokenProb, ...]:
+        return tuple(TokenProb(tok, prob, self.token_text(tok)) for tok, prob in sampling.top_n(probs, cfg.top_n))
+
+    # -- state save/restore ---------------------------------------------------------------
+
+    def _require(self) -> _Session:
+        if self._session is None:
+            raise DecodingFinishedError("the decoder has not started: call start(prompt_ids) first")
+        return self._session
+
+    @staticmethod
+    def _save(s: _Session) -> dict[str, Any]:
+        return {
+            "committed": len(s.committed),
+            "lengths": {role: c.get_seq_length() for role, c in s.caches.items()},
+            "generators": {role: g.get_state() for role, g in s.generators.items()},
+        }
+
+    @staticmethod
+    def _restore(s: _Session, saved: dict[str, Any]) -> None:
+        del s.committed[saved["committed"] :]
+        del s.origins[saved["committed"] :]
+        for role, cache in s.caches.items():
+            if cache.get_seq_length() > saved["lengths"][role]:
+                cache.truncate(saved["lengths"][role], "rollback")
+            cache.drain_events()
+        for role, gen in s.generators.items():
+            gen.set_state(saved["generators"][role])
+
+
+# ---------------------------------------------------------------- autoregressive baseline
+
+
+class AutoregressiveDecoder:
+    """Plain one-token-at-a-time decoding of a single model with the same cache layouts and the
+    same sampling code: the baseline for speed, and the reference for exactness."""
+
+    def __init__(self, model: Any, config: DecodeConfig | None = None, tokenizer: Any | None = None) -> None:
+        self.model = model
+        self.config = config or DecodeConfig()
+        self.config.validate()
+        self.eos_ids = eos_ids_of(model)
+        self.token_text = _TokenTexts(tokenizer)
+        limits = [self.config.max_context, max_positions_of(model)]
+        self.max_context = min(x for x in limits if x is not None)
+        self._committed: list[int] = []
+        self.num_prompt_tokens = 0
+        self.finish_reason: str | None = None
+        self.cache: SpecvizCache | None = None
+        self.generator: torch.Generator | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+    @property
+    def committed(self) -> list[int]:
+        return list(self._committed)
+
+    def start(self, prompt_ids: Sequence[int]) -> None:
+        cfg = self.config
+        ids = _validate_prompt(prompt_ids, vocab_size_of(self.model), self.max_context)
+        cache = create_cache(
+            self.model, cfg.cache_layout, page_size=cfg.page_size, policy=cfg.free_policy,
+            max_len=self.max_context, num_blocks=cfg.num_blocks,
+        )
+        if len(ids) > 1:
+            forward(self.model, cache, ids[:-1], "prefill", last_only=True)
+        cache.drain_events()
+        self.cache, self._committed, self.num_prompt_tokens = cache, ids, len(ids)
+        self.generator = _make_generator(model_device(self.model), cfg.seed)
+        self.finish_reason = None
+
+    def next_token_probs(self) -> torch.Tensor:
+        """Feed the newest token and return the processed distribution of the next one [V].
+        (The caller must then append a token: the cache now holds all committed K/V.)"""
+        assert self.cache is not None, "call start() first"
+        cfg = self.config
+        logits = forward(self.model, self.cache, [self._committed[-1]], "decode", last_only=True)[-1]
+        return sampling.process_logits(logits, cfg.temperature, cfg.top_k, cfg.top_p)
+
+    def step(self) -> int:
+        if self.cache is None:
+            raise DecodingFinishedError("the decoder has not started: call start(prompt_ids) first")
+        if self.finished:
+            raise DecodingFinishedError(f"decoding has finished ({self.finish_reason}); call start() to begin again")
+        if len(self._committed) >= self.max_context:
+            raise ContextFullError(f"the context is full ({len(self._committed)} of {self.max_context} positions)")
+        probs = self.next_token_probs()
+        assert self.generator is not None
+        token = sampling.greedy_token(probs) if self.config.greedy else sampling.sample(probs, self.generator)
+        self._committed.append(token)
+        self.cache.drain_events()
+        if token in self.eos_ids:
+            self.finish_reason = "eos"
+        elif len(self._committed) - self.num_prompt_tokens >= self.config.max_new_tokens:
+            self.finish_reason = "max_new_tokens"
+        elif len(self._committed) >= self.max_context:
+            self.finish_reason = "context_full"
+        return token
+
+    def generate(self) -> list[int]:
+        """Decode until the sequence finishes; return the new tokens."""
+        before = len(self._committed)
+        while not self.finished:
+            self.step()
+        return self._committed[before:]
+
+
+__all__ = ["AutoregressiveDecoder", "SpeculativeDecoder", "CacheEvent", "forward", "reference_kv"]

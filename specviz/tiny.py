@@ -1,0 +1,77 @@
+"""A tiny random model pair with a real (character-level) tokenizer, built in code.
+
+For smoke runs (`python -m specviz walk --tiny`), fast app tests and development: no download,
+loads in well under a second. The target is a small random Llama with grouped-query attention;
+the draft is a copy of it with noise added to every weight, so the two agree often but not
+always and every outcome of a cycle (accepted, corrected, bonus) shows up. Weights are scaled
+up from the usual initialisation so the distributions are peaked rather than near-uniform.
+
+The tokenizer is a genuine `PreTrainedTokenizerFast` (HF `tokenizers` WordPiece-free, one token
+per printable ASCII character), so token texts, decode and encode behave as with real models.
+"""
+
+from __future__ import annotations
+
+import string
+
+import torch
+
+CHARS = string.ascii_lowercase + string.ascii_uppercase + string.digits + " .,!?'-\n"
+SPECIAL = ["<unk>", "<eos>"]
+
+
+def build_char_tokenizer() -> object:
+    """A real fast tokenizer: one token per character of CHARS, plus <unk> and <eos>."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {tok: i for i, tok in enumerate(SPECIAL + list(CHARS))}
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
+    core.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>", eos_token="<eos>")
+
+
+def _tiny_llama(vocab_size: int, seed: int, layers: int, hidden: int, eos_id: int | None) -> torch.nn.Module:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        intermediate_size=hidden * 2,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        initializer_range=0.4,  # peaked distributions instead of near-uniform ones
+        bos_token_id=None,
+        eos_token_id=eos_id,
+        pad_token_id=None,
+        tie_word_embeddings=False,
+    )
+    model = LlamaForCausalLM(config).eval()
+    model.generation_config.eos_token_id = eos_id
+    model.generation_config.pad_token_id = eos_id
+    return model
+
+
+def build_tiny_pair(seed: int = 0, noise: float = 0.04, with_eos: bool = False) -> object:
+    """ModelPair of a 2-layer random target and a perturbed copy as draft, float32, CPU.
+
+    `noise` scales the draft's perturbation: 0 makes the draft equal to the target (every draft
+    accepted), larger values lower the acceptance rate. `with_eos` lets the models emit <eos>."""
+    from .models import ModelPair
+
+    tokenizer = build_char_tokenizer()
+    vocab_size = len(tokenizer)
+    eos_id = tokenizer.eos_token_id if with_eos else None
+    target = _tiny_llama(vocab_size, seed, layers=2, hidden=64, eos_id=eos_id)
+    draft = _tiny_llama(vocab_size, seed, layers=2, hidden=64, eos_id=eos_id)
+    gen = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for param in draft.parameters():
+            param.add_(torch.randn(param.shape, generator=gen) * noise * param.std())
+    for model in (target, draft):
+        model.requires_grad_(False)
+    return ModelPair(target=target, draft=draft, tokenizer=tokenizer, target_name="tiny-target", draft_name="tiny-draft")
