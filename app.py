@@ -623,4 +623,5 @@ def _load_pair(kind: str, target: str, draft: str) -> Any:
     return pair
 
 
-main()
+if __name__ == "__main__":  # streamlit runs the script as __main__; importing it (tests) runs nothing
+    main()
