@@ -1,0 +1,154 @@
+"""Pure figure functions in specviz.viz, on hand-built traces (no models) and one real tiny trace."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from specviz.trace import CYCLE_PHASES
+from specviz.viz import acceptance, distributions, kv, proposals, tokens
+from specviz.viz.sample import demo_token_text, demo_traces
+from specviz.viz.style import show_token
+
+VIZ = Path(__file__).resolve().parent.parent / "specviz" / "viz"
+
+
+def test_viz_imports_neither_torch_nor_streamlit():
+    for path in VIZ.glob("*.py"):
+        tree = ast.parse(path.read_text())
+        names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        names |= {(n.module or "").split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 0}
+        assert not names & {"torch", "streamlit", "transformers"}, (path.name, names)
+
+
+@pytest.mark.parametrize("layout", ["paged", "contiguous"])
+@pytest.mark.parametrize("phase", CYCLE_PHASES)
+def test_kv_figure_has_one_frame_per_phase_and_opens_on_phase(layout, phase):
+    _, traces = demo_traces(layout=layout)
+    fig = kv.kv_figure(traces[0], demo_token_text, phase)
+    assert [f.name for f in fig.frames] == list(CYCLE_PHASES)
+    assert fig.layout.sliders[0].active == CYCLE_PHASES.index(phase)
+    assert fig.layout.updatemenus[0].buttons[0].method == "animate"
+    # The initial data is the frame of `phase`.
+    frame = next(f for f in fig.frames if f.name == phase)
+    assert fig.data[0].z == frame.data[0].z
+
+
+def _states(fig, frame_name: str, trace_index: int = 0) -> list[int]:
+    frame = next(f for f in fig.frames if f.name == frame_name)
+    return [int(v) for row in frame.data[trace_index].z for v in row]
+
+
+def test_kv_figure_shows_provisional_append_and_rollback():
+    _, traces = demo_traces(accepted_counts=(3,), k=5, prompt_len=10, page_size=4)
+    fig = kv.kv_figure(traces[0], demo_token_text, "rollback")
+    committed, provisional, stale = 1, 2, 3  # indices in SLOT_ORDER
+    # target: verify appends K+1 = 6 entries (positions 9..14): x_n's is committed (x_n is), the
+    # K = 5 drafts' are provisional.
+    assert _states(fig, "verify").count(provisional) == 5
+    assert _states(fig, "verify").count(committed) == _states(fig, "start").count(committed) + 1
+    assert _states(fig, "start").count(provisional) == 0
+    # rollback: rejection at 4 drops d4, d5 (2 entries); nothing provisional remains
+    after = _states(fig, "rollback")
+    assert after.count(provisional) == 0 and after.count(committed) == 13
+    assert after.count(stale) == 2  # positions 13, 14 stay in their (still used) block as stale slots
+    # draft (heatmap = trace index 3): catch-up x_n + d1..d4 fed, d5 never fed -> 4 provisional
+    assert _states(fig, "draft", 3).count(provisional) == 4
+
+
+def test_kv_figure_block_table_tags_and_free_count():
+    _, traces = demo_traces(accepted_counts=(0,), k=5, prompt_len=10, page_size=4)
+    fig = kv.kv_figure(traces[0], demo_token_text, "rollback")
+    verify = next(f for f in fig.frames if f.name == "verify")
+    rollback = next(f for f in fig.frames if f.name == "rollback")
+    tags_verify, tags_rollback = verify.data[2].text, rollback.data[2].text
+    assert any(t.endswith("L3") for t in tags_verify)
+    assert not any(t.endswith("L3") for t in tags_rollback)  # block freed back to the pool
+    heading = lambda f: f.layout.annotations[0].text  # noqa: E731
+    assert "free blocks" in heading(verify) and "free blocks" in heading(rollback)
+
+
+def test_kv_keep_policy_keeps_blocks_reserved():
+    _, traces = demo_traces(accepted_counts=(0,), k=5, prompt_len=10, page_size=4, policy="keep")
+    fig = kv.kv_figure(traces[0], demo_token_text, "rollback")
+    rollback = next(f for f in fig.frames if f.name == "rollback")
+    assert any(t.endswith("L3") for t in rollback.data[2].text)
+
+
+def test_prefill_figure_has_a_single_frame():
+    _, traces = demo_traces()
+    snap = traces[0].snapshot("start")
+    fig = kv.kv_figure_from_frames([kv.prefill_frame(snap.target, snap.draft)], demo_token_text, "prefill")
+    assert [f.name for f in fig.frames] == ["prefill"]
+    assert not fig.layout.sliders
+
+
+def test_acceptance_figure_marks_u_and_untested():
+    _, traces = demo_traces(accepted_counts=(2,), k=5)
+    tr = traces[0]
+    fig = acceptance.acceptance_figure(tr)
+    bars = fig.data[0]
+    assert list(bars.y) == [d.ratio for d in tr.drafts]
+    assert list(bars.text) == ["accepted", "accepted", "rejected", "never tested", "never tested"]
+    assert list(fig.data[1].y) == [d.u for d in tr.drafts if d.u is not None]
+    untested = acceptance.acceptance_figure(tr, tested=False)
+    assert len(untested.data) == 1  # u is not drawn before the acceptance phase
+
+
+def test_acceptance_figure_greedy_has_no_u():
+    _, traces = demo_traces(accepted_counts=(1,), k=3, temperature=0.0)
+    fig = acceptance.acceptance_figure(traces[0])
+    assert len(fig.data) == 1 and "greedy" in fig.layout.title.text
+
+
+def test_proposals_and_distributions():
+    _, traces = demo_traces(accepted_counts=(3, 5))
+    rej, full = traces
+    fig = proposals.proposals_figure(rej)
+    assert len(fig.data[0].z[0]) == rej.k
+    pq = distributions.pq_figure(rej, 4)
+    assert {t.name for t in pq.data} == {"q4 (draft)", "p4 (target)"}
+    res = distributions.residual_figure(rej)
+    assert "no bonus" in res.layout.title.text
+    assert distributions.bonus_figure(rej).layout.title.text.startswith("A draft was rejected")
+    bonus = distributions.bonus_figure(full)
+    assert "bonus token" in bonus.layout.title.text
+    assert "No rejection" in distributions.residual_figure(full).layout.title.text
+
+
+def test_token_strip_reveals_phase_by_phase():
+    prompt, traces = demo_traces(accepted_counts=(3,), k=5, prompt_len=6)
+    kinds = lambda phase: [c.kind for c in tokens.strip_chips(prompt, traces, demo_token_text, 0, phase)]  # noqa: E731
+    assert kinds("start") == ["prompt"] * 6
+    assert kinds("draft") == ["prompt"] * 6 + ["pending"] * 5
+    assert kinds("accept") == ["prompt"] * 6 + ["accepted"] * 3 + ["rejected", "untested"]
+    assert kinds("resolve") == ["prompt"] * 6 + ["accepted"] * 3 + ["corrected", "rejected", "untested"]
+    assert kinds("rollback") == ["prompt"] * 6 + ["accepted"] * 3 + ["corrected"]
+    html = tokens.strip_html(tokens.strip_chips(prompt, traces, demo_token_text, 0, "rollback"))
+    assert html.count("<span title=") == 10 and "corrected" in html
+
+
+def test_show_token_makes_whitespace_visible():
+    assert show_token(" the") == "␣the"
+    assert show_token("\n") == "↵"
+    assert show_token("") == "∅"
+    assert show_token("x" * 40, 10).endswith("…")
+
+
+def test_figures_on_a_real_tiny_trace():
+    import specviz
+
+    pair = specviz.build_tiny_pair(seed=0)
+    dec = specviz.SpeculativeDecoder(pair, specviz.DecodeConfig(k=4, page_size=4, max_new_tokens=32))
+    dec.start(pair.tokenizer.encode("hello world"))
+    tr = dec.step()
+    for phase in CYCLE_PHASES:
+        fig = kv.kv_figure(tr, dec.token_text, phase)
+        assert len(fig.frames) == len(CYCLE_PHASES)
+    proposals.proposals_figure(tr)
+    acceptance.acceptance_figure(tr)
+    distributions.pq_figure(tr, 1)
+    (distributions.residual_figure if tr.rejected_at else distributions.bonus_figure)(tr)
+    fig.to_json()  # serialisable
