@@ -148,7 +148,12 @@ def test_events_and_snapshot_paged_free(tiny_llama):
     assert snap.num_free_blocks == 30
     # slots 0..3 = block 0 (positions 0, 1) and block 1 (positions 2, stale 3); block 2 is free
     assert [snap.slot_state(s) for s in range(6)] == [
-        "committed", "committed", "provisional", "stale", "free", "free"
+        "committed",
+        "committed",
+        "provisional",
+        "stale",
+        "free",
+        "free",
     ]
     assert snap.slot_tokens[:6] == (5, 6, 7, 8, 9, 10)
     pair.feed([11, 12, 13], "verify")  # a fresh block comes from the head of the free list
@@ -179,7 +184,12 @@ def test_events_paged_keep(tiny_qwen2):
 
 
 def state(cache: SpecvizCache):
-    return (cache.get_seq_length(), cache.token_ids, cache.snapshot(cache.get_seq_length()), list(cache.events))
+    return (
+        cache.get_seq_length(),
+        cache.token_ids,
+        cache.snapshot(cache.get_seq_length()),
+        list(cache.events),
+    )
 
 
 def test_contiguous_capacity_error(tiny_llama):
@@ -299,7 +309,10 @@ def test_forward_that_fails_part_way(tiny_llama, cache_kwargs):
     works on (the engine's forward() does exactly this)."""
     pair = Pair(tiny_llama, **cache_kwargs)
     pair.feed(tokens(5, 0), "prefill")
-    before = (pair.cache.get_seq_length(), pair.cache.block_table if cache_kwargs["layout"] == "paged" else None)
+    before = (
+        pair.cache.get_seq_length(),
+        pair.cache.block_table if cache_kwargs["layout"] == "paged" else None,
+    )
 
     def boom(*args):
         raise KeyboardInterrupt("stop")
@@ -313,7 +326,10 @@ def test_forward_that_fails_part_way(tiny_llama, cache_kwargs):
         pair.cache.truncate(5, "verify")
     finally:
         handle.remove()
-    after = (pair.cache.get_seq_length(), pair.cache.block_table if cache_kwargs["layout"] == "paged" else None)
+    after = (
+        pair.cache.get_seq_length(),
+        pair.cache.block_table if cache_kwargs["layout"] == "paged" else None,
+    )
     assert after == before
     pair.feed([10, 11], "verify")
 

@@ -99,7 +99,9 @@ def replay(events: list[CacheEvent], num_blocks: int) -> tuple[int, list[int], l
     policy=st.sampled_from(["free", "keep"]),
 )
 def test_paging_bookkeeping(ops, page_size, num_blocks, max_len, policy):
-    cache = PagedKVCache(num_layers=2, max_len=max_len, page_size=page_size, policy=policy, num_blocks=num_blocks)
+    cache = PagedKVCache(
+        num_layers=2, max_len=max_len, page_size=page_size, policy=policy, num_blocks=num_blocks
+    )
     assert cache.max_len == min(max_len, num_blocks * page_size)
     token = 100
     previous_table: list[int] = []
@@ -170,4 +172,8 @@ def test_paging_through_a_real_model(tiny_llama, steps, page_size, policy):
                 torch.testing.assert_close(keys, layer.keys, atol=1e-5, rtol=0)
                 torch.testing.assert_close(values, layer.values, atol=1e-5, rtol=0)
     length, table, free = replay(cache.drain_events(), cache.pool.num_blocks)
-    assert (length, table, free) == (cache.get_seq_length(), cache.block_table, list(cache.pool.free_block_ids))
+    assert (length, table, free) == (
+        cache.get_seq_length(),
+        cache.block_table,
+        list(cache.pool.free_block_ids),
+    )

@@ -32,16 +32,25 @@ def tiny_model(
     common = dict(vocab_size=vocab_size, bos_token_id=0, eos_token_id=1, pad_token_id=None)
     if arch == "llama":
         config = LlamaConfig(
-            hidden_size=hidden_size, intermediate_size=2 * hidden_size, num_hidden_layers=num_layers,
-            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=max_positions,
+            hidden_size=hidden_size,
+            intermediate_size=2 * hidden_size,
+            num_hidden_layers=num_layers,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=max_positions,
             **common,
         )
         cls = LlamaForCausalLM
     elif arch == "qwen2":
         config = Qwen2Config(
-            hidden_size=hidden_size, intermediate_size=2 * hidden_size, num_hidden_layers=num_layers,
-            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=max_positions,
-            use_sliding_window=False, **common,
+            hidden_size=hidden_size,
+            intermediate_size=2 * hidden_size,
+            num_hidden_layers=num_layers,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=max_positions,
+            use_sliding_window=False,
+            **common,
         )
         cls = Qwen2ForCausalLM
     elif arch == "gpt2":

@@ -54,5 +54,7 @@ def create_cache(
     if layout == "contiguous":
         return ContiguousKVCache(num_layers, max_len=max_len)
     if layout == "paged":
-        return PagedKVCache(num_layers, max_len=max_len, page_size=page_size, policy=policy, num_blocks=num_blocks)
+        return PagedKVCache(
+            num_layers, max_len=max_len, page_size=page_size, policy=policy, num_blocks=num_blocks
+        )
     raise ConfigError(f"cache layout must be one of {LAYOUTS}, got {layout!r}")

@@ -148,7 +148,9 @@ class SpecvizCache(Cache):
       seq_len        L: positions 0..L-1 hold valid K/V in every layer
       pending        token ids of the reservation being written (positions L..L+n-1), or []
       layers_done    layers that have already written the pending reservation
-    Subclasses define the layout: `_make_room`, `_release`, `_slots` and the layer class.
+    Subclasses define the layout: where position p lives (`_slot_list`), how room is checked,
+    made and given back (`_check_room`, `_make_room`, `_release`), `snapshot`, and the layer
+    class that holds the tensors.
     """
 
     layout: str = ""
@@ -208,9 +210,9 @@ class SpecvizCache(Cache):
         self.pending = token_ids
         del self.tokens[start:]
         self.tokens.extend(token_ids)
-        for pos, slot in zip(range(start, end), self._slot_list(start, end)):
+        for pos, (slot, token) in enumerate(zip(self._slot_list(start, end), token_ids, strict=True), start):
             self.slot_positions[slot] = pos
-            self.slot_tokens[slot] = token_ids[pos - start]
+            self.slot_tokens[slot] = token
             self.num_touched = max(self.num_touched, slot + 1)
 
     def truncate(self, new_len: int, phase: str) -> None:
@@ -246,7 +248,10 @@ class SpecvizCache(Cache):
         return events
 
     def dense_kv(self, layer_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Keys and values `[1, H_kv, L, D]` of the valid positions of one layer."""
+        """Keys and values `[1, H_kv, L, D]` of the valid positions of one layer.
+
+        Contiguous: views into the buffer (valid until the next write); paged: a gathered copy.
+        """
         layer = self.layers[layer_idx]
         if not layer.is_initialized:
             raise ValueError(f"layer {layer_idx} has not been written yet")
@@ -291,4 +296,5 @@ class SpecvizCache(Cache):
         raise NotImplementedError
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(layers={len(self.layers)}, seq_len={self.seq_len}, max_len={self.max_len})"
+        name = type(self).__name__
+        return f"{name}(layers={len(self.layers)}, seq_len={self.seq_len}, max_len={self.max_len})"

@@ -149,7 +149,9 @@ class PagedLayer(SpecvizLayer):
     def allocate(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         _, heads, _, _ = key_states.shape  # [B, H, T, D]
         pool_shape = (self.owner.pool.num_blocks, self.owner.page_size, heads)
-        self.keys = torch.zeros(*pool_shape, key_states.shape[-1], dtype=key_states.dtype, device=key_states.device)
+        self.keys = torch.zeros(
+            *pool_shape, key_states.shape[-1], dtype=key_states.dtype, device=key_states.device
+        )
         self.values = torch.zeros(
             *pool_shape, value_states.shape[-1], dtype=value_states.dtype, device=value_states.device
         )
