@@ -202,6 +202,11 @@ def sidebar() -> tuple[str, str, str, str, bool, DecodeConfig, bool]:
                           disabled=layout != "paged",
                           help="free: blocks holding only rejected positions return to the pool. "
                                "keep (vLLM v1): they stay reserved and are overwritten.")
+        with st.expander("Pool and context limits"):
+            num_blocks = st.number_input("Blocks in each pool (0 = enough for the context)", 0, 65536, step=1,
+                                         key="num_blocks", disabled=layout != "paged",
+                                         help="A small pool shows what happens when the BlockPool runs out.")
+            max_context = st.number_input("Max context (positions)", 16, 32768, step=64, key="max_context")
         seed = st.number_input("Seed", 0, 2**31 - 1, step=1, key="seed")
         check = st.toggle("Check the cache invariant every cycle", key="check",
                           help="Compare both caches with a fresh prefill of the committed sequence (slower).")
@@ -215,6 +220,7 @@ def sidebar() -> tuple[str, str, str, str, bool, DecodeConfig, bool]:
         k=int(k), temperature=float(temperature), top_k=int(top_k), top_p=float(top_p), seed=int(seed),
         cache_layout=layout, page_size=int(page), free_policy=policy, max_new_tokens=int(max_new),
         check_invariant=bool(check), forced_outcomes=forced,
+        num_blocks=int(num_blocks) if num_blocks and layout == "paged" else None, max_context=int(max_context),
     )
     return kind, target.strip(), draft.strip(), prompt, chat, cfg, whatif
 
@@ -241,7 +247,7 @@ def init_state() -> None:
     defaults = dict(
         pair_kind=env_pair if env_pair in PAIR_LABELS else "default", custom_target="", custom_draft="",
         prompt=DEFAULT_PROMPT, example=DEFAULT_PROMPT, chat=True, k=5, temperature=1.0, top_k=0, top_p=1.0,
-        max_new=128, layout="paged", page_size=16, policy="free", seed=0, check=False, speed="normal (1 s)",
+        max_new=128, layout="paged", page_size=16, num_blocks=0, max_context=2048, policy="free", seed=0, check=False, speed="normal (1 s)",
         whatif=False, force_accept=[], force_reject=[], playing=False, error=None,
     )
     if env_pair == "tiny":
@@ -563,14 +569,16 @@ def main() -> None:
     if pair is None:
         button_row(None)
         return
-    restart_key = (kind, target, draft, prompt, chat, cfg.cache_layout, cfg.page_size, cfg.free_policy, cfg.seed)
+    restart_key = (kind, target, draft, prompt, chat, cfg.cache_layout, cfg.page_size, cfg.free_policy, cfg.seed,
+                   cfg.num_blocks, cfg.max_context)
     sess: Session | None = ss.get("sess")
     if sess is None or sess.restart_key != restart_key:
         notice = ss.pop("reset_notice", "")
         if sess is not None:
             changed = [name for name, a, b in zip(
                 ("model pair", "target", "draft", "prompt", "chat template", "cache layout", "page size",
-                 "rollback policy", "seed"), sess.restart_key, restart_key, strict=True) if a != b]
+                 "rollback policy", "seed", "pool size", "max context"), sess.restart_key, restart_key, strict=True)
+                if a != b]
             notice = f"Restarted from the prompt because the {', '.join(changed)} changed (history cleared)."
         try:
             ss.sess = new_session(restart_key, pair, cfg, prompt, chat, notice)

@@ -336,3 +336,29 @@ def test_default_pair_opens_and_steps():
     assert [f["name"] for f in kv_spec(at)["frames"]] == list(CYCLE_PHASES)
     click(at, "next_cycle", 2)
     assert len(sess(at).traces) == 2
+
+
+def test_pool_exhaustion_and_full_context_are_reported():
+    at = open_app()
+    at.number_input(key="num_blocks").set_value(5).run()  # too small for the prompt itself
+    assert_clean(at)
+    assert any("pool exhausted" in e.value for e in at.error)
+    at.number_input(key="num_blocks").set_value(0).run()  # recover
+    prompt_len = len(sess(at).prompt_ids)
+    blocks = -(-prompt_len // 4) + 1  # page size 4 (tiny default): one block of headroom
+    at.number_input(key="num_blocks").set_value(blocks).run()
+    for _ in range(6):
+        click(at, "next_cycle")
+        if at.error:
+            break
+    assert any("pool exhausted" in e.value for e in at.error)
+    n_traces = len(sess(at).traces)
+    click(at, "back")  # still usable; the failed step changed nothing
+    assert len(sess(at).traces) == n_traces
+    at.number_input(key="num_blocks").set_value(0).run()
+    at.number_input(key="max_context").set_value(prompt_len + 7).run()
+    for _ in range(8):
+        if sess(at).dec.finished:
+            break
+        click(at, "next_cycle")
+    assert sess(at).dec.finished and sess(at).dec.finish_reason == "context_full"

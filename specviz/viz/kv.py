@@ -69,19 +69,12 @@ def _grid_for(snaps: Sequence[CacheSnapshot]) -> _Grid:
     rows = tuple(range(n_rows))
     hidden = 0
     if n_rows > MAX_ROWS:
-        # Keep the rows where the action is: those holding the newest positions.
-        newest = max(s.seq_len for s in snaps)
+        # Keep the rows where the action is: the blocks (rows) holding the newest positions.
         if first.layout == "paged":
-            last = snaps[-1]
-            wanted = sorted(
-                {b for s in snaps for b in s.block_table[max(0, (newest // width) - MAX_ROWS + 4):]}
-                | set(range(max(0, n_rows - 4), n_rows))
-            )
-            rows = tuple(wanted[-MAX_ROWS:]) if wanted else rows[-MAX_ROWS:]
-            del last
+            wanted = {b for s in snaps for b in s.block_table[-(MAX_ROWS - 2):]}
+            rows = tuple(sorted(wanted)[-MAX_ROWS:]) or rows[-MAX_ROWS:]
         else:
-            end = n_rows
-            rows = tuple(range(end - MAX_ROWS, end))
+            rows = tuple(range(n_rows - MAX_ROWS, n_rows))
         hidden = n_rows - len(rows)
     return _Grid(first.layout, width, rows, hidden)
 
@@ -102,8 +95,9 @@ def _cells(snap: CacheSnapshot, grid: _Grid, token_text: TokenText) -> tuple[lis
                 h_row.append(f"slot {slot}: free" if state == "free" else f"slot {slot}: {state}")
             else:
                 raw = token_text(tok)
+                limit = 7 if grid.width <= 8 else 5  # wide grids (page 16+) leave ~40 px per slot
                 t_row.append(
-                    f"<span style='color:{SLOT_TEXT_COLORS[state]}'>{esc(show_token(raw, 7))}</span>"
+                    f"<span style='color:{SLOT_TEXT_COLORS[state]}'>{esc(show_token(raw, limit))}</span>"
                 )
                 h_row.append(
                     f"slot {slot} · <b>{state}</b><br>position {pos} · token {tok} {esc(repr(raw))}"
@@ -207,18 +201,21 @@ def kv_figure_from_frames(
     d_grid = _grid_for([f.snapshot.draft for f in frames])
     n_rows = max(len(t_grid.rows), len(d_grid.rows))
 
-    def traces_for(frame: KVFrame) -> list[go.BaseTraceType]:
-        out: list[go.BaseTraceType] = []
+    # Traces are plain dicts and the figure is built with `_validate=False`: plotly's per-property
+    # validation of ~7 frames × 2 grids of cells costs far more than drawing them.
+    def traces_for(frame: KVFrame) -> list[dict]:
+        out: list[dict] = []
         for grid, snap, axis in ((t_grid, frame.snapshot.target, ""), (d_grid, frame.snapshot.draft, "2")):
             z, text, hover = _cells(snap, grid, token_text)
             out.append(
-                go.Heatmap(
+                dict(
+                    type="heatmap",
                     z=z,
                     x=list(range(grid.width)),
                     y=list(range(len(grid.rows))),
                     text=text,
                     texttemplate="%{text}",
-                    textfont=dict(size=10, family=FONT),
+                    textfont=dict(size=10 if grid.width <= 8 else 9, family=FONT),
                     customdata=hover,
                     hovertemplate="%{customdata}<extra></extra>",
                     colorscale=_COLORSCALE,
@@ -234,11 +231,12 @@ def kv_figure_from_frames(
             px, py = _pointer_xy(snap, grid)
             marker_name = "write pointer" if grid.layout == "contiguous" else "next slot"
             out.append(
-                go.Scatter(
+                dict(
+                    type="scatter",
                     x=[px],
-                    y=[None if py is None else py - 0.62],
+                    y=[py],
                     mode="markers",
-                    marker=dict(symbol="triangle-down", size=11, color="#111827"),
+                    marker=dict(symbol="triangle-down", size=10, color="#111827"),
                     hovertemplate=f"{marker_name}: position {snap.seq_len}<extra></extra>",
                     showlegend=False,
                     xaxis=f"x{axis}",
@@ -247,7 +245,8 @@ def kv_figure_from_frames(
             )
             tags = _row_tags(snap, grid)
             out.append(
-                go.Scatter(
+                dict(
+                    type="scatter",
                     x=[-0.5 - TAG_COLS / 2] * len(tags),
                     y=list(range(len(tags))),
                     text=tags,
@@ -279,18 +278,19 @@ def kv_figure_from_frames(
             ),
         ]
 
-    fig = go.Figure(data=traces_for(frames[current]))
     legend_traces = [
-        go.Scatter(x=[None], y=[None], mode="markers", name=state,
-                   marker=dict(symbol="square", size=12, color=SLOT_COLORS[state],
-                               line=dict(color="#9ca3af", width=1)))
+        dict(type="scatter", x=[None], y=[None], mode="markers", name=state,
+             marker=dict(symbol="square", size=12, color=SLOT_COLORS[state], line=dict(color="#9ca3af", width=1)))
         for state in SLOT_ORDER
     ]
-    fig.add_traces(legend_traces)
-    fig.frames = [
-        go.Frame(name=f.phase, data=traces_for(f), traces=list(range(6)), layout=dict(annotations=annotations_for(f)))
-        for f in frames
-    ]
+    fig = go.Figure(
+        dict(
+            data=traces_for(frames[current]) + legend_traces,
+            frames=[dict(name=f.phase, data=traces_for(f), traces=list(range(6)),
+                         layout=dict(annotations=annotations_for(f))) for f in frames],
+        ),
+        _validate=False,
+    )
 
     animated = len(frames) > 1
     top, bottom = 64, (150 if animated else 86)
