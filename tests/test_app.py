@@ -339,13 +339,13 @@ def test_default_pair_opens_and_steps():
 
 
 def test_pool_exhaustion_and_full_context_are_reported():
-    at = open_app()
-    at.number_input(key="num_blocks").set_value(5).run()  # too small for the prompt itself
+    at = open_app(page_size=4)
+    prompt_len = len(sess(at).prompt_ids)
+    at.number_input(key="num_blocks").set_value(prompt_len // 4 - 2).run()  # too small for the prompt
     assert_clean(at)
     assert any("pool exhausted" in e.value for e in at.error)
     at.number_input(key="num_blocks").set_value(0).run()  # recover
-    prompt_len = len(sess(at).prompt_ids)
-    blocks = -(-prompt_len // 4) + 1  # page size 4 (tiny default): one block of headroom
+    blocks = -(-prompt_len // 4) + 1  # one block of headroom
     at.number_input(key="num_blocks").set_value(blocks).run()
     for _ in range(6):
         click(at, "next_cycle")
