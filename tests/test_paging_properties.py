@@ -5,7 +5,8 @@ that exhaustion happens often, must never leak or double-free a block, must keep
 table at exactly ceil(len / page_size) blocks under "free" and never shrink it under "keep",
 must leave everything unchanged when an append is refused, and the event log must replay to
 the final state. The bookkeeping needs no tensors: a "forward" is simulated by the layer
-callbacks `begin_write` / `end_write`. One property runs through a real tiny model as well.
+callbacks `begin_write` / `end_write`. One property runs through a real tiny model as well, and
+one checks the contiguous layout's write-pointer events.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from hypothesis import strategies as st
 from transformers import DynamicCache
 
 from specviz.errors import CacheCapacityError, PoolExhaustedError
-from specviz.kv import PagedKVCache, create_cache
+from specviz.kv import ContiguousKVCache, PagedKVCache, SpecvizCache, create_cache
 from specviz.trace import CacheEvent
 
 op = st.one_of(
@@ -30,7 +31,7 @@ op = st.one_of(
 ops = st.lists(op, min_size=1, max_size=40)
 
 
-def fake_forward(cache: PagedKVCache, n: int) -> None:
+def fake_forward(cache: SpecvizCache, n: int) -> None:
     """What a model's forward does to the bookkeeping: every layer writes n positions."""
     for layer_idx in range(len(cache.layers)):
         cache.begin_write(layer_idx, n)
@@ -140,6 +141,41 @@ def test_paging_bookkeeping(ops, page_size, num_blocks, max_len, policy):
         slot = cache.table.slot(pos)
         assert snap.slot_positions[slot] == pos
         assert snap.slot_state(slot) == "committed"
+
+
+@settings(max_examples=100, deadline=None)
+@given(ops=ops, max_len=st.integers(1, 30))
+def test_contiguous_bookkeeping(ops, max_len):
+    """The write pointer's events chain up, and a refused append changes nothing."""
+    cache = ContiguousKVCache(num_layers=2, max_len=max_len)
+    for kind, n in ops:
+        before = (cache.get_seq_length(), list(cache.pending), list(cache.events), cache.token_ids)
+        if kind == "truncate":
+            cache.truncate(max(0, cache.get_seq_length() - n), "rollback")
+            continue
+        try:
+            cache.reserve([7] * n, "verify")
+        except CacheCapacityError:
+            assert cache.get_seq_length() + n > max_len
+            assert (
+                cache.get_seq_length(),
+                list(cache.pending),
+                list(cache.events),
+                cache.token_ids,
+            ) == before
+            continue
+        if kind == "append":
+            fake_forward(cache, n)
+        assert cache.write_pointer <= max_len
+    pointer, length = 0, 0
+    for e in cache.drain_events():
+        if e.kind == "pointer":
+            assert e.start == pointer
+            pointer = e.end
+        else:
+            assert e.kind in ("append", "truncate")
+            length = e.end
+    assert pointer == length == cache.write_pointer == cache.get_seq_length() + len(cache.pending)
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
