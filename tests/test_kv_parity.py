@@ -354,3 +354,14 @@ def test_reset_returns_every_block(tiny_llama):
     assert cache.get_seq_length() == 0 and cache.block_table == []
     assert cache.pool.num_free_blocks == cache.pool.num_blocks
     assert [(e.kind, e.blocks) for e in cache.drain_events()] == [("truncate", ()), ("free", (0, 1))]
+
+
+def test_layer_count_follows_the_decoder_not_the_config():
+    """An early-exit draft cut from a bigger model without updating its config still works."""
+    model = tiny_model("llama", num_layers=3)
+    model.model.layers = model.model.layers[:1]  # config still says 3 layers
+    cache = create_cache(model, "paged", page_size=4)
+    assert len(cache.layers) == 1
+    with torch.no_grad():
+        model(torch.tensor([[3, 4, 5]]), past_key_values=cache, use_cache=True)
+    assert cache.get_seq_length() == 3

@@ -47,12 +47,23 @@ AUTO_PHASE = "auto"  # phase recorded for such implicit reservations
 
 
 def num_attention_layers(model: torch.nn.Module) -> int:
-    """Number of decoder layers of a causal LM; refuses anything but full attention."""
+    """Number of decoder layers of a causal LM; refuses anything but full attention.
+
+    The count must be exact: the cache's length advances when *every* layer has written. The
+    decoder's own layer list (`layers` in Llama/Qwen2, `h` in GPT-2) wins over the config, in
+    case a model was cut down (e.g. an early-exit draft) without updating its config.
+    """
     config = model.config.get_text_config()
     try:
         layer_types, _ = get_layer_types_and_kwargs(config)
     except Exception:  # configs without per-layer info: assume full attention everywhere
         layer_types = ["full_attention"] * config.num_hidden_layers
+    base = getattr(model, "base_model", model)
+    blocks = getattr(base, "layers", None)
+    blocks = blocks if isinstance(blocks, torch.nn.ModuleList) else getattr(base, "h", None)
+    if isinstance(blocks, torch.nn.ModuleList):
+        layer_types = layer_types[: len(blocks)]
+        layer_types += ["full_attention"] * (len(blocks) - len(layer_types))
     other = sorted(set(layer_types) - {"full_attention"})
     if other:
         raise ConfigError(
