@@ -378,6 +378,20 @@ def _hub_reachable(timeout: float = 2.0) -> bool:
         return False
 
 
+def _hub_cache_dir() -> str:
+    """The Hugging Face hub cache, read from the environment now (huggingface_hub reads it once,
+    at import time, so a later change of HF_HOME / HF_HUB_CACHE would otherwise be ignored)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return os.environ["HF_HUB_CACHE"]
+    if os.environ.get("HUGGINGFACE_HUB_CACHE"):
+        return os.environ["HUGGINGFACE_HUB_CACHE"]
+    if os.environ.get("HF_HOME"):
+        return os.path.join(os.environ["HF_HOME"], "hub")
+    from huggingface_hub import constants
+
+    return str(constants.HF_HUB_CACHE)
+
+
 def _looks_like_path(spec: str) -> bool:
     return (
         spec.startswith(("/", "./", "../", "~", "\\"))
@@ -422,7 +436,9 @@ def resolve_model_dir(spec: str | os.PathLike[str], progress: Progress | None = 
     from huggingface_hub.utils import HFValidationError
 
     try:
-        cached = Path(snapshot_download(spec, allow_patterns=_HUB_PATTERNS, local_files_only=True))
+        cached = Path(
+            snapshot_download(spec, allow_patterns=_HUB_PATTERNS, local_files_only=True, cache_dir=_hub_cache_dir())
+        )
         if (cached / "config.json").is_file() and any(cached.glob("*.safetensors")):
             return cached
     except HFValidationError as exc:
@@ -435,7 +451,7 @@ def resolve_model_dir(spec: str | os.PathLike[str], progress: Progress | None = 
         raise ModelLoadError(_unavailable_message(spec, "it is not in the local cache and the hub is unreachable"))
     _report(progress, f"Downloading {spec} from the Hugging Face hub…", None)
     try:
-        local = Path(snapshot_download(spec, allow_patterns=_HUB_PATTERNS))
+        local = Path(snapshot_download(spec, allow_patterns=_HUB_PATTERNS, cache_dir=_hub_cache_dir()))
     except Exception as exc:  # noqa: BLE001
         raise ModelLoadError(_unavailable_message(spec, f"download failed ({exc})")) from exc
     if not any(local.glob("*.safetensors")):

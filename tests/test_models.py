@@ -136,6 +136,26 @@ def test_unknown_hub_id_offline_fails_fast_with_instructions(offline: Path) -> N
     assert "huggingface-cli download" in message and "HF_HOME" in message
 
 
+def _put_in_hub_cache(hub_cache: Path, repo_id: str, model_dir: Path) -> None:
+    """Lay a saved model out exactly as huggingface_hub's cache stores a downloaded snapshot."""
+    import shutil
+
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = hub_cache / ("models--" + repo_id.replace("/", "--"))
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    shutil.copytree(model_dir, repo / "snapshots" / commit)
+
+
+def test_cached_hub_ids_load_offline(offline: Path) -> None:
+    hub_cache = offline / "hf-home" / "hub"
+    _put_in_hub_cache(hub_cache, "specviz-test/tiny-target", _save_llama(offline / "t", layers=2))
+    _put_in_hub_cache(hub_cache, "specviz-test/tiny-draft", _save_llama(offline / "d", seed=1))
+    pair = load_pair("specviz-test/tiny-target", "specviz-test/tiny-draft")
+    assert pair.target.config.num_hidden_layers == 2
+    assert pair.target_name == "specviz-test/tiny-target"
+
+
 def test_incompatible_vocabulary(tmp_path: Path) -> None:
     target = _save_llama(tmp_path / "target")
     draft = _save_llama(tmp_path / "draft", reverse_vocab=True)
