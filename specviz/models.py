@@ -321,13 +321,13 @@ def check_compatible(
     """
     _check_architecture(target_config, target_name)
     _check_architecture(draft_config, draft_name)
-    if target_tokenizer is draft_tokenizer:
-        return
     n_target, n_draft = len(target_tokenizer), len(draft_tokenizer)
     shared = min(n_target, n_draft)
-    target_tokens = _token_strings(target_tokenizer, shared)
-    draft_tokens = _token_strings(draft_tokenizer, shared)
-    mismatched = [i for i in range(shared) if target_tokens[i] != draft_tokens[i]]
+    mismatched: list[int] = []
+    if target_tokenizer is not draft_tokenizer:
+        target_tokens = _token_strings(target_tokenizer, shared)
+        draft_tokens = _token_strings(draft_tokenizer, shared)
+        mismatched = [i for i in range(shared) if target_tokens[i] != draft_tokens[i]]
     if mismatched:
         examples = ", ".join(
             f"id {i}: {target_tokens[i]!r} vs {draft_tokens[i]!r}" for i in mismatched[:3]
@@ -337,17 +337,14 @@ def check_compatible(
             f"{shared} shared ids differ, e.g. {examples}). The draft's proposals are token ids "
             "that the target must score, so both must use the same vocabulary."
         )
-    # Ids past the shared range exist in only one tokenizer: fine only if the embedding tables
-    # cover the ids that either tokenizer can produce.
-    for cfg, name, n_tok in (
-        (draft_config, draft_name, n_target),
-        (target_config, target_name, n_draft),
-    ):
+    # The pair decodes with the target's tokenizer: every id it can produce must have a row in
+    # both embedding tables (tables padded past the tokenizer, e.g. Qwen's, are fine).
+    for cfg, name in ((target_config, target_name), (draft_config, draft_name)):
         vocab = getattr(_text_config(cfg), "vocab_size", None)
-        if isinstance(vocab, int) and vocab < min(n_tok, max(n_target, n_draft)):
+        if isinstance(vocab, int) and vocab < n_target:
             raise IncompatiblePairError(
-                f"{name} has an embedding table of {vocab} rows, smaller than the shared "
-                f"tokenizer's {min(n_tok, max(n_target, n_draft))} tokens."
+                f"{name} has an embedding table of {vocab} rows, fewer than the {n_target} tokens "
+                f"of {target_name}'s tokenizer, so it cannot read every token the pair may emit."
             )
 
 

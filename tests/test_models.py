@@ -267,3 +267,16 @@ def test_gguf_conversion_is_cached_atomically(monkeypatch: pytest.MonkeyPatch, t
     start = time.perf_counter()
     assert default_target_dir() == first  # cached: no second conversion
     assert time.perf_counter() - start < 1.0
+
+
+def test_draft_embedding_smaller_than_tokenizer_is_rejected(tmp_path: Path) -> None:
+    from transformers import LlamaConfig
+
+    target = _save_llama(tmp_path / "target")
+    small = _save_config_only(
+        tmp_path / "small",
+        LlamaConfig(vocab_size=10, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                    num_attention_heads=2, num_key_value_heads=1),
+    )
+    with pytest.raises(IncompatiblePairError, match="embedding table of 10 rows"):
+        load_pair(target, small)
