@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from specviz.models import ModelPair
-from tests.tiny_models import tiny_model
+from tiny_models import tiny_model
 
 # Output-head scale per architecture that makes random distributions peaked rather than
 # near-uniform (GPT-2 ties its head to the input embedding, so it needs far less).

@@ -21,7 +21,7 @@ from specviz.errors import (
     PromptError,
 )
 from specviz.trace import CYCLE_PHASES, CycleTrace
-from tests.engine_helpers import make_pair
+from engine_helpers import make_pair
 
 PROMPT = [3, 17, 42, 5, 9, 28, 11]
 TOL = 1e-4  # float32 noise between incremental and one-shot attention
