@@ -2,6 +2,7 @@
 
     streamlit run app.py                 # the embedded default pair (SmolLM2-135M-Instruct + draft)
     SPECVIZ_PAIR=tiny streamlit run app.py   # a tiny random pair: instant start, for tests and dev
+    SPECVIZ_PAIR=custom SPECVIZ_TARGET=dir-or-id SPECVIZ_DRAFT=dir-or-id streamlit run app.py
 
 This file is Streamlit only: layout, widgets, session state and cached model loading. All math
 lives in the engine (`specviz.SpeculativeDecoder` computes a whole cycle per `step()` and returns
@@ -20,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,17 +57,37 @@ st.set_page_config(page_title="specviz — speculative decoding, exactly", page_
 # ---------------------------------------------------------------- model loading (shared) -----
 
 
-@st.cache_resource(show_spinner=False, max_entries=3)
-def load_pair_cached(kind: str, target: str = "", draft: str = "", _progress: Any = None) -> Any:
-    """One pair per (kind, target, draft) for the whole server; errors are not cached."""
-    if kind == "tiny":
-        return specviz.build_tiny_pair(seed=0)
-    if kind == "default":
-        try:
-            return specviz.load_default_pair(progress=_progress)
-        except TypeError:  # an older signature without a progress callback
-            return specviz.load_default_pair()
-    return specviz.load_pair(target=target, draft=draft, progress=_progress)
+@st.cache_resource(show_spinner=False)
+def _pair_store() -> dict[str, Any]:
+    """Process-wide store of loaded pairs, shared read-only by every browser session.
+
+    A plain `st.cache_resource` on the loader itself cannot show progress: Streamlit would try to
+    replay the progress bar (created outside the function) on cache hits and refuses to. So the
+    store is the cached resource, and loading happens outside the cache, under a lock (a second
+    session asking for the same pair waits for the first load instead of loading it twice).
+    """
+    return {"lock": threading.Lock(), "pairs": {}}
+
+
+MAX_PAIRS = 3  # loaded pairs kept in memory; the oldest is dropped first
+
+
+def load_pair_cached(kind: str, target: str = "", draft: str = "", progress: Any = None) -> Any:
+    store = _pair_store()
+    key = (kind, target, draft)
+    with store["lock"]:
+        pairs: dict = store["pairs"]
+        if key not in pairs:
+            if kind == "tiny":
+                pair = specviz.build_tiny_pair(seed=0)
+            elif kind == "default":
+                pair = specviz.load_default_pair(progress=progress)
+            else:
+                pair = specviz.load_pair(target=target, draft=draft, progress=progress)
+            while len(pairs) >= MAX_PAIRS:
+                pairs.pop(next(iter(pairs)))
+            pairs[key] = pair  # errors raise before this line: failures are never cached
+        return pairs[key]
 
 
 def example_prompts() -> list[str]:
@@ -245,7 +267,8 @@ def _use_example() -> None:
 def init_state() -> None:
     env_pair = os.environ.get("SPECVIZ_PAIR", "default")
     defaults = dict(
-        pair_kind=env_pair if env_pair in PAIR_LABELS else "default", custom_target="", custom_draft="",
+        pair_kind=env_pair if env_pair in PAIR_LABELS else "default",
+        custom_target=os.environ.get("SPECVIZ_TARGET", ""), custom_draft=os.environ.get("SPECVIZ_DRAFT", ""),
         prompt=DEFAULT_PROMPT, example=DEFAULT_PROMPT, chat=True, k=5, temperature=1.0, top_k=0, top_p=1.0,
         max_new=128, layout="paged", page_size=16, num_blocks=0, max_context=2048, policy="free", seed=0, check=False, speed="normal (1 s)",
         whatif=False, force_accept=[], force_reject=[], playing=False, error=None,
@@ -254,30 +277,42 @@ def init_state() -> None:
         defaults.update(page_size=4)  # short prompts: small pages show block traffic
     for key, value in defaults.items():
         st.session_state.setdefault(key, value)
+    st.session_state.setdefault("_lock", threading.Lock())
 
 
 # ---------------------------------------------------------------- actions (callbacks) ---------
 
 
+def session_lock() -> threading.Lock:
+    """One lock per browser session around everything that touches its decoder.
+
+    Streamlit cannot interrupt a callback that is busy in torch code, so a second click during a
+    slow step starts a second script thread that would run its callback *concurrently* on the same
+    decoder. Taking this lock makes the second click wait and then act on the finished state.
+    """
+    return st.session_state.setdefault("_lock", threading.Lock())
+
+
 def _act(fn: Any) -> None:
     """Run an action on the session; assign the result only if it succeeded."""
-    sess: Session | None = st.session_state.get("sess")
-    if sess is None:
-        return
-    try:
-        new = fn(sess)
-    except SpecvizError as exc:
-        st.session_state.error = str(exc)
-        st.session_state.playing = False
-        return
-    except Exception as exc:  # keep the app usable whatever happens, but say what it was
-        st.session_state.error = f"{type(exc).__name__}: {exc}"
-        st.session_state.playing = False
-        return
-    if new.notices and new.notices == sess.notices:
-        new = dataclasses.replace(new, notices=())  # a notice is shown once, until the next action
-    st.session_state.error = None
-    st.session_state.sess = new
+    with session_lock():
+        sess: Session | None = st.session_state.get("sess")
+        if sess is None:
+            return
+        try:
+            new = fn(sess)
+        except SpecvizError as exc:
+            st.session_state.error = str(exc)
+            st.session_state.playing = False
+            return
+        except Exception as exc:  # keep the app usable whatever happens, but say what it was
+            st.session_state.error = f"{type(exc).__name__}: {exc}"
+            st.session_state.playing = False
+            return
+        if new.notices and new.notices == sess.notices:
+            new = dataclasses.replace(new, notices=())  # a notice is shown once, until the next action
+        st.session_state.error = None
+        st.session_state.sess = new
 
 
 def _on_next_phase() -> None:
@@ -564,6 +599,7 @@ def main() -> None:
         return
     if kind == "custom" and not (target and draft):
         st.info("Enter a target and a draft (hub ids or local directories) in the sidebar.")
+        button_row(None)
         return
     pair = _load_pair(kind, target, draft)
     if pair is None:
@@ -571,6 +607,21 @@ def main() -> None:
         return
     restart_key = (kind, target, draft, prompt, chat, cfg.cache_layout, cfg.page_size, cfg.free_policy, cfg.seed,
                    cfg.num_blocks, cfg.max_context)
+    with session_lock():
+        if not _ensure_session(ss, restart_key, pair, cfg, prompt, chat):
+            button_row(None)
+            return
+    sess = ss.sess
+    for note in sess.notices:
+        st.info(note, icon=":material/info:")
+    button_row(sess)
+    ss._full_run = True
+    run_every = SPEEDS.get(ss.speed, 1.0) if ss.playing else None
+    st.fragment(run_every=run_every)(main_view)()
+
+
+def _ensure_session(ss: Any, restart_key: tuple, pair: Any, cfg: DecodeConfig, prompt: str, chat: bool) -> bool:
+    """(Re)start the session's decoder when a restart setting changed; apply live settings."""
     sess: Session | None = ss.get("sess")
     if sess is None or sess.restart_key != restart_key:
         notice = ss.pop("reset_notice", "")
@@ -587,19 +638,12 @@ def main() -> None:
             ss.sess = None
             ss.playing = False
             st.error(f"Could not start: {exc}", icon=":material/error:")
-            button_row(None)
-            return
-    sess = ss.sess
+            return False
     try:
-        sync_config(sess, cfg)
+        sync_config(ss.sess, cfg)
     except SpecvizError as exc:
         ss.error = str(exc)
-    for note in sess.notices:
-        st.info(note, icon=":material/info:")
-    button_row(sess)
-    ss._full_run = True
-    run_every = SPEEDS.get(ss.speed, 1.0) if ss.playing else None
-    st.fragment(run_every=run_every)(main_view)()
+    return True
 
 
 def _safe_sidebar() -> tuple:
@@ -617,7 +661,7 @@ def _load_pair(kind: str, target: str, draft: str) -> Any:
         bar.progress(min(max(fraction or 0.0, 0.0), 1.0), text=f"Loading models: {msg}")
 
     try:
-        pair = load_pair_cached(kind, target, draft, _progress=progress)
+        pair = load_pair_cached(kind, target, draft, progress=progress)
     except SpecvizError as exc:
         bar.empty()
         st.error(f"Could not load the model pair: {exc}", icon=":material/error:")
