@@ -51,7 +51,9 @@ SPEEDS = {"slow (2 s)": 2.0, "normal (1 s)": 1.0, "fast (0.5 s)": 0.5}
 LIVE = ("k", "temperature", "top_k", "top_p", "check_invariant", "max_new_tokens", "forced_outcomes")
 WALKTHROUGH = ((1, True), (2, True), (3, True), (4, False))
 
-st.set_page_config(page_title="specviz — speculative decoding, exactly", page_icon=":material/visibility:", layout="wide")
+st.set_page_config(
+    page_title="specviz — speculative decoding, exactly", page_icon=":material/visibility:", layout="wide"
+)
 
 
 # ---------------------------------------------------------------- model loading (shared) -----
@@ -133,8 +135,9 @@ def encode_prompt(tokenizer: Any, text: str, chat: bool) -> list[int]:
     if not text.strip():
         raise specviz.PromptError("The prompt is empty: type something for the model to continue.")
     if chat and getattr(tokenizer, "chat_template", None):
-        ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
-                                            tokenize=True)
+        ids = tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
+        )
         if hasattr(ids, "keys"):  # BatchEncoding / dict in newer transformers
             ids = ids["input_ids"]
         return [int(i) for i in ids]
@@ -162,7 +165,8 @@ def compute_cycle(sess: Session) -> Session:
     """Run one real cycle; returns the new session showing its draft phase."""
     if sess.dec.finished:
         raise specviz.DecodingFinishedError(
-            f"Generation has finished ({sess.dec.finish_reason}). Press Reset or change the prompt to start again.")
+            f"Generation has finished ({sess.dec.finish_reason}). Press Reset or change the prompt to start again."
+        )
     tr = sess.dec.step()
     traces = (*sess.traces, tr)
     step = PHASES_PER_CYCLE * (len(traces) - 1) + 1
@@ -198,17 +202,22 @@ def sidebar() -> tuple[str, str, str, str, bool, DecodeConfig, bool]:
         kind = st.radio("Model pair", list(PAIR_LABELS), format_func=PAIR_LABELS.get, key="pair_kind")
         target = draft = ""
         if kind == "custom":
-            target = st.text_input("Target (hub id or directory)", key="custom_target",
-                                   placeholder="HuggingFaceTB/SmolLM2-360M-Instruct")
-            draft = st.text_input("Draft (hub id or directory)", key="custom_draft",
-                                  placeholder="HuggingFaceTB/SmolLM2-135M-Instruct")
+            target = st.text_input(
+                "Target (hub id or directory)", key="custom_target", placeholder="HuggingFaceTB/SmolLM2-360M-Instruct"
+            )
+            draft = st.text_input(
+                "Draft (hub id or directory)", key="custom_draft", placeholder="HuggingFaceTB/SmolLM2-135M-Instruct"
+            )
         st.markdown("**Prompt**")
         examples = example_prompts()
         st.selectbox("Example prompts", examples, key="example", on_change=_use_example, label_visibility="collapsed")
         prompt = st.text_area("Prompt", key="prompt", height=90)
-        chat = st.toggle("Apply the chat template", key="chat",
-                         help="Wrap the prompt as a user message with the tokenizer's chat template "
-                              "(when it has one). Off: the raw text is the prompt.")
+        chat = st.toggle(
+            "Apply the chat template",
+            key="chat",
+            help="Wrap the prompt as a user message with the tokenizer's chat template "
+            "(when it has one). Off: the raw text is the prompt.",
+        )
         st.markdown("**Sampling** — applies from the next cycle")
         k = st.slider("K (draft length)", 1, 16, key="k")
         temperature = st.slider("Temperature (0 = greedy)", 0.0, 2.0, step=0.05, key="temperature")
@@ -218,20 +227,35 @@ def sidebar() -> tuple[str, str, str, str, bool, DecodeConfig, bool]:
         max_new = st.number_input("Max new tokens", 1, 4096, step=16, key="max_new")
         st.markdown("**Cache** — changing these restarts")
         layout = st.radio("Cache layout", ["paged", "contiguous"], key="layout", horizontal=True)
-        page = st.select_slider("Page size (tokens per block)", [1, 2, 4, 8, 16, 32, 64], key="page_size",
-                                disabled=layout != "paged")
-        policy = st.radio("Paged rollback policy", ["free", "keep"], key="policy", horizontal=True,
-                          disabled=layout != "paged",
-                          help="free: blocks holding only rejected positions return to the pool. "
-                               "keep (vLLM v1): they stay reserved and are overwritten.")
+        page = st.select_slider(
+            "Page size (tokens per block)", [1, 2, 4, 8, 16, 32, 64], key="page_size", disabled=layout != "paged"
+        )
+        policy = st.radio(
+            "Paged rollback policy",
+            ["free", "keep"],
+            key="policy",
+            horizontal=True,
+            disabled=layout != "paged",
+            help="free: blocks holding only rejected positions return to the pool. "
+            "keep (vLLM v1): they stay reserved and are overwritten.",
+        )
         with st.expander("Pool and context limits"):
-            num_blocks = st.number_input("Blocks in each pool (0 = enough for the context)", 0, 65536, step=1,
-                                         key="num_blocks", disabled=layout != "paged",
-                                         help="A small pool shows what happens when the BlockPool runs out.")
+            num_blocks = st.number_input(
+                "Blocks in each pool (0 = enough for the context)",
+                0,
+                65536,
+                step=1,
+                key="num_blocks",
+                disabled=layout != "paged",
+                help="A small pool shows what happens when the BlockPool runs out.",
+            )
             max_context = st.number_input("Max context (positions)", 16, 32768, step=64, key="max_context")
         seed = st.number_input("Seed", 0, 2**31 - 1, step=1, key="seed")
-        check = st.toggle("Check the cache invariant every cycle", key="check",
-                          help="Compare both caches with a fresh prefill of the committed sequence (slower).")
+        check = st.toggle(
+            "Check the cache invariant every cycle",
+            key="check",
+            help="Compare both caches with a fresh prefill of the committed sequence (slower).",
+        )
         st.markdown("**Play**")
         st.select_slider("Play speed", list(SPEEDS), key="speed")
         whatif = _whatif_controls()
@@ -239,24 +263,41 @@ def sidebar() -> tuple[str, str, str, str, bool, DecodeConfig, bool]:
     if whatif:
         forced = tuple(sorted([(i, True) for i in ss.force_accept] + [(i, False) for i in ss.force_reject]))
     cfg = DecodeConfig(
-        k=int(k), temperature=float(temperature), top_k=int(top_k), top_p=float(top_p), seed=int(seed),
-        cache_layout=layout, page_size=int(page), free_policy=policy, max_new_tokens=int(max_new),
-        check_invariant=bool(check), forced_outcomes=forced,
-        num_blocks=int(num_blocks) if num_blocks and layout == "paged" else None, max_context=int(max_context),
+        k=int(k),
+        temperature=float(temperature),
+        top_k=int(top_k),
+        top_p=float(top_p),
+        seed=int(seed),
+        cache_layout=layout,
+        page_size=int(page),
+        free_policy=policy,
+        max_new_tokens=int(max_new),
+        check_invariant=bool(check),
+        forced_outcomes=forced,
+        num_blocks=int(num_blocks) if num_blocks and layout == "paged" else None,
+        max_context=int(max_context),
     )
     return kind, target.strip(), draft.strip(), prompt, chat, cfg, whatif
 
 
 def _whatif_controls() -> bool:
-    with st.expander("What-if (teaching) mode", icon=":material/science:", expanded=st.session_state.get("whatif", False)):
-        st.caption("Force the outcome of chosen acceptance tests to stage a scenario. **This breaks "
-                   "exactness**: forced cycles are marked and left out of the statistics.")
+    with st.expander(
+        "What-if (teaching) mode", icon=":material/science:", expanded=st.session_state.get("whatif", False)
+    ):
+        st.caption(
+            "Force the outcome of chosen acceptance tests to stage a scenario. **This breaks "
+            "exactness**: forced cycles are marked and left out of the statistics."
+        )
         on = st.toggle("Force outcomes (breaks exactness)", key="whatif")
         positions = list(range(1, 17))
         st.multiselect("Force accept at draft positions", positions, key="force_accept", disabled=not on)
         st.multiselect("Force reject at draft positions", positions, key="force_reject", disabled=not on)
-        st.button("Walkthrough scenario: K = 5, d1–d3 accepted, d4 rejected", key="scenario",
-                  on_click=_on_scenario, use_container_width=True)
+        st.button(
+            "Walkthrough scenario: K = 5, d1–d3 accepted, d4 rejected",
+            key="scenario",
+            on_click=_on_scenario,
+            use_container_width=True,
+        )
     return on
 
 
@@ -268,10 +309,29 @@ def init_state() -> None:
     env_pair = os.environ.get("SPECVIZ_PAIR", "default")
     defaults = dict(
         pair_kind=env_pair if env_pair in PAIR_LABELS else "default",
-        custom_target=os.environ.get("SPECVIZ_TARGET", ""), custom_draft=os.environ.get("SPECVIZ_DRAFT", ""),
-        prompt=DEFAULT_PROMPT, example=DEFAULT_PROMPT, chat=True, k=5, temperature=1.0, top_k=0, top_p=1.0,
-        max_new=128, layout="paged", page_size=16, num_blocks=0, max_context=2048, policy="free", seed=0, check=False, speed="normal (1 s)",
-        whatif=False, force_accept=[], force_reject=[], playing=False, error=None,
+        custom_target=os.environ.get("SPECVIZ_TARGET", ""),
+        custom_draft=os.environ.get("SPECVIZ_DRAFT", ""),
+        prompt=DEFAULT_PROMPT,
+        example=DEFAULT_PROMPT,
+        chat=True,
+        k=5,
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        max_new=128,
+        layout="paged",
+        page_size=16,
+        num_blocks=0,
+        max_context=2048,
+        policy="free",
+        seed=0,
+        check=False,
+        speed="normal (1 s)",
+        whatif=False,
+        force_accept=[],
+        force_reject=[],
+        playing=False,
+        error=None,
     )
     if env_pair == "tiny":
         defaults.update(page_size=4)  # short prompts: small pages show block traffic
@@ -356,8 +416,13 @@ def _on_scenario() -> None:
         sess.dec.update_config(cfg)
         done = dataclasses.replace(sess, revealed=PHASES_PER_CYCLE * len(sess.traces))
         new = compute_cycle(done)
-        return dataclasses.replace(new, notices=("What-if: K = 5 with d1–d3 forced to accept and d4 to reject. "
-                                                 "Step through the phases to follow the walkthrough.",))
+        return dataclasses.replace(
+            new,
+            notices=(
+                "What-if: K = 5 with d1–d3 forced to accept and d4 to reject. "
+                "Step through the phases to follow the walkthrough.",
+            ),
+        )
 
     _act(run)
 
@@ -373,8 +438,10 @@ def status_line(sess: Session, cycle: int | None, phase: str) -> str:
     committed = len(sess.prompt_ids) + sum(len(t.emitted) for t in sess.traces[: (cycle or 0)])
     where = "before the first cycle" if cycle is None else f"cycle **{cycle}** of {len(sess.traces)}"
     fin = f" · finished: {sess.dec.finish_reason}" if sess.dec.finished and sess.view == sess.revealed else ""
-    return (f"{where} · phase **{PHASE_TITLES.get(phase, phase)}** · {committed} tokens committed before "
-            f"this cycle ({len(sess.prompt_ids)} prompt){fin}")
+    return (
+        f"{where} · phase **{PHASE_TITLES.get(phase, phase)}** · {committed} tokens committed before "
+        f"this cycle ({len(sess.prompt_ids)} prompt){fin}"
+    )
 
 
 def kv_view(sess: Session, cycle: int | None, phase: str) -> Any:
@@ -389,8 +456,11 @@ def main_view() -> None:
     ss = st.session_state
     if ss.get("playing") and not ss.get("_full_run"):
         _on_next_phase()
-        if ss.error or (ss.sess.dec.finished and ss.sess.view == ss.sess.revealed
-                        and ss.sess.revealed == PHASES_PER_CYCLE * len(ss.sess.traces)):
+        if ss.error or (
+            ss.sess.dec.finished
+            and ss.sess.view == ss.sess.revealed
+            and ss.sess.revealed == PHASES_PER_CYCLE * len(ss.sess.traces)
+        ):
             ss.playing = False
             st.rerun(scope="app")
     ss._full_run = False
@@ -401,8 +471,9 @@ def main_view() -> None:
     st.markdown(status_line(sess, cycle, phase))
     if sess.revealed > 0:
         ss.history = sess.view
-        st.slider("History (every revealed phase of every cycle)", 0, sess.revealed, key="history",
-                  on_change=_on_history)
+        st.slider(
+            "History (every revealed phase of every cycle)", 0, sess.revealed, key="history", on_change=_on_history
+        )
 
     chips = tokens.strip_chips(sess.prompt_ids, sess.traces, token_text_fn(sess), cycle, phase)
     st.html(tokens.strip_html(chips))
@@ -410,8 +481,9 @@ def main_view() -> None:
     tr = sess.traces[cycle] if cycle is not None else None
     with st.container(border=True):
         if tr is None:
-            st.markdown(narrative.prefill_markdown(len(sess.prompt_ids), sess.prefill[0].seq_len,
-                                                   sess.prefill[1].seq_len))
+            st.markdown(
+                narrative.prefill_markdown(len(sess.prompt_ids), sess.prefill[0].seq_len, sess.prefill[1].seq_len)
+            )
         else:
             st.markdown(narrative.phase_markdown(tr, phase))
 
@@ -426,8 +498,7 @@ def main_view() -> None:
         left.plotly_chart(figures["proposals"], key="proposals_fig", theme=None, config={"displaylogo": False})
         if step >= CYCLE_PHASES.index("verify"):
             figures["acceptance"] = acceptance.acceptance_figure(tr, tested=step >= CYCLE_PHASES.index("accept"))
-            right.plotly_chart(figures["acceptance"], key="acceptance_fig", theme=None,
-                               config={"displaylogo": False})
+            right.plotly_chart(figures["acceptance"], key="acceptance_fig", theme=None, config={"displaylogo": False})
         else:
             right.info("The target has not scored the drafts yet: acceptance appears after **verify**.")
         if step >= CYCLE_PHASES.index("verify"):
@@ -443,8 +514,12 @@ def dist_view(tr: CycleTrace, step: int, figures: dict[str, Any]) -> None:
     with left:
         if st.session_state.get("dist_pos") not in options:
             st.session_state.dist_pos = default
-        pos = st.segmented_control("Compare p and q at draft position", options, key="dist_pos",
-                                   format_func=lambda i: f"d{i}") or default
+        pos = (
+            st.segmented_control(
+                "Compare p and q at draft position", options, key="dist_pos", format_func=lambda i: f"d{i}"
+            )
+            or default
+        )
         figures["p_vs_q"] = distributions.pq_figure(tr, int(pos))
         st.plotly_chart(figures["p_vs_q"], key="pq_fig", theme=None, config={"displaylogo": False})
     with right:
@@ -453,21 +528,29 @@ def dist_view(tr: CycleTrace, step: int, figures: dict[str, Any]) -> None:
             figures["resolve"] = fig
             st.plotly_chart(fig, key="resolve_fig", theme=None, config={"displaylogo": False})
         else:
-            st.info("After the tests: the **residual** norm(max(0, p_j − q_j)) at a rejection, or "
-                    "**p_{K+1}** for the bonus token when all K pass.")
+            st.info(
+                "After the tests: the **residual** norm(max(0, p_j − q_j)) at a rejection, or "
+                "**p_{K+1}** for the bonus token when all K pass."
+            )
 
 
 def extra_tabs(sess: Session, cycle: int | None) -> None:
     t_stats, t_lab, t_myths, t_export = st.tabs(
-        [":material/bar_chart: Statistics", ":material/target: Exactness lab",
-         ":material/report: Common misconceptions", ":material/download: Export"])
+        [
+            ":material/bar_chart: Statistics",
+            ":material/target: Exactness lab",
+            ":material/report: Common misconceptions",
+            ":material/download: Export",
+        ]
+    )
     with t_stats:
         stats_tab(sess)
     with t_lab:
         lab_tab(sess, cycle)
     with t_myths:
-        st.markdown("The classic walkthrough of the cache bookkeeping gets these wrong. specviz shows the "
-                    "precise version:")
+        st.markdown(
+            "The classic walkthrough of the cache bookkeeping gets these wrong. specviz shows the precise version:"
+        )
         st.markdown(narrative.misconceptions_markdown())
     with t_export:
         export_tab(sess)
@@ -490,14 +573,16 @@ def stats_tab(sess: Session) -> None:
         report = measured_speedup(done, sess.baseline_ms_per_token)
         c3.metric("Theory: E[tokens/cycle]", f"{report.expected_tokens_per_cycle:.2f}")
         c4.metric("Measured speedup", f"{report.measured_speedup:.2f}×" if report.measured_speedup else "—")
-        st.plotly_chart(statistics.stats_figure(st_, report), key="stats_fig", theme=None,
-                        config={"displaylogo": False})
-        st.plotly_chart(statistics.speedup_figure(report), key="speedup_fig", theme=None,
-                        config={"displaylogo": False})
-        st.caption("Expected tokens per cycle (1 − α^(K+1))/(1 − α) and speedup (1 − α^(K+1))/((1 − α)(K·c + 1)) "
-                   "(Leviathan et al. 2023), with α measured here and c = draft time per forward / target verify "
-                   "time from the traces' timings. The measured speedup compares wall time per committed token "
-                   "with a plain autoregressive run of the same target.")
+        st.plotly_chart(
+            statistics.stats_figure(st_, report), key="stats_fig", theme=None, config={"displaylogo": False}
+        )
+        st.plotly_chart(statistics.speedup_figure(report), key="speedup_fig", theme=None, config={"displaylogo": False})
+        st.caption(
+            "Expected tokens per cycle (1 − α^(K+1))/(1 − α) and speedup (1 − α^(K+1))/((1 − α)(K·c + 1)) "
+            "(Leviathan et al. 2023), with α measured here and c = draft time per forward / target verify "
+            "time from the traces' timings. The measured speedup compares wall time per committed token "
+            "with a plain autoregressive run of the same target."
+        )
     st.button("Run the autoregressive baseline (same target, same prompt)", key="baseline", on_click=_on_baseline)
     if sess.baseline_ms_per_token:
         st.caption(f"Baseline: {sess.baseline_ms_per_token:.1f} ms per token over {sess.baseline_tokens} tokens.")
@@ -523,17 +608,20 @@ def _on_baseline() -> None:
 
 
 def lab_tab(sess: Session, cycle: int | None) -> None:
-    st.markdown("Sample **N** next tokens with the speculative decoder and **N** with the target alone, from "
-                "the context at the start of the cycle shown, and compare both with the exact p. Exactness "
-                "means the speculative sampler's TV distance to p shrinks like 1/√N, exactly like the target's.")
+    st.markdown(
+        "Sample **N** next tokens with the speculative decoder and **N** with the target alone, from "
+        "the context at the start of the cycle shown, and compare both with the exact p. Exactness "
+        "means the speculative sampler's TV distance to p shrinks like 1/√N, exactly like the target's."
+    )
     c1, c2 = st.columns([1, 3])
     n = c1.number_input("N samples", 10, 2000, value=60, step=10, key="lab_n")
     if c2.button("Run the exactness lab", key="lab_run"):
         ctx = list(sess.prompt_ids) + [e.token_id for t in sess.traces[: (cycle or 0)] for e in t.emitted]
         bar = st.progress(0.0, text="sampling…")
         try:
-            res = run_exactness_lab(sess.pair, ctx, sess.dec.config, int(n),
-                                    progress=lambda f, msg: bar.progress(min(f, 1.0), text=msg))
+            res = run_exactness_lab(
+                sess.pair, ctx, sess.dec.config, int(n), progress=lambda f, msg: bar.progress(min(f, 1.0), text=msg)
+            )
         except SpecvizError as exc:
             st.error(str(exc))
         else:
@@ -547,18 +635,30 @@ def lab_tab(sess: Session, cycle: int | None) -> None:
 
 
 def export_tab(sess: Session) -> None:
-    st.download_button("Traces (JSON)", data=lambda: traces_to_json(list(sess.traces)),
-                       file_name="specviz-traces.json", mime="application/json", key="dl_json",
-                       disabled=not sess.traces)
-    st.download_button("Current figures (standalone HTML)", data=lambda: figures_html(), file_name="specviz-figures.html",
-                       mime="text/html", key="dl_html")
+    st.download_button(
+        "Traces (JSON)",
+        data=lambda: traces_to_json(list(sess.traces)),
+        file_name="specviz-traces.json",
+        mime="application/json",
+        key="dl_json",
+        disabled=not sess.traces,
+    )
+    st.download_button(
+        "Current figures (standalone HTML)",
+        data=lambda: figures_html(),
+        file_name="specviz-figures.html",
+        mime="text/html",
+        key="dl_html",
+    )
     st.caption("The HTML file embeds plotly.js and every frame of the KV animation: it works offline.")
 
 
 def figures_html() -> str:
     figs = st.session_state.get("_figures") or {}
-    parts = ["<html><head><meta charset='utf-8'><title>specviz figures</title></head>"
-             "<body style='font-family:sans-serif;max-width:1200px;margin:auto'>"]
+    parts = [
+        "<html><head><meta charset='utf-8'><title>specviz figures</title></head>"
+        "<body style='font-family:sans-serif;max-width:1200px;margin:auto'>"
+    ]
     for i, (name, fig) in enumerate(figs.items()):
         parts.append(f"<h3>{name}</h3>")
         parts.append(fig.to_html(full_html=False, include_plotlyjs=(i == 0), auto_play=False))
@@ -574,15 +674,44 @@ def button_row(sess: Session | None) -> None:
     cols = st.columns([1.5, 1.7, 1.1, 1.2, 1.1, 1.5])
     disabled = sess is None
     # Material icons ship with Streamlit's frontend (no emoji font needed on the viewer's machine).
-    cols[0].button("Next phase", key="next_phase", on_click=_on_next_phase, type="primary", disabled=disabled,
-                   icon=":material/play_arrow:", shortcut="Right", use_container_width=True)
-    cols[1].button("Next cycle", key="next_cycle", on_click=_on_next_cycle, disabled=disabled,
-                   icon=":material/skip_next:", shortcut="Shift+Right", use_container_width=True)
-    cols[2].button("Back", key="back", on_click=_on_back, disabled=disabled or sess.view == 0,
-                   icon=":material/undo:", shortcut="Left", use_container_width=True)
-    cols[3].button("Pause" if ss.playing else "Play", key="play", on_click=_on_play, disabled=disabled,
-                   icon=":material/pause:" if ss.playing else ":material/slow_motion_video:", shortcut="P",
-                   use_container_width=True, help="Auto-advance one phase at a time at the sidebar's speed")
+    cols[0].button(
+        "Next phase",
+        key="next_phase",
+        on_click=_on_next_phase,
+        type="primary",
+        disabled=disabled,
+        icon=":material/play_arrow:",
+        shortcut="Right",
+        use_container_width=True,
+    )
+    cols[1].button(
+        "Next cycle",
+        key="next_cycle",
+        on_click=_on_next_cycle,
+        disabled=disabled,
+        icon=":material/skip_next:",
+        shortcut="Shift+Right",
+        use_container_width=True,
+    )
+    cols[2].button(
+        "Back",
+        key="back",
+        on_click=_on_back,
+        disabled=disabled or sess.view == 0,
+        icon=":material/undo:",
+        shortcut="Left",
+        use_container_width=True,
+    )
+    cols[3].button(
+        "Pause" if ss.playing else "Play",
+        key="play",
+        on_click=_on_play,
+        disabled=disabled,
+        icon=":material/pause:" if ss.playing else ":material/slow_motion_video:",
+        shortcut="P",
+        use_container_width=True,
+        help="Auto-advance one phase at a time at the sidebar's speed",
+    )
     cols[4].button("Reset", key="reset", on_click=_on_reset, icon=":material/restart_alt:", use_container_width=True)
 
 
@@ -591,9 +720,11 @@ def main() -> None:
     ss = st.session_state
     kind, target, draft, prompt, chat, cfg, _ = _safe_sidebar()
     st.markdown("## Speculative decoding, exactly — step by step")
-    st.caption("A small **draft** model proposes K tokens, the **target** model checks them all in one forward pass, "
-               "and a rejection-sampling test keeps the output distributed exactly as the target's. Watch both "
-               "KV caches grow provisionally and roll back.")
+    st.caption(
+        "A small **draft** model proposes K tokens, the **target** model checks them all in one forward pass, "
+        "and a rejection-sampling test keeps the output distributed exactly as the target's. Watch both "
+        "KV caches grow provisionally and roll back."
+    )
     if cfg is None:
         button_row(None)
         return
@@ -605,8 +736,19 @@ def main() -> None:
     if pair is None:
         button_row(None)
         return
-    restart_key = (kind, target, draft, prompt, chat, cfg.cache_layout, cfg.page_size, cfg.free_policy, cfg.seed,
-                   cfg.num_blocks, cfg.max_context)
+    restart_key = (
+        kind,
+        target,
+        draft,
+        prompt,
+        chat,
+        cfg.cache_layout,
+        cfg.page_size,
+        cfg.free_policy,
+        cfg.seed,
+        cfg.num_blocks,
+        cfg.max_context,
+    )
     with session_lock():
         if not _ensure_session(ss, restart_key, pair, cfg, prompt, chat):
             button_row(None)
@@ -626,10 +768,28 @@ def _ensure_session(ss: Any, restart_key: tuple, pair: Any, cfg: DecodeConfig, p
     if sess is None or sess.restart_key != restart_key:
         notice = ss.pop("reset_notice", "")
         if sess is not None:
-            changed = [name for name, a, b in zip(
-                ("model pair", "target", "draft", "prompt", "chat template", "cache layout", "page size",
-                 "rollback policy", "seed", "pool size", "max context"), sess.restart_key, restart_key, strict=True)
-                if a != b]
+            changed = [
+                name
+                for name, a, b in zip(
+                    (
+                        "model pair",
+                        "target",
+                        "draft",
+                        "prompt",
+                        "chat template",
+                        "cache layout",
+                        "page size",
+                        "rollback policy",
+                        "seed",
+                        "pool size",
+                        "max context",
+                    ),
+                    sess.restart_key,
+                    restart_key,
+                    strict=True,
+                )
+                if a != b
+            ]
             notice = f"Restarted from the prompt because the {', '.join(changed)} changed (history cleared)."
         try:
             ss.sess = new_session(restart_key, pair, cfg, prompt, chat, notice)

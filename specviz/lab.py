@@ -77,11 +77,15 @@ def run_exactness_lab(
 
     `pair` is a specviz ModelPair. Raises SpecvizError subclasses from the decoders unchanged.
     """
-    from .engine import AutoregressiveDecoder, SpeculativeDecoder  # torch only when the lab runs
+    from . import AutoregressiveDecoder, SpeculativeDecoder  # torch only when the lab runs
 
     ctx = list(context_ids)
     cfg = config.replace(
-        k=1, forced_outcomes=(), check_invariant=False, max_new_tokens=4, top_n=max(top, config.top_n),
+        k=1,
+        forced_outcomes=(),
+        check_invariant=False,
+        max_new_tokens=4,
+        top_n=max(top, config.top_n),
         max_context=max(len(ctx) + 8, 16),
     )
     base_seed = config.seed * 1_000_003 + len(ctx)

@@ -87,7 +87,7 @@ def prefill_markdown(num_prompt: int, target_len: int, draft_len: int) -> str:
         f"**Prefill.** The prompt has n = {num_prompt} tokens (positions 0–{num_prompt - 1}). Both models "
         f"processed x_1 … x_(n−1): the target cache holds **{target_len}** positions and the draft cache "
         f"**{draft_len}**. The newest token x_n (position {num_prompt - 1}) deliberately has no K/V yet — it "
-        "is the first input of the first cycle (\"last token separate\", as in llama.cpp, HF and gpt-fast). "
+        'is the first input of the first cycle ("last token separate", as in llama.cpp, HF and gpt-fast). '
         "Press **Next phase** to watch the draft propose."
     )
 
@@ -174,13 +174,15 @@ def _accept(tr: CycleTrace) -> str:
         )
     head = (
         "**Acceptance, left to right.** "
-        + ("Greedy (T = 0): accept d_i iff it is the target's argmax. " if greedy else
-           "Draw u_i ~ U(0,1); accept d_i iff u_i ≤ min(1, p_i(d_i)/q_i(d_i)). ")
+        + (
+            "Greedy (T = 0): accept d_i iff it is the target's argmax. "
+            if greedy
+            else "Draw u_i ~ U(0,1); accept d_i iff u_i ≤ min(1, p_i(d_i)/q_i(d_i)). "
+        )
         + "The first rejection ends the streak."
     )
-    tail = (
-        f"\n\nResult: **{tr.num_accepted} of {tr.k} accepted**"
-        + (f", first rejection at d{tr.rejected_at}." if tr.rejected_at else " — every draft passed.")
+    tail = f"\n\nResult: **{tr.num_accepted} of {tr.k} accepted**" + (
+        f", first rejection at d{tr.rejected_at}." if tr.rejected_at else " — every draft passed."
     )
     return head + "\n\n" + "\n".join(lines) + tail
 
@@ -190,8 +192,9 @@ def _resolve(tr: CycleTrace) -> str:
     if tr.rejected_at is not None:
         j = tr.rejected_at
         c = tr.corrected_token
-        how = ("argmax p_j (greedy)" if tr.temperature == 0 else
-               f"a sample from the residual norm(max(0, p_{j} − q_{j}))")
+        how = (
+            "argmax p_j (greedy)" if tr.temperature == 0 else f"a sample from the residual norm(max(0, p_{j} − q_{j}))"
+        )
         ctext = _tok(c.text) if c else "?"
         prob = next((tp.prob for tp in tr.residual_top if c and tp.token_id == c.token_id), None)
         return (
@@ -220,16 +223,21 @@ def _rollback(tr: CycleTrace) -> str:
     d_ev = _events(tr.draft_events, "rollback")
     if tr.rejected_at is not None:
         j = tr.rejected_at
-        what = (f"drops the K/V of d{j} … d{k} (K−j+1 = {k - j + 1} entries): they belong to tokens that are "
-                f"not in the sequence")
+        what = (
+            f"drops the K/V of d{j} … d{k} (K−j+1 = {k - j + 1} entries): they belong to tokens that are "
+            f"not in the sequence"
+        )
     else:
         what = "removes nothing: every provisional entry belongs to an accepted token"
     layout = after.target.layout
     if layout == "paged":
-        mech = ("Under policy **free**, blocks holding only removed positions go back to the pool; the last "
-                "partly filled block keeps stale slots past the new length." if after.target.policy != "keep" else
-                "Under policy **keep** (vLLM v1), blocks stay reserved and the stale slots are simply "
-                "overwritten next cycle.")
+        mech = (
+            "Under policy **free**, blocks holding only removed positions go back to the pool; the last "
+            "partly filled block keeps stale slots past the new length."
+            if after.target.policy != "keep"
+            else "Under policy **keep** (vLLM v1), blocks stay reserved and the stale slots are simply "
+            "overwritten next cycle."
+        )
     else:
         mech = "Contiguous buffer: the write pointer rewinds; stale values stay in memory until overwritten."
     lag = (new_n - 1) - after.draft.seq_len
@@ -243,8 +251,12 @@ def _rollback(tr: CycleTrace) -> str:
         + f"\n\nCommitted length is now n = {new_n}; the target cache holds n−1 = {after.target.seq_len} "
         "positions — exactly what a plain autoregressive decoder would hold, so the next cycle computes the "
         "same p."
-        + (f" Invariant check (max |ΔK/V| vs a fresh prefill): "
-           + ", ".join(f"{m} {v:.2e}" for m, v in tr.invariant_max_abs_diff.items()) + "."
-           if tr.invariant_max_abs_diff else "")
+        + (
+            " Invariant check (max |ΔK/V| vs a fresh prefill): "
+            + ", ".join(f"{m} {v:.2e}" for m, v in tr.invariant_max_abs_diff.items())
+            + "."
+            if tr.invariant_max_abs_diff
+            else ""
+        )
         + (f"\n\n**Generation finished:** {tr.finish_reason}." if tr.finish_reason else "")
     )

@@ -113,11 +113,14 @@ def test_acceptance_bars_mark_untested_positions():
             break
     else:
         pytest.skip("no early rejection in six cycles")
-    spec = next(json.loads(c.proto.spec) for c in at.get("plotly_chart")
-                if json.loads(c.proto.spec)["layout"].get("title", {}).get("text", "").startswith("Acceptance"))
+    spec = next(
+        json.loads(c.proto.spec)
+        for c in at.get("plotly_chart")
+        if json.loads(c.proto.spec)["layout"].get("title", {}).get("text", "").startswith("Acceptance")
+    )
     labels = spec["data"][0]["text"]
     assert labels[tr.rejected_at - 1].startswith("rejected")
-    assert all(lab == "never tested" for lab in labels[tr.rejected_at:])
+    assert all(lab == "never tested" for lab in labels[tr.rejected_at :])
 
 
 def test_next_cycle_back_and_history_replay_without_recomputing():
@@ -288,8 +291,10 @@ def test_statistics_baseline_lab_and_export():
     click(at, "lab_run")
     lab = sess(at).lab
     assert lab is not None and lab.n == 10 and sum(lab.spec_counts) == 10
-    assert any("Exactness lab" in json.loads(c.proto.spec)["layout"].get("title", {}).get("text", "")
-               for c in at.get("plotly_chart"))
+    assert any(
+        "Exactness lab" in json.loads(c.proto.spec)["layout"].get("title", {}).get("text", "")
+        for c in at.get("plotly_chart")
+    )
     downloads = at.get("download_button")
     assert len(downloads) == 2
 

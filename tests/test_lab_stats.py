@@ -104,8 +104,9 @@ def test_exactness_lab_on_tiny_pair():
     pair = specviz.build_tiny_pair(seed=0)
     ids = pair.tokenizer.encode("hello world")
     seen = []
-    res = run_exactness_lab(pair, ids, specviz.DecodeConfig(k=4, temperature=1.0), 40,
-                            progress=lambda f, m: seen.append(f))
+    res = run_exactness_lab(
+        pair, ids, specviz.DecodeConfig(k=4, temperature=1.0), 40, progress=lambda f, m: seen.append(f)
+    )
     assert seen[-1] == 1.0 and len(seen) == 40
     assert sum(res.spec_counts) == 40 and sum(res.target_counts) == 40
     assert math.isclose(sum(res.exact), 1.0, rel_tol=1e-5)

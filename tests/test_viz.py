@@ -19,7 +19,9 @@ def test_viz_imports_neither_torch_nor_streamlit():
     for path in VIZ.glob("*.py"):
         tree = ast.parse(path.read_text())
         names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-        names |= {(n.module or "").split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 0}
+        names |= {
+            (n.module or "").split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 0
+        }
         assert not names & {"torch", "streamlit", "transformers"}, (path.name, names)
 
 

@@ -39,21 +39,37 @@ def acceptance_figure(trace: CycleTrace, tested: bool = True) -> go.Figure:
         )
     fig = go.Figure(
         go.Bar(
-            x=xs, y=[d.ratio for d in trace.drafts], name="min(1, p/q)",
-            marker=dict(color=colors, pattern=dict(shape=patterns, fgcolor="#ffffff", size=6),
-                        line=dict(color="#6b7280", width=1)),
-            text=labels, textposition="outside", cliponaxis=False,
-            customdata=hovers, hovertemplate="%{customdata}<extra></extra>",
+            x=xs,
+            y=[d.ratio for d in trace.drafts],
+            name="min(1, p/q)",
+            marker=dict(
+                color=colors,
+                pattern=dict(shape=patterns, fgcolor="#ffffff", size=6),
+                line=dict(color="#6b7280", width=1),
+            ),
+            text=labels,
+            textposition="outside",
+            cliponaxis=False,
+            customdata=hovers,
+            hovertemplate="%{customdata}<extra></extra>",
         )
     )
     if tested and not greedy:
         us = [(x, d) for x, d in zip(xs, trace.drafts, strict=True) if d.u is not None]
         fig.add_trace(
             go.Scatter(
-                x=[x for x, _ in us], y=[d.u for _, d in us], mode="markers+text", name="u ~ U(0,1)",
-                marker=dict(symbol=["x-thin" if d.forced else "line-ew" for _, d in us], size=34,
-                            line=dict(width=4, color=U_COLOR), color=U_COLOR),
-                text=[f"u={d.u:.2f}" for _, d in us], textposition="middle right",
+                x=[x for x, _ in us],
+                y=[d.u for _, d in us],
+                mode="markers+text",
+                name="u ~ U(0,1)",
+                marker=dict(
+                    symbol=["x-thin" if d.forced else "line-ew" for _, d in us],
+                    size=34,
+                    line=dict(width=4, color=U_COLOR),
+                    color=U_COLOR,
+                ),
+                text=[f"u={d.u:.2f}" for _, d in us],
+                textposition="middle right",
                 textfont=dict(size=11, color=U_COLOR),
                 hovertemplate="u = %{y:.4f}<extra></extra>",
             )

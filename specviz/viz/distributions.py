@@ -29,15 +29,37 @@ def pq_figure(trace: CycleTrace, index: int) -> go.Figure:
     ids = sorted(set(p) | set(q), key=lambda t: -max(p[t].prob if t in p else 0, q[t].prob if t in q else 0))[:12]
     names = [_name(p.get(t) or q[t]) for t in ids]
     fig = go.Figure()
-    fig.add_trace(go.Bar(x=names, y=[q[t].prob if t in q else None for t in ids], name=f"q{index} (draft)",
-                         marker_color=DRAFT_COLOR, hovertemplate="q=%{y:.4f}<extra></extra>"))
-    fig.add_trace(go.Bar(x=names, y=[p[t].prob if t in p else None for t in ids], name=f"p{index} (target)",
-                         marker_color=TARGET_COLOR, hovertemplate="p=%{y:.4f}<extra></extra>"))
+    fig.add_trace(
+        go.Bar(
+            x=names,
+            y=[q[t].prob if t in q else None for t in ids],
+            name=f"q{index} (draft)",
+            marker_color=DRAFT_COLOR,
+            hovertemplate="q=%{y:.4f}<extra></extra>",
+        )
+    )
+    fig.add_trace(
+        go.Bar(
+            x=names,
+            y=[p[t].prob if t in p else None for t in ids],
+            name=f"p{index} (target)",
+            marker_color=TARGET_COLOR,
+            hovertemplate="p=%{y:.4f}<extra></extra>",
+        )
+    )
     drafted = names[ids.index(d.token_id)]
-    fig.add_annotation(x=drafted, y=max(d.draft_prob, d.target_prob), text=f"d{index} ({d.verdict})",
-                       showarrow=True, arrowhead=2, ay=-30, font=dict(size=11))
-    fig.update_layout(**base_layout(
-        f"p{index} vs q{index} at position {d.position} — min(1, p/q) = {d.ratio:.3f} for d{index}", 330))
+    fig.add_annotation(
+        x=drafted,
+        y=max(d.draft_prob, d.target_prob),
+        text=f"d{index} ({d.verdict})",
+        showarrow=True,
+        arrowhead=2,
+        ay=-30,
+        font=dict(size=11),
+    )
+    fig.update_layout(
+        **base_layout(f"p{index} vs q{index} at position {d.position} — min(1, p/q) = {d.ratio:.3f} for d{index}", 330)
+    )
     fig.update_layout(barmode="group", bargap=0.25)
     fig.update_yaxes(title="probability", gridcolor="#eef0f4", rangemode="tozero")
     _note_missing(fig)
@@ -57,21 +79,47 @@ def residual_figure(trace: CycleTrace) -> go.Figure:
     names = [_name(tp) for tp in items]
     colors = [RESIDUAL_COLOR if tp.token_id == corrected.token_id else "#fbd3a8" for tp in items]
     fig = go.Figure()
-    fig.add_trace(go.Bar(x=names, y=[tp.prob for tp in items], name=f"residual norm(max(0, p{j} − q{j}))",
-                         marker_color=colors, hovertemplate="residual=%{y:.4f}<extra></extra>"))
-    fig.add_trace(go.Scatter(x=names, y=[p.get(tp.token_id) for tp in items], mode="markers", name=f"p{j}",
-                             marker=dict(color=TARGET_COLOR, symbol="diamond", size=9)))
-    fig.add_trace(go.Scatter(x=names, y=[q.get(tp.token_id) for tp in items], mode="markers", name=f"q{j}",
-                             marker=dict(color=DRAFT_COLOR, symbol="circle", size=9,
-                                         line=dict(color="#92400e", width=1))))
+    fig.add_trace(
+        go.Bar(
+            x=names,
+            y=[tp.prob for tp in items],
+            name=f"residual norm(max(0, p{j} − q{j}))",
+            marker_color=colors,
+            hovertemplate="residual=%{y:.4f}<extra></extra>",
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=names,
+            y=[p.get(tp.token_id) for tp in items],
+            mode="markers",
+            name=f"p{j}",
+            marker=dict(color=TARGET_COLOR, symbol="diamond", size=9),
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=names,
+            y=[q.get(tp.token_id) for tp in items],
+            mode="markers",
+            name=f"q{j}",
+            marker=dict(color=DRAFT_COLOR, symbol="circle", size=9, line=dict(color="#92400e", width=1)),
+        )
+    )
     greedy = trace.temperature == 0
     how = "argmax p (greedy)" if greedy else "a sample from the residual"
     if corrected.token_id in [tp.token_id for tp in items]:
-        fig.add_annotation(x=_name(next(tp for tp in items if tp.token_id == corrected.token_id)),
-                           y=next(tp.prob for tp in items if tp.token_id == corrected.token_id),
-                           text=f"corrected = {esc(repr(corrected.text))}", showarrow=True, arrowhead=2, ay=-30)
-    fig.update_layout(**base_layout(
-        f"Rejection at d{j}: corrected token {esc(repr(corrected.text))} is {how} — no bonus token", 330))
+        fig.add_annotation(
+            x=_name(next(tp for tp in items if tp.token_id == corrected.token_id)),
+            y=next(tp.prob for tp in items if tp.token_id == corrected.token_id),
+            text=f"corrected = {esc(repr(corrected.text))}",
+            showarrow=True,
+            arrowhead=2,
+            ay=-30,
+        )
+    fig.update_layout(
+        **base_layout(f"Rejection at d{j}: corrected token {esc(repr(corrected.text))} is {how} — no bonus token", 330)
+    )
     fig.update_yaxes(title="probability", gridcolor="#eef0f4", rangemode="tozero")
     return fig
 
@@ -85,11 +133,21 @@ def bonus_figure(trace: CycleTrace) -> go.Figure:
     items = list(trace.bonus_top)
     names = [_name(tp) for tp in items]
     colors = [BONUS_COLOR if tp.token_id == bonus.token_id else "#e4cfe0" for tp in items]
-    fig = go.Figure(go.Bar(x=names, y=[tp.prob for tp in items], name=f"p{k + 1}", marker_color=colors,
-                           hovertemplate="p=%{y:.4f}<extra></extra>"))
-    fig.update_layout(**base_layout(
-        f"All {k} accepted: bonus token {esc(repr(bonus.text))} sampled from p{k + 1} (position {bonus.position})",
-        330))
+    fig = go.Figure(
+        go.Bar(
+            x=names,
+            y=[tp.prob for tp in items],
+            name=f"p{k + 1}",
+            marker_color=colors,
+            hovertemplate="p=%{y:.4f}<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        **base_layout(
+            f"All {k} accepted: bonus token {esc(repr(bonus.text))} sampled from p{k + 1} (position {bonus.position})",
+            330,
+        )
+    )
     fig.update_yaxes(title="probability", gridcolor="#eef0f4", rangemode="tozero")
     return fig
 
@@ -99,9 +157,16 @@ def _name(tp: TokenProb) -> str:
 
 
 def _note_missing(fig: go.Figure) -> None:
-    fig.add_annotation(text="missing bar = outside that distribution's stored top-N", x=1, y=-0.28,
-                       xref="paper", yref="paper", xanchor="right", showarrow=False,
-                       font=dict(size=10, color="#6b7280"))
+    fig.add_annotation(
+        text="missing bar = outside that distribution's stored top-N",
+        x=1,
+        y=-0.28,
+        xref="paper",
+        yref="paper",
+        xanchor="right",
+        showarrow=False,
+        font=dict(size=10, color="#6b7280"),
+    )
     fig.update_layout(margin=dict(b=60))
 
 

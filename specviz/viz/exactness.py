@@ -18,23 +18,53 @@ from .style import DRAFT_COLOR, KIND_COLORS, TARGET_COLOR, base_layout, esc, sho
 
 
 def lab_figure(res: LabResult) -> go.Figure:
-    fig = make_subplots(rows=1, cols=2, column_widths=[0.6, 0.4], horizontal_spacing=0.1,
-                        subplot_titles=(f"Next token after {res.context_len} tokens (N = {res.n} each)",
-                                        "Total-variation distance to p vs N"))
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        column_widths=[0.6, 0.4],
+        horizontal_spacing=0.1,
+        subplot_titles=(
+            f"Next token after {res.context_len} tokens (N = {res.n} each)",
+            "Total-variation distance to p vs N",
+        ),
+    )
     names = [esc(show_token(t, 10)) for t in res.token_texts]
     fig.add_trace(go.Bar(x=names, y=list(res.exact), name="exact p", marker_color=TARGET_COLOR), 1, 1)
-    fig.add_trace(go.Bar(x=names, y=res.spec_freq(), name="speculative (empirical)",
-                         marker_color=KIND_COLORS["accepted"]), 1, 1)
-    fig.add_trace(go.Bar(x=names, y=res.target_freq(), name="target only (empirical)", marker_color=DRAFT_COLOR),
-                  1, 1)
+    fig.add_trace(
+        go.Bar(x=names, y=res.spec_freq(), name="speculative (empirical)", marker_color=KIND_COLORS["accepted"]), 1, 1
+    )
+    fig.add_trace(go.Bar(x=names, y=res.target_freq(), name="target only (empirical)", marker_color=DRAFT_COLOR), 1, 1)
     ns = list(res.checkpoints)
-    fig.add_trace(go.Scatter(x=ns, y=list(res.tv_spec), mode="lines+markers", name="TV speculative",
-                             line=dict(color=KIND_COLORS["accepted"])), 1, 2)
-    fig.add_trace(go.Scatter(x=ns, y=list(res.tv_target), mode="lines+markers", name="TV target only",
-                             line=dict(color=DRAFT_COLOR)), 1, 2)
+    fig.add_trace(
+        go.Scatter(
+            x=ns,
+            y=list(res.tv_spec),
+            mode="lines+markers",
+            name="TV speculative",
+            line=dict(color=KIND_COLORS["accepted"]),
+        ),
+        1,
+        2,
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=ns, y=list(res.tv_target), mode="lines+markers", name="TV target only", line=dict(color=DRAFT_COLOR)
+        ),
+        1,
+        2,
+    )
     scale = res.tv_target[-1] * math.sqrt(ns[-1]) if ns else 1.0
-    fig.add_trace(go.Scatter(x=ns, y=[scale / math.sqrt(n) for n in ns], mode="lines", name="∝ 1/√N",
-                             line=dict(color="#9ca3af", dash="dot")), 1, 2)
+    fig.add_trace(
+        go.Scatter(
+            x=ns,
+            y=[scale / math.sqrt(n) for n in ns],
+            mode="lines",
+            name="∝ 1/√N",
+            line=dict(color="#9ca3af", dash="dot"),
+        ),
+        1,
+        2,
+    )
     fig.update_layout(**base_layout(f"Exactness lab · temperature {res.temperature:g}", 380))
     fig.update_layout(barmode="group", legend=dict(y=-0.25, yanchor="top", x=0, xanchor="left"))
     fig.update_xaxes(type="log", title_text="N samples", row=1, col=2)

@@ -71,7 +71,7 @@ def _grid_for(snaps: Sequence[CacheSnapshot]) -> _Grid:
     if n_rows > MAX_ROWS:
         # Keep the rows where the action is: the blocks (rows) holding the newest positions.
         if first.layout == "paged":
-            wanted = {b for s in snaps for b in s.block_table[-(MAX_ROWS - 2):]}
+            wanted = {b for s in snaps for b in s.block_table[-(MAX_ROWS - 2) :]}
             rows = tuple(sorted(wanted)[-MAX_ROWS:]) or rows[-MAX_ROWS:]
         else:
             rows = tuple(range(n_rows - MAX_ROWS, n_rows))
@@ -96,12 +96,8 @@ def _cells(snap: CacheSnapshot, grid: _Grid, token_text: TokenText) -> tuple[lis
             else:
                 raw = token_text(tok)
                 limit = 7 if grid.width <= 8 else 5  # wide grids (page 16+) leave ~40 px per slot
-                t_row.append(
-                    f"<span style='color:{SLOT_TEXT_COLORS[state]}'>{esc(show_token(raw, limit))}</span>"
-                )
-                h_row.append(
-                    f"slot {slot} · <b>{state}</b><br>position {pos} · token {tok} {esc(repr(raw))}"
-                )
+                t_row.append(f"<span style='color:{SLOT_TEXT_COLORS[state]}'>{esc(show_token(raw, limit))}</span>")
+                h_row.append(f"slot {slot} · <b>{state}</b><br>position {pos} · token {tok} {esc(repr(raw))}")
         z.append(z_row)
         text.append(t_row)
         hover.append(h_row)
@@ -151,7 +147,9 @@ def _summary(name: str, snap: CacheSnapshot) -> str:
             f"{snap.num_free_blocks}/{snap.num_blocks} · policy {snap.policy or 'free'}</span>"
         )
     else:
-        head += f"<br><span style='font-size:11px'>write pointer at slot {snap.seq_len} · capacity {snap.capacity}</span>"
+        head += (
+            f"<br><span style='font-size:11px'>write pointer at slot {snap.seq_len} · capacity {snap.capacity}</span>"
+        )
     return head
 
 
@@ -266,28 +264,65 @@ def kv_figure_from_frames(
         title = PHASE_TITLES.get(frame.phase, frame.phase)
         cyc = f"Cycle {cycle} · " if cycle is not None else ""
         return [
-            dict(text=_summary("Target cache", snap.target), x=0.0, y=1.0, xref="paper", yref="paper",
-                 xanchor="left", yanchor="bottom", showarrow=False, align="left"),
-            dict(text=_summary("Draft cache", snap.draft), x=0.53, y=1.0, xref="paper", yref="paper",
-                 xanchor="left", yanchor="bottom", showarrow=False, align="left"),
             dict(
-                text=(f"<b>{cyc}{esc(title)}</b> — target: {esc(frame.target_events)}"
-                      f"<br>draft: {esc(frame.draft_events)}"),
-                x=0.0, y=0.0, xref="paper", yref="paper", xanchor="left", yanchor="top", yshift=-4,
-                showarrow=False, align="left", font=dict(size=11, color="#374151"),
+                text=_summary("Target cache", snap.target),
+                x=0.0,
+                y=1.0,
+                xref="paper",
+                yref="paper",
+                xanchor="left",
+                yanchor="bottom",
+                showarrow=False,
+                align="left",
+            ),
+            dict(
+                text=_summary("Draft cache", snap.draft),
+                x=0.53,
+                y=1.0,
+                xref="paper",
+                yref="paper",
+                xanchor="left",
+                yanchor="bottom",
+                showarrow=False,
+                align="left",
+            ),
+            dict(
+                text=(
+                    f"<b>{cyc}{esc(title)}</b> — target: {esc(frame.target_events)}<br>draft: {esc(frame.draft_events)}"
+                ),
+                x=0.0,
+                y=0.0,
+                xref="paper",
+                yref="paper",
+                xanchor="left",
+                yanchor="top",
+                yshift=-4,
+                showarrow=False,
+                align="left",
+                font=dict(size=11, color="#374151"),
             ),
         ]
 
     legend_traces = [
-        dict(type="scatter", x=[None], y=[None], mode="markers", name=state,
-             marker=dict(symbol="square", size=12, color=SLOT_COLORS[state], line=dict(color="#9ca3af", width=1)))
+        dict(
+            type="scatter",
+            x=[None],
+            y=[None],
+            mode="markers",
+            name=state,
+            marker=dict(symbol="square", size=12, color=SLOT_COLORS[state], line=dict(color="#9ca3af", width=1)),
+        )
         for state in SLOT_ORDER
     ]
     fig = go.Figure(
         dict(
             data=traces_for(frames[current]) + legend_traces,
-            frames=[dict(name=f.phase, data=traces_for(f), traces=list(range(6)),
-                         layout=dict(annotations=annotations_for(f))) for f in frames],
+            frames=[
+                dict(
+                    name=f.phase, data=traces_for(f), traces=list(range(6)), layout=dict(annotations=annotations_for(f))
+                )
+                for f in frames
+            ],
         ),
         _validate=False,
     )
@@ -303,8 +338,9 @@ def kv_figure_from_frames(
 
     layout = base_layout("", height)
     layout["margin"] = dict(l=44, r=10, t=top, b=bottom)
-    layout["legend"] = dict(orientation="h", x=1.0, xanchor="right", y=below(bottom - 22), yanchor="top",
-                            font=dict(size=11))
+    layout["legend"] = dict(
+        orientation="h", x=1.0, xanchor="right", y=below(bottom - 22), yanchor="top", font=dict(size=11)
+    )
     fig.update_layout(**layout)
     fig.update_layout(
         annotations=annotations_for(frames[current]),
@@ -316,12 +352,20 @@ def kv_figure_from_frames(
         fig.update_layout(
             {
                 f"xaxis{axis}": dict(
-                    range=[-0.5 - TAG_COLS, grid.width - 0.5], showgrid=False, zeroline=False, showticklabels=False, ticks="",
+                    range=[-0.5 - TAG_COLS, grid.width - 0.5],
+                    showgrid=False,
+                    zeroline=False,
+                    showticklabels=False,
+                    ticks="",
                     showline=False,
                     fixedrange=True,
                 ),
                 f"yaxis{axis}": dict(
-                    range=[n_rows - 0.5, -0.9], showgrid=False, zeroline=False, showticklabels=False, ticks="",
+                    range=[n_rows - 0.5, -0.9],
+                    showgrid=False,
+                    zeroline=False,
+                    showticklabels=False,
+                    ticks="",
                     showline=False,
                     fixedrange=True,
                 ),
@@ -329,32 +373,84 @@ def kv_figure_from_frames(
         )
     if animated:
         fig.update_layout(
-            updatemenus=[dict(
-                type="buttons", direction="left", x=0.0, xanchor="left", y=below(44), yanchor="top",
-                pad=dict(t=0, r=8), showactive=False,
-                buttons=[
-                    dict(label="▶ Play cycle", method="animate",
-                         args=[None, dict(frame=dict(duration=1100, redraw=True), fromcurrent=False,
-                                          transition=dict(duration=TRANSITION_MS), mode="immediate")]),
-                    dict(label="❚❚", method="animate",
-                         args=[[None], dict(frame=dict(duration=0, redraw=False), mode="immediate",
-                                            transition=dict(duration=0))]),
-                ],
-            )],
-            sliders=[dict(
-                active=current, x=0.2, xanchor="left", len=0.8, y=below(40), yanchor="top",
-                pad=dict(t=0, b=0), currentvalue=dict(visible=False),
-                font=dict(size=10),
-                steps=[dict(label=f.phase, method="animate",
-                            args=[[f.phase], dict(mode="immediate", frame=dict(duration=0, redraw=True),
-                                                  transition=dict(duration=TRANSITION_MS))])
-                       for f in frames],
-            )],
+            updatemenus=[
+                dict(
+                    type="buttons",
+                    direction="left",
+                    x=0.0,
+                    xanchor="left",
+                    y=below(44),
+                    yanchor="top",
+                    pad=dict(t=0, r=8),
+                    showactive=False,
+                    buttons=[
+                        dict(
+                            label="▶ Play cycle",
+                            method="animate",
+                            args=[
+                                None,
+                                dict(
+                                    frame=dict(duration=1100, redraw=True),
+                                    fromcurrent=False,
+                                    transition=dict(duration=TRANSITION_MS),
+                                    mode="immediate",
+                                ),
+                            ],
+                        ),
+                        dict(
+                            label="❚❚",
+                            method="animate",
+                            args=[
+                                [None],
+                                dict(
+                                    frame=dict(duration=0, redraw=False), mode="immediate", transition=dict(duration=0)
+                                ),
+                            ],
+                        ),
+                    ],
+                )
+            ],
+            sliders=[
+                dict(
+                    active=current,
+                    x=0.2,
+                    xanchor="left",
+                    len=0.8,
+                    y=below(40),
+                    yanchor="top",
+                    pad=dict(t=0, b=0),
+                    currentvalue=dict(visible=False),
+                    font=dict(size=10),
+                    steps=[
+                        dict(
+                            label=f.phase,
+                            method="animate",
+                            args=[
+                                [f.phase],
+                                dict(
+                                    mode="immediate",
+                                    frame=dict(duration=0, redraw=True),
+                                    transition=dict(duration=TRANSITION_MS),
+                                ),
+                            ],
+                        )
+                        for f in frames
+                    ],
+                )
+            ],
         )
     if t_grid.hidden_rows or d_grid.hidden_rows:
-        fig.add_annotation(text=f"(showing the most recent {MAX_ROWS} rows)", x=1, y=0, xref="paper",
-                           yref="paper", xanchor="right", yanchor="top", showarrow=False,
-                           font=dict(size=10, color="#6b7280"))
+        fig.add_annotation(
+            text=f"(showing the most recent {MAX_ROWS} rows)",
+            x=1,
+            y=0,
+            xref="paper",
+            yref="paper",
+            xanchor="right",
+            yanchor="top",
+            showarrow=False,
+            font=dict(size=10, color="#6b7280"),
+        )
     return fig
 
 

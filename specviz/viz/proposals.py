@@ -26,7 +26,9 @@ def proposals_figure(trace: CycleTrace, top_n: int = 6) -> go.Figure:
         for row, tp in enumerate(rows):
             z[row][col] = tp.prob
             text[row][col] = f"{esc(show_token(tp.text, 9))}<br>{tp.prob:.2f}"
-            hover[row][col] = f"d{d.index} alternative #{row + 1}: token {tp.token_id} {esc(repr(tp.text))} q={tp.prob:.4f}"
+            hover[row][col] = (
+                f"d{d.index} alternative #{row + 1}: token {tp.token_id} {esc(repr(tp.text))} q={tp.prob:.4f}"
+            )
         rank = next((r for r, tp in enumerate(rows) if tp.token_id == d.token_id), None)
         if rank is None:
             outside_x.append(col)
@@ -37,28 +39,49 @@ def proposals_figure(trace: CycleTrace, top_n: int = 6) -> go.Figure:
             pick_text.append(f"d{d.index} = {esc(repr(d.text))} sampled with q={d.draft_prob:.4f}")
     fig = go.Figure(
         go.Heatmap(
-            z=z, text=text, texttemplate="%{text}", customdata=hover, hovertemplate="%{customdata}<extra></extra>",
-            colorscale=[[0, "#fff7e6"], [1, DRAFT_COLOR]], zmin=0, zmax=1, showscale=False, xgap=3, ygap=3,
+            z=z,
+            text=text,
+            texttemplate="%{text}",
+            customdata=hover,
+            hovertemplate="%{customdata}<extra></extra>",
+            colorscale=[[0, "#fff7e6"], [1, DRAFT_COLOR]],
+            zmin=0,
+            zmax=1,
+            showscale=False,
+            xgap=3,
+            ygap=3,
             textfont=dict(size=11),
         )
     )
     fig.add_trace(
         go.Scatter(
-            x=pick_x, y=pick_y, mode="markers", name="sampled d_i",
+            x=pick_x,
+            y=pick_y,
+            mode="markers",
+            name="sampled d_i",
             marker=dict(symbol="square-open", size=44, color="#b45309", line=dict(width=3)),
-            text=pick_text, hovertemplate="%{text}<extra></extra>",
+            text=pick_text,
+            hovertemplate="%{text}<extra></extra>",
         )
     )
-    fig.update_layout(**base_layout(f"Draft proposals — d_i ~ q_i, top {top_n} of each q_i (K = {k})",
-                                    90 + 44 * top_n))
+    fig.update_layout(**base_layout(f"Draft proposals — d_i ~ q_i, top {top_n} of each q_i (K = {k})", 90 + 44 * top_n))
     fig.update_xaxes(
-        tickmode="array", tickvals=list(range(k)),
-        ticktext=[f"d{d.index} · pos {d.position}" for d in trace.drafts], side="top", showgrid=False,
+        tickmode="array",
+        tickvals=list(range(k)),
+        ticktext=[f"d{d.index} · pos {d.position}" for d in trace.drafts],
+        side="top",
+        showgrid=False,
     )
-    fig.update_yaxes(tickmode="array", tickvals=list(range(top_n)), ticktext=[f"#{r + 1}" for r in range(top_n)],
-                     autorange="reversed", showgrid=False)
+    fig.update_yaxes(
+        tickmode="array",
+        tickvals=list(range(top_n)),
+        ticktext=[f"#{r + 1}" for r in range(top_n)],
+        autorange="reversed",
+        showgrid=False,
+    )
     fig.update_layout(margin=dict(l=30, r=10, t=80, b=10), showlegend=False)
     for col, msg in zip(outside_x, outside_text, strict=True):
-        fig.add_annotation(x=col, y=top_n - 0.5, text=msg, showarrow=False, font=dict(size=10, color="#b45309"),
-                           yanchor="top")
+        fig.add_annotation(
+            x=col, y=top_n - 0.5, text=msg, showarrow=False, font=dict(size=10, color="#b45309"), yanchor="top"
+        )
     return fig

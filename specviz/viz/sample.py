@@ -23,8 +23,28 @@ from ..trace import (
     TokenProb,
 )
 
-WORDS = [" the", " cat", " sat", " on", " a", " mat", ".", " It", " was", " warm", ",", " and", " soft",
-         " light", " fell", " across", " floor", " quiet", " room", "\n"]
+WORDS = [
+    " the",
+    " cat",
+    " sat",
+    " on",
+    " a",
+    " mat",
+    ".",
+    " It",
+    " was",
+    " warm",
+    ",",
+    " and",
+    " soft",
+    " light",
+    " fell",
+    " across",
+    " floor",
+    " quiet",
+    " room",
+    "\n",
+]
 
 
 def _text(token_id: int) -> str:
@@ -136,8 +156,8 @@ def demo_traces(
         n = len(committed)
         snaps: list[PhaseSnapshot] = []
 
-        def snap(phase: str, committed_len: int) -> None:
-            snaps.append(PhaseSnapshot(phase, target.snapshot(committed_len), draft.snapshot(committed_len)))
+        def snap(phase: str, committed_len: int, out: list[PhaseSnapshot] = snaps) -> None:
+            out.append(PhaseSnapshot(phase, target.snapshot(committed_len), draft.snapshot(committed_len)))
 
         snap("start", n)
         catch_up_start = draft.seq_len
@@ -164,8 +184,20 @@ def demo_traces(
             if verdict != "untested" and temperature > 0:
                 u = rng.uniform(0, ratio) if verdict == "accepted" else rng.uniform(ratio, 1.0)
             steps.append(
-                DraftStep(i, n + i - 1, tok, _text(tok), q, p, ratio, u, verdict, False,  # type: ignore[arg-type]
-                          _top(rng, tok, q), _top(rng, tok, p))
+                DraftStep(
+                    i,
+                    n + i - 1,
+                    tok,
+                    _text(tok),
+                    q,
+                    p,
+                    ratio,
+                    u,
+                    verdict,
+                    False,  # type: ignore[arg-type]
+                    _top(rng, tok, q),
+                    _top(rng, tok, p),
+                )
             )
         snap("accept", n)
         emitted = [EmittedToken(t, _text(t), n + i, "accepted") for i, t in enumerate(proposals[:n_acc])]
@@ -189,11 +221,22 @@ def demo_traces(
         assert [s.phase for s in snaps] == list(CYCLE_PHASES)
         traces.append(
             CycleTrace(
-                cycle=cycle, context_len=n, k=k, temperature=temperature, top_k=0, top_p=1.0,
+                cycle=cycle,
+                context_len=n,
+                k=k,
+                temperature=temperature,
+                top_k=0,
+                top_p=1.0,
                 catch_up=tuple(EmittedToken(t, _text(t), catch_up_start + i, "prompt") for i, t in enumerate(catch_up)),
-                drafts=tuple(steps), num_accepted=n_acc, rejected_at=None if n_acc == k else n_acc + 1,
-                residual_top=residual_top, bonus_top=bonus_top, emitted=tuple(emitted),
-                target_events=tuple(target.events), draft_events=tuple(draft.events), snapshots=tuple(snaps),
+                drafts=tuple(steps),
+                num_accepted=n_acc,
+                rejected_at=None if n_acc == k else n_acc + 1,
+                residual_top=residual_top,
+                bonus_top=bonus_top,
+                emitted=tuple(emitted),
+                target_events=tuple(target.events),
+                draft_events=tuple(draft.events),
+                snapshots=tuple(snaps),
                 timings_ms={"draft": 8.0 * k, "verify": 60.0, "accept": 0.3, "resolve": 0.2, "rollback": 0.1},
             )
         )

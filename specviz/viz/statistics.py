@@ -18,29 +18,79 @@ from .style import KIND_COLORS, TARGET_COLOR, base_layout
 
 def stats_figure(st: AcceptanceStats, report: SpeedupReport | None = None) -> go.Figure:
     fig = make_subplots(
-        rows=1, cols=3, horizontal_spacing=0.08,
-        subplot_titles=("Accepted drafts per cycle", "Acceptance by draft position",
-                        "Tokens per cycle: theory vs measured"),
+        rows=1,
+        cols=3,
+        horizontal_spacing=0.08,
+        subplot_titles=(
+            "Accepted drafts per cycle",
+            "Acceptance by draft position",
+            "Tokens per cycle: theory vs measured",
+        ),
     )
-    fig.add_trace(go.Bar(x=list(range(len(st.accepted_hist))), y=list(st.accepted_hist), name="cycles",
-                         marker_color=KIND_COLORS["accepted"], showlegend=False,
-                         hovertemplate="%{y} cycles accepted %{x} drafts<extra></extra>"), 1, 1)
+    fig.add_trace(
+        go.Bar(
+            x=list(range(len(st.accepted_hist))),
+            y=list(st.accepted_hist),
+            name="cycles",
+            marker_color=KIND_COLORS["accepted"],
+            showlegend=False,
+            hovertemplate="%{y} cycles accepted %{x} drafts<extra></extra>",
+        ),
+        1,
+        1,
+    )
     by_pos = st.acceptance_by_position()
-    fig.add_trace(go.Bar(x=[f"d{i + 1}" for i in range(len(by_pos))], y=by_pos, showlegend=False,
-                         marker_color=TARGET_COLOR,
-                         text=[f"{a}/{t}" for a, t in zip(st.accepted_by_position, st.tested_by_position, strict=True)],
-                         textposition="outside", cliponaxis=False,
-                         hovertemplate="%{x}: %{y:.2f} (%{text} tested)<extra></extra>"), 1, 2)
-    fig.add_hline(y=st.alpha, line_dash="dot", line_color="#6b7280", row=1, col=2,
-                  annotation_text=f"α = {st.alpha:.2f}", annotation_position="top left")
+    fig.add_trace(
+        go.Bar(
+            x=[f"d{i + 1}" for i in range(len(by_pos))],
+            y=by_pos,
+            showlegend=False,
+            marker_color=TARGET_COLOR,
+            text=[f"{a}/{t}" for a, t in zip(st.accepted_by_position, st.tested_by_position, strict=True)],
+            textposition="outside",
+            cliponaxis=False,
+            hovertemplate="%{x}: %{y:.2f} (%{text} tested)<extra></extra>",
+        ),
+        1,
+        2,
+    )
+    fig.add_hline(
+        y=st.alpha,
+        line_dash="dot",
+        line_color="#6b7280",
+        row=1,
+        col=2,
+        annotation_text=f"α = {st.alpha:.2f}",
+        annotation_position="top left",
+    )
     ks = list(range(1, 17))
-    fig.add_trace(go.Scatter(x=ks, y=[expected_tokens_per_cycle(st.alpha, k) for k in ks], mode="lines",
-                             name=f"theory (α = {st.alpha:.2f})", line=dict(color="#6b7280", dash="dash")), 1, 3)
+    fig.add_trace(
+        go.Scatter(
+            x=ks,
+            y=[expected_tokens_per_cycle(st.alpha, k) for k in ks],
+            mode="lines",
+            name=f"theory (α = {st.alpha:.2f})",
+            line=dict(color="#6b7280", dash="dash"),
+        ),
+        1,
+        3,
+    )
     if st.cycles:
-        fig.add_trace(go.Scatter(x=[st.mean_k], y=[st.tokens_per_cycle], mode="markers", name="measured",
-                                 marker=dict(size=12, color=KIND_COLORS["corrected"])), 1, 3)
-    title = (f"{st.cycles} cycles · α = {st.alpha:.3f} ({st.accepted}/{st.tested} tested drafts accepted) · "
-             f"{st.tokens_per_cycle:.2f} tokens/cycle")
+        fig.add_trace(
+            go.Scatter(
+                x=[st.mean_k],
+                y=[st.tokens_per_cycle],
+                mode="markers",
+                name="measured",
+                marker=dict(size=12, color=KIND_COLORS["corrected"]),
+            ),
+            1,
+            3,
+        )
+    title = (
+        f"{st.cycles} cycles · α = {st.alpha:.3f} ({st.accepted}/{st.tested} tested drafts accepted) · "
+        f"{st.tokens_per_cycle:.2f} tokens/cycle"
+    )
     if st.forced_cycles:
         title += f" · {st.forced_cycles} forced (what-if) cycle(s) excluded"
     fig.update_layout(**base_layout(title, 330))
@@ -55,9 +105,16 @@ def stats_figure(st: AcceptanceStats, report: SpeedupReport | None = None) -> go
 def speedup_figure(report: SpeedupReport) -> go.Figure:
     names = ["theory (Leviathan)", "measured vs autoregressive"]
     vals = [report.theoretical_speedup, report.measured_speedup]
-    fig = go.Figure(go.Bar(x=names, y=vals, marker_color=["#9ca3af", KIND_COLORS["accepted"]],
-                           text=[f"{v:.2f}×" if v is not None else "run the baseline" for v in vals],
-                           textposition="outside", cliponaxis=False))
+    fig = go.Figure(
+        go.Bar(
+            x=names,
+            y=vals,
+            marker_color=["#9ca3af", KIND_COLORS["accepted"]],
+            text=[f"{v:.2f}×" if v is not None else "run the baseline" for v in vals],
+            textposition="outside",
+            cliponaxis=False,
+        )
+    )
     fig.add_hline(y=1.0, line_dash="dot", line_color="#e45756", annotation_text="no speedup")
     c = f"{report.c:.3f}" if report.c is not None else "?"
     fig.update_layout(**base_layout(f"Speedup · α = {report.alpha:.2f}, K ≈ {report.k:.1f}, c = {c}", 300))

@@ -50,8 +50,11 @@ def strip_chips(
         chips += [_emitted_chip(tr, e.token_id, e.text, e.position, e.kind) for e in tr.emitted]
         if step < CYCLE_PHASES.index("rollback"):
             # Still show the drafts the rejection threw away, struck through, until rollback.
-            chips += [_draft_chip(d, "rejected" if d.verdict == "rejected" else "untested", revealed=True)
-                      for d in tr.drafts if d.verdict != "accepted"]
+            chips += [
+                _draft_chip(d, "rejected" if d.verdict == "rejected" else "untested", revealed=True)
+                for d in tr.drafts
+                if d.verdict != "accepted"
+            ]
     elif step >= CYCLE_PHASES.index("draft"):
         revealed = step >= CYCLE_PHASES.index("accept")
         chips += [_draft_chip(d, d.verdict if revealed else "pending", revealed) for d in tr.drafts]
