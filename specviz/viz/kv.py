@@ -11,7 +11,8 @@ What the picture teaches (DESIGN §1, §2):
   16 slots, with a ▼ marking the write pointer (the next slot to be written).
 * colours: committed K/V, *provisional* K/V (written by the target's verify pass, or by the
   draft's own forward passes, not yet known to survive), *stale* slots (past the valid length:
-  the values are still in memory and will be overwritten), free slots.
+  the values are still in memory and will be overwritten), free slots. Slots that changed in the
+  phase shown are outlined.
 
 Each cycle's figure carries one plotly frame per phase of `CYCLE_PHASES` (start, draft, verify,
 accept, resolve, rollback) with a play button and a phase slider, so the provisional append, the
@@ -158,6 +159,31 @@ def _events_text(events: Sequence[CacheEvent], phase: str) -> str:
     return "; ".join(here) if here else "no change"
 
 
+def _changed_trace(grid: _Grid, z: list, text: list, before: tuple | None, axis: str) -> dict:
+    """Outline every slot whose state or contents changed since the previous phase, so the eye
+    finds the append, the truncation and the freed blocks at once."""
+    xs: list[int] = []
+    ys: list[int] = []
+    if before is not None:
+        bz, btext, _ = before
+        for r, (row, brow) in enumerate(zip(z, bz, strict=True)):
+            for c, (v, bv) in enumerate(zip(row, brow, strict=True)):
+                if v != bv or text[r][c] != btext[r][c]:
+                    xs.append(c)
+                    ys.append(r)
+    return dict(
+        type="scatter",
+        x=xs,
+        y=ys,
+        mode="markers",
+        marker=dict(symbol="square-open", size=19, color="#111827", line=dict(width=2)),
+        hoverinfo="skip",
+        showlegend=False,
+        xaxis=f"x{axis}",
+        yaxis=f"y{axis}",
+    )
+
+
 @dataclass(frozen=True)
 class KVFrame:
     """One animation frame: a named phase, the two snapshots, and what changed in each cache."""
@@ -201,10 +227,16 @@ def kv_figure_from_frames(
 
     # Traces are plain dicts and the figure is built with `_validate=False`: plotly's per-property
     # validation of ~7 frames × 2 grids of cells costs far more than drawing them.
-    def traces_for(frame: KVFrame) -> list[dict]:
+    def traces_for(frame: KVFrame, prev: KVFrame | None) -> list[dict]:
         out: list[dict] = []
-        for grid, snap, axis in ((t_grid, frame.snapshot.target, ""), (d_grid, frame.snapshot.draft, "2")):
+        changed: list[dict] = []
+        pairs = (
+            (t_grid, frame.snapshot.target, prev.snapshot.target if prev else None, ""),
+            (d_grid, frame.snapshot.draft, prev.snapshot.draft if prev else None, "2"),
+        )
+        for grid, snap, before, axis in pairs:
             z, text, hover = _cells(snap, grid, token_text)
+            changed.append(_changed_trace(grid, z, text, _cells(before, grid, token_text) if before else None, axis))
             out.append(
                 dict(
                     type="heatmap",
@@ -257,7 +289,7 @@ def kv_figure_from_frames(
                     yaxis=f"y{axis}",
                 )
             )
-        return out
+        return out + changed  # indices 0-2 target, 3-5 draft, 6-7 "changed" outlines
 
     def annotations_for(frame: KVFrame) -> list[dict]:
         snap = frame.snapshot
@@ -313,15 +345,27 @@ def kv_figure_from_frames(
             marker=dict(symbol="square", size=12, color=SLOT_COLORS[state], line=dict(color="#9ca3af", width=1)),
         )
         for state in SLOT_ORDER
+    ] + [
+        dict(
+            type="scatter",
+            x=[None],
+            y=[None],
+            mode="markers",
+            name="changed in this phase",
+            marker=dict(symbol="square-open", size=12, color="#111827", line=dict(width=2)),
+        )
     ]
     fig = go.Figure(
         dict(
-            data=traces_for(frames[current]) + legend_traces,
+            data=traces_for(frames[current], frames[current - 1] if current else None) + legend_traces,
             frames=[
                 dict(
-                    name=f.phase, data=traces_for(f), traces=list(range(6)), layout=dict(annotations=annotations_for(f))
+                    name=f.phase,
+                    data=traces_for(f, frames[i - 1] if i else None),
+                    traces=list(range(8)),
+                    layout=dict(annotations=annotations_for(f)),
                 )
-                for f in frames
+                for i, f in enumerate(frames)
             ],
         ),
         _validate=False,
