@@ -332,6 +332,7 @@ def init_state() -> None:
         force_reject=[],
         playing=False,
         error=None,
+        finished_note=None,
     )
     if env_pair == "tiny":
         defaults.update(page_size=4)  # short prompts: small pages show block traffic
@@ -361,6 +362,11 @@ def _act(fn: Any) -> None:
             return
         try:
             new = fn(sess)
+        except specviz.DecodingFinishedError as exc:  # not a failure: the text is complete
+            st.session_state.error = None
+            st.session_state.finished_note = str(exc)
+            st.session_state.playing = False
+            return
         except SpecvizError as exc:
             st.session_state.error = str(exc)
             st.session_state.playing = False
@@ -372,6 +378,7 @@ def _act(fn: Any) -> None:
         if new.notices and new.notices == sess.notices:
             new = dataclasses.replace(new, notices=())  # a notice is shown once, until the next action
         st.session_state.error = None
+        st.session_state.finished_note = None
         st.session_state.sess = new
 
 
@@ -395,6 +402,7 @@ def _on_reset() -> None:
     st.session_state.sess = None  # rebuilt from the current controls on this run
     st.session_state.playing = False
     st.session_state.error = None
+    st.session_state.finished_note = None
     st.session_state.reset_notice = "Reset: the decoder restarted from the prompt."
 
 
@@ -467,6 +475,8 @@ def main_view() -> None:
     sess: Session = ss.sess
     if ss.get("error"):
         st.error(ss.error, icon=":material/error:")
+    if ss.get("finished_note"):
+        st.warning(ss.finished_note, icon=":material/flag:")
     cycle, phase = view_of(sess.view, sess)
     st.markdown(status_line(sess, cycle, phase))
     if sess.revealed > 0:
