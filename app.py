@@ -530,7 +530,7 @@ def dist_view(tr: CycleTrace, step: int, figures: dict[str, Any]) -> None:
             )
             or default
         )
-        figures["p_vs_q"] = distributions.pq_figure(tr, int(pos))
+        figures["p_vs_q"] = distributions.pq_figure(tr, int(pos), tested=step >= CYCLE_PHASES.index("accept"))
         st.plotly_chart(figures["p_vs_q"], key="pq_fig", theme=None, config={"displaylogo": False})
     with right:
         if step >= CYCLE_PHASES.index("resolve"):

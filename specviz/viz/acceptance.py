@@ -75,14 +75,18 @@ def acceptance_figure(trace: CycleTrace, tested: bool = True) -> go.Figure:
             )
         )
     if greedy:
-        title = "Acceptance (greedy, T = 0): accept d_i iff d_i = argmax p_i"
+        title, subtitle = (
+            "Acceptance (greedy, T = 0)",
+            "accept d_i iff d_i = argmax p_i; the first mismatch ends the streak",
+        )
     elif tested:
-        title = "Acceptance tests, left to right: accept d_i iff u_i ≤ min(1, p_i(d_i) / q_i(d_i))"
+        title = "Acceptance tests, left to right"
+        subtitle = "accept d_i iff u_i ≤ min(1, p_i(d_i) / q_i(d_i)); the first rejection ends the streak"
     else:
-        title = "Acceptance probabilities min(1, p/q) — known after the verify pass, not yet tested"
+        title, subtitle = "min(1, p/q) per draft", "known as soon as the verify pass returns p; the tests run next"
     if trace.forced:
-        title += " — WHAT-IF: outcomes forced, not exact"
-    fig.update_layout(**base_layout(title, 330))
+        subtitle += " — <b>WHAT-IF: outcomes forced, not exact</b>"
+    fig.update_layout(**base_layout(title, 340, subtitle))
     fig.update_yaxes(range=[0, 1.18], title="probability", gridcolor="#eef0f4", tickvals=[0, 0.25, 0.5, 0.75, 1])
     fig.update_layout(showlegend=tested and not greedy, bargap=0.35)
     return fig

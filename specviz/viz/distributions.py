@@ -18,8 +18,10 @@ from ..trace import CycleTrace, TokenProb
 from .style import BONUS_COLOR, DRAFT_COLOR, RESIDUAL_COLOR, TARGET_COLOR, base_layout, esc, show_token
 
 
-def pq_figure(trace: CycleTrace, index: int) -> go.Figure:
-    """p_i vs q_i at 1-based draft position `index` over the union of both top-N lists."""
+def pq_figure(trace: CycleTrace, index: int, tested: bool = True) -> go.Figure:
+    """p_i vs q_i at 1-based draft position `index` over the union of both top-N lists.
+
+    With `tested=False` (the verify phase) the draft's verdict is not revealed yet."""
     d = trace.drafts[index - 1]
     p = {tp.token_id: tp for tp in d.target_top}
     q = {tp.token_id: tp for tp in d.draft_top}
@@ -51,14 +53,19 @@ def pq_figure(trace: CycleTrace, index: int) -> go.Figure:
     fig.add_annotation(
         x=drafted,
         y=max(d.draft_prob, d.target_prob),
-        text=f"d{index} ({d.verdict})",
+        text=f"d{index} ({d.verdict})" if tested else f"d{index}",
         showarrow=True,
         arrowhead=2,
         ay=-30,
         font=dict(size=11),
     )
     fig.update_layout(
-        **base_layout(f"p{index} vs q{index} at position {d.position} — min(1, p/q) = {d.ratio:.3f} for d{index}", 330)
+        **base_layout(
+            f"p{index} vs q{index} at position {d.position}",
+            340,
+            f"d{index} = {esc(repr(d.text))}: p = {d.target_prob:.3f}, q = {d.draft_prob:.3f}, "
+            f"min(1, p/q) = {d.ratio:.3f}",
+        )
     )
     fig.update_layout(barmode="group", bargap=0.25)
     fig.update_yaxes(title="probability", gridcolor="#eef0f4", rangemode="tozero")
@@ -107,7 +114,7 @@ def residual_figure(trace: CycleTrace) -> go.Figure:
         )
     )
     greedy = trace.temperature == 0
-    how = "argmax p (greedy)" if greedy else "a sample from the residual"
+    how = f"argmax p{j} (greedy)" if greedy else f"sampled from the residual norm(max(0, p{j} − q{j}))"
     if corrected.token_id in [tp.token_id for tp in items]:
         fig.add_annotation(
             x=_name(next(tp for tp in items if tp.token_id == corrected.token_id)),
@@ -118,7 +125,11 @@ def residual_figure(trace: CycleTrace) -> go.Figure:
             ay=-30,
         )
     fig.update_layout(
-        **base_layout(f"Rejection at d{j}: corrected token {esc(repr(corrected.text))} is {how} — no bonus token", 330)
+        **base_layout(
+            f"Rejection at d{j}: corrected token {esc(repr(corrected.text))}",
+            340,
+            f"{how} — no bonus token after a rejection",
+        )
     )
     fig.update_yaxes(title="probability", gridcolor="#eef0f4", rangemode="tozero")
     return fig
@@ -144,8 +155,9 @@ def bonus_figure(trace: CycleTrace) -> go.Figure:
     )
     fig.update_layout(
         **base_layout(
-            f"All {k} accepted: bonus token {esc(repr(bonus.text))} sampled from p{k + 1} (position {bonus.position})",
-            330,
+            f"All {k} accepted: bonus token {esc(repr(bonus.text))}",
+            340,
+            f"sampled from p{k + 1} at position {bonus.position} — the verify pass computed p{k + 1} for free",
         )
     )
     fig.update_yaxes(title="probability", gridcolor="#eef0f4", rangemode="tozero")

@@ -64,7 +64,13 @@ def proposals_figure(trace: CycleTrace, top_n: int = 6) -> go.Figure:
             hovertemplate="%{text}<extra></extra>",
         )
     )
-    fig.update_layout(**base_layout(f"Draft proposals — d_i ~ q_i, top {top_n} of each q_i (K = {k})", 90 + 44 * top_n))
+    fig.update_layout(
+        **base_layout(
+            "Draft proposals: d_i ~ q_i",
+            110 + 44 * top_n,
+            f"top {top_n} of each q_i (K = {k}); the sampled token is outlined — a sample, not the argmax",
+        )
+    )
     fig.update_xaxes(
         tickmode="array",
         tickvals=list(range(k)),
@@ -79,7 +85,7 @@ def proposals_figure(trace: CycleTrace, top_n: int = 6) -> go.Figure:
         autorange="reversed",
         showgrid=False,
     )
-    fig.update_layout(margin=dict(l=30, r=10, t=80, b=10), showlegend=False)
+    fig.update_layout(margin=dict(l=30, r=10, t=104, b=10), showlegend=False)
     for col, msg in zip(outside_x, outside_text, strict=True):
         fig.add_annotation(
             x=col, y=top_n - 0.5, text=msg, showarrow=False, font=dict(size=10, color="#b45309"), yanchor="top"

@@ -77,12 +77,14 @@ def label(text: str, limit: int = 12) -> str:
     return esc(show_token(text, limit))
 
 
-def base_layout(title: str, height: int) -> dict:
-    """Layout defaults shared by all figures: clean white background, compact margins."""
+def base_layout(title: str, height: int, subtitle: str = "") -> dict:
+    """Layout defaults shared by all figures: clean white background, compact margins, a short
+    title and an optional grey subtitle line (long titles get clipped in half-width columns)."""
+    text = title + (f"<br><span style='font-size:12px;color:#6b7280'>{subtitle}</span>" if subtitle else "")
     return dict(
-        title=dict(text=title, x=0.0, xanchor="left", font=dict(size=15)),
+        title=dict(text=text, x=0.0, xanchor="left", font=dict(size=15)),
         height=height,
-        margin=dict(l=56, r=12, t=56, b=40),
+        margin=dict(l=56, r=12, t=78 if subtitle else 56, b=40),
         font=dict(family=FONT, size=12, color="#1f2937"),
         plot_bgcolor="#ffffff",
         paper_bgcolor="#ffffff",
