@@ -1,0 +1,110 @@
+"""The whole suite: run every section in order, then write docs/benchmarks.{md,json}.
+
+Sections depend on each other only through data: theory reads the throughput runs (α on the
+baseline's texts, verify times per K), app step uses the measured target ms/token as its
+"baseline" figure. Peak RSS is recorded after each section.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from . import app_step, memory, paging, profiling, report, theory, threads, throughput
+from .common import Log, Settings, load_prompts, machine, peak_rss_mb
+
+SECTIONS = ("throughput", "theory", "app_step", "paging", "memory", "profile")
+
+
+def run_suite(
+    pair: Any,
+    settings: Settings,
+    out_dir: Path,
+    *,
+    threads_arg: str = "auto",
+    pair_name: str = "default",
+    command: str = "",
+    sections: tuple[str, ...] = SECTIONS,
+    log: Log | None = None,
+) -> dict[str, Any]:
+    log = log or Log()
+    t_start = time.perf_counter()
+    started = dt.datetime.now(dt.UTC)
+    prompts = load_prompts(pair.tokenizer, settings.prompts)
+    results: dict[str, Any] = {
+        "started_utc": started.isoformat(timespec="seconds"),
+        "command": command,
+        "pair": {
+            "kind": pair_name,
+            "target": getattr(pair, "target_name", "target"),
+            "draft": getattr(pair, "draft_name", "draft"),
+            "target_params": sum(p.numel() for p in pair.target.parameters()),
+            "draft_params": sum(p.numel() for p in pair.draft.parameters()),
+            "dtype": str(next(pair.target.parameters()).dtype).removeprefix("torch."),
+            "device": str(next(pair.target.parameters()).device),
+        },
+        "settings": settings.to_dict(),
+        "prompt_tokens": [len(p) for p in prompts],
+        "machine": machine(),
+        "env": {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "MKL_NUM_THREADS")},
+        "peak_rss_mb": {"after_load": peak_rss_mb()},
+    }
+    if threads_arg == "auto":
+        cands = sorted({1, min(2, os.cpu_count() or 1)})
+        results["threads"] = threads.probe(pair, prompts[0], cands, 3, log)
+    else:
+        torch.set_num_threads(int(threads_arg))
+        results["threads"] = {"chosen": int(threads_arg), "how": "--threads"}
+    results["threads"]["interop"] = torch.get_num_interop_threads()
+
+    def mark(name: str, t0: float) -> None:
+        results["peak_rss_mb"][f"after_{name}"] = peak_rss_mb()
+        results.setdefault("section_seconds", {})[name] = time.perf_counter() - t0
+
+    if "throughput" in sections:
+        t0 = time.perf_counter()
+        results["throughput"] = throughput.run(pair, prompts, settings, log)
+        mark("throughput", t0)
+    if "theory" in sections and "throughput" in results:
+        t0 = time.perf_counter()
+        results["theory"] = theory.run(pair, prompts, results["throughput"], settings, log)
+        mark("theory", t0)
+    if "app_step" in sections:
+        t0 = time.perf_counter()
+        baseline = (results.get("theory") or {}).get("cost", {}).get("target_ms_per_token", {}).get("median")
+        results["app_step"] = app_step.run(pair, prompts, settings, log, baseline)
+        mark("app_step", t0)
+    if "paging" in sections:
+        t0 = time.perf_counter()
+        results["paging"] = paging.run(settings, log)
+        mark("paging", t0)
+    if "memory" in sections:
+        t0 = time.perf_counter()
+        results["memory"] = memory.run(pair, prompts, settings, log)
+        mark("memory", t0)
+    if "profile" in sections:
+        t0 = time.perf_counter()
+        results["profile"] = profiling.run(pair, prompts[0], settings, log)
+        mark("profile", t0)
+
+    results.get("throughput", {}).pop("_generated", None)
+    results["wall_seconds"] = time.perf_counter() - t_start
+    results["machine"]["load_average_end"] = os.getloadavg()
+    results["goals"] = report.goals(results)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "benchmarks.json").write_text(json.dumps(results, indent=1, default=_jsonable) + "\n")
+    (out_dir / "benchmarks.md").write_text(report.markdown(results))
+    log(f"wrote {out_dir / 'benchmarks.md'} and benchmarks.json ({results['wall_seconds']:.0f} s)")
+    return results
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, tuple):
+        return list(x)
+    return str(x)

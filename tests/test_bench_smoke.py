@@ -1,0 +1,45 @@
+"""The benchmark harness runs end to end on the tiny pair with tiny settings (no timing checks:
+numbers from a test run mean nothing; this only proves every section and the report work)."""
+
+from __future__ import annotations
+
+import json
+
+import specviz
+from bench.common import Settings
+from bench.suite import SECTIONS, run_suite
+
+
+def test_bench_suite_end_to_end_on_tiny_pair(tmp_path):
+    pair = specviz.build_tiny_pair(seed=0)
+    results = run_suite(
+        pair,
+        Settings.tiny(),
+        tmp_path,
+        threads_arg="1",
+        pair_name="tiny",
+        command="python -m bench --tiny",
+        log=lambda msg: None,
+    )
+
+    data = json.loads((tmp_path / "benchmarks.json").read_text())
+    for section in ("throughput", "theory", "app_step", "paging", "memory"):
+        assert section in data, section
+    assert "profile" in SECTIONS and data["profile"]["torch_ops"]
+    assert data["throughput"]["samples"] and data["theory"]["rows"]
+    assert {g["goal"] for g in results["goals"]} and len(results["goals"]) == 5
+    assert all(isinstance(g["met"], bool) for g in results["goals"])
+    assert data["threads"]["chosen"] == 1
+
+    md = (tmp_path / "benchmarks.md").read_text()
+    for heading in (
+        "## Goals",
+        "## 1. Decoding throughput",
+        "## 2. Against theory",
+        "## 3. App step latency",
+        "## 4. Paged-cache cost",
+        "## 5. Memory",
+        "## 6. Profiles",
+    ):
+        assert heading in md, heading
+    assert "No GPU" in md
