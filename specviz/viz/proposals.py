@@ -85,7 +85,7 @@ def proposals_figure(trace: CycleTrace, top_n: int = 6) -> go.Figure:
         autorange="reversed",
         showgrid=False,
     )
-    fig.update_layout(margin=dict(l=30, r=10, t=104, b=10), showlegend=False)
+    fig.update_layout(margin=dict(l=30, r=10, t=112, b=10), showlegend=False)
     for col, msg in zip(outside_x, outside_text, strict=True):
         fig.add_annotation(
             x=col, y=top_n - 0.5, text=msg, showarrow=False, font=dict(size=10, color="#b45309"), yanchor="top"

@@ -82,12 +82,16 @@ def base_layout(title: str, height: int, subtitle: str = "") -> dict:
     title and an optional grey subtitle line (long titles get clipped in half-width columns)."""
     text = title + (f"<br><span style='font-size:12px;color:#6b7280'>{subtitle}</span>" if subtitle else "")
     return dict(
-        title=dict(text=text, x=0.0, xanchor="left", font=dict(size=15)),
-        height=height,
-        margin=dict(l=56, r=12, t=78 if subtitle else 56, b=40),
+        # The title hangs from the top of the figure; the legend sits just above the plot area, so the
+        # two never overlap whatever the figure's height.
+        title=dict(
+            text=text, x=0.0, xanchor="left", y=1.0, yanchor="top", yref="container", pad=dict(t=10), font=dict(size=15)
+        ),
+        height=height + (30 if subtitle else 10),
+        margin=dict(l=56, r=12, t=92 if subtitle else 66, b=40),
         font=dict(family=FONT, size=12, color="#1f2937"),
         plot_bgcolor="#ffffff",
         paper_bgcolor="#ffffff",
         showlegend=True,
-        legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0),
+        legend=dict(orientation="h", yanchor="bottom", y=1.01, xanchor="right", x=1.0),
     )
