@@ -127,8 +127,12 @@ def test_click_through_two_cycles_and_play(server: str) -> None:
         assert page.locator(".js-plotly-plot").count() >= 4
         heat = page.locator(".js-plotly-plot .heatmaplayer")
         assert heat.count() >= 1
+        status = page.locator("[data-testid='stMarkdown']", has_text="committed before this cycle").first
+        before = status.inner_text()
         page.get_by_role("button", name="Play").click()
         page.wait_for_timeout(3500)
+        after = page.locator("[data-testid='stMarkdown']", has_text="committed before this cycle").first.inner_text()
+        assert after != before, "Play did not advance"
         page.screenshot(path=str(out / "20-playing.png"), full_page=True)
         page.get_by_role("button", name="Pause").click()
         _wait_idle(page)
