@@ -120,6 +120,22 @@ def test_proposals_and_distributions():
     assert "No rejection" in distributions.residual_figure(full).layout.title.text
 
 
+def test_pq_figure_always_shows_the_drafted_token():
+    import dataclasses
+
+    from specviz.trace import TokenProb
+
+    _, traces = demo_traces(accepted_counts=(0,), k=2)
+    tr = traces[0]
+    crowd = tuple(TokenProb(1000 + i, 0.05, f"t{i}") for i in range(16))
+    d = dataclasses.replace(
+        tr.drafts[0], token_id=999, text="rare", draft_prob=0.001, target_prob=0.0001, draft_top=crowd, target_top=crowd
+    )
+    tr = dataclasses.replace(tr, drafts=(d, *tr.drafts[1:]))
+    fig = distributions.pq_figure(tr, 1)
+    assert any("rare" in x for x in fig.data[0].x)
+
+
 def test_token_strip_reveals_phase_by_phase():
     prompt, traces = demo_traces(accepted_counts=(3,), k=5, prompt_len=6)
     kinds = lambda phase: [c.kind for c in tokens.strip_chips(prompt, traces, demo_token_text, 0, phase)]  # noqa: E731

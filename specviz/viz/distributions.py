@@ -28,7 +28,13 @@ def pq_figure(trace: CycleTrace, index: int, tested: bool = True) -> go.Figure:
     # The drafted token's own p and q are always known, even outside the top-N lists.
     p.setdefault(d.token_id, TokenProb(d.token_id, d.target_prob, d.text))
     q.setdefault(d.token_id, TokenProb(d.token_id, d.draft_prob, d.text))
-    ids = sorted(set(p) | set(q), key=lambda t: -max(p[t].prob if t in p else 0, q[t].prob if t in q else 0))[:12]
+
+    def mass(t: int) -> float:
+        return max(p[t].prob if t in p else 0.0, q[t].prob if t in q else 0.0)
+
+    ids = sorted(set(p) | set(q), key=lambda t: -mass(t))[:12]
+    if d.token_id not in ids:  # a low-probability draft: always show the token that was tested
+        ids = sorted(ids[:11] + [d.token_id], key=lambda t: -mass(t))
     names = [_name(p.get(t) or q[t]) for t in ids]
     fig = go.Figure()
     fig.add_trace(
