@@ -9,8 +9,9 @@ Public API (DESIGN §4):
     dec.start(prompt_ids); trace = dec.step()          # one cycle -> CycleTrace
 """
 
+from .autoregressive import AutoregressiveDecoder
 from .config import DecodeConfig
-from .engine import AutoregressiveDecoder, SpeculativeDecoder
+from .engine import SpeculativeDecoder
 from .errors import (
     CacheCapacityError,
     ConfigError,

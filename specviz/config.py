@@ -25,7 +25,8 @@ POLICIES = ("free", "keep")
 
 # Fields that may change between cycles without restarting the decoder.
 LIVE_FIELDS = frozenset(
-    {"k", "temperature", "top_k", "top_p", "forced_outcomes", "check_invariant", "max_new_tokens", "top_n", "instrument"}
+    {"k", "temperature", "top_k", "top_p", "forced_outcomes", "check_invariant", "max_new_tokens", "top_n",
+     "instrument"}
 )
 
 

@@ -31,102 +31,23 @@ import torch
 
 from . import sampling
 from .config import LIVE_FIELDS, DecodeConfig
-from .errors import ConfigError, ContextFullError, DecodingFinishedError, PromptError
-from .kv import SpecvizCache, create_cache
-from .trace import CacheEvent, CycleTrace, DraftStep, EmittedToken, PhaseSnapshot, TokenProb
+from .errors import ConfigError, ContextFullError, DecodingFinishedError
+from .kv import SpecvizCache
+from .runtime import (
+    TokenTexts,
+    context_limit,
+    eos_ids_of,
+    forward,
+    make_generator,
+    max_abs_kv_diff,
+    model_device,
+    open_cache,
+    validate_prompt,
+    vocab_size_of,
+)
+from .trace import CycleTrace, DraftStep, EmittedToken, PhaseSnapshot, TokenProb
 
 DRAFT_SEED_SALT = 0x9E3779B9  # decorrelates the draft's random stream from the target's
-
-# ---------------------------------------------------------------- model helpers
-
-
-def model_device(model: torch.nn.Module) -> torch.device:
-    return next(model.parameters()).device
-
-
-def vocab_size_of(model: Any) -> int:
-    return int(model.get_output_embeddings().weight.shape[0])
-
-
-def max_positions_of(model: Any) -> int | None:
-    cfg = model.config
-    for name in ("max_position_embeddings", "n_positions", "max_sequence_length"):
-        value = getattr(cfg, name, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return None
-
-
-def eos_ids_of(model: Any) -> frozenset[int]:
-    """EOS ids from the generation config (preferred) or the model config."""
-    ids = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    if ids is None:
-        ids = getattr(model.config, "eos_token_id", None)
-    if ids is None:
-        return frozenset()
-    return frozenset([ids] if isinstance(ids, int) else ids)
-
-
-@torch.inference_mode()
-def forward(model: Any, cache: SpecvizCache, token_ids: Sequence[int], phase: str, last_only: bool = False) -> torch.Tensor:
-    """Feed token_ids at the cache's next positions; return logits [T, V] (or [1, V]).
-
-    The cache reserves its slots first, so running out of room raises before the model runs."""
-    start_len = cache.get_seq_length()
-    cache.reserve(list(token_ids), phase)
-    try:
-        ids = torch.tensor([list(token_ids)], dtype=torch.long, device=model_device(model))  # [1, T]
-        out = model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1 if last_only else 0)
-    except BaseException:
-        cache.truncate(start_len, phase)  # undo the reservation: the cache stays as it was
-        raise
-    return out.logits[0].float()  # [T, V]
-
-
-@torch.inference_mode()
-def reference_kv(model: Any, token_ids: Sequence[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """K/V of a fresh prefill with transformers' own DynamicCache: the ground truth that the
-    invariant check compares our caches with. Returns per layer (keys, values) [1, H, T, D]."""
-    from transformers import DynamicCache
-
-    cache = DynamicCache()
-    ids = torch.tensor([list(token_ids)], dtype=torch.long, device=model_device(model))
-    model(input_ids=ids, past_key_values=cache, use_cache=True)
-    return [(layer.keys, layer.values) for layer in cache.layers]
-
-
-def max_abs_kv_diff(model: Any, cache: SpecvizCache, token_ids: Sequence[int]) -> float:
-    """Largest |difference| between the cache's K/V and a fresh prefill of token_ids."""
-    if len(token_ids) != cache.get_seq_length():
-        return float("inf")
-    if not token_ids:
-        return 0.0
-    worst = 0.0
-    for layer_idx, (ref_k, ref_v) in enumerate(reference_kv(model, token_ids)):
-        keys, values = cache.dense_kv(layer_idx)
-        worst = max(worst, (keys - ref_k).abs().max().item(), (values - ref_v).abs().max().item())
-    return worst
-
-
-class _TokenTexts:
-    """Token id -> display text, memoised (decoding is slow compared with a cycle)."""
-
-    def __init__(self, tokenizer: Any | None) -> None:
-        self.tokenizer = tokenizer
-        self._cache: dict[int, str] = {}
-
-    def __call__(self, token_id: int) -> str:
-        text = self._cache.get(token_id)
-        if text is None:
-            if self.tokenizer is None:
-                text = f"<{token_id}>"
-            else:
-                text = self.tokenizer.decode([token_id])
-            self._cache[token_id] = text
-        return text
-
-
-# ---------------------------------------------------------------- shared decoder state
 
 
 @dataclass
@@ -140,27 +61,6 @@ class _Session:
     cycle: int = 0
     finish_reason: str | None = None
     origins: list[str] = field(default_factory=list)  # per committed token: prompt/accepted/corrected/bonus
-
-
-def _make_generator(device: torch.device, seed: int) -> torch.Generator:
-    gen = torch.Generator(device=device)
-    gen.manual_seed(seed)
-    return gen
-
-
-def _validate_prompt(prompt_ids: Sequence[int], vocab_size: int, max_context: int) -> list[int]:
-    ids = list(prompt_ids)
-    if not ids:
-        raise PromptError("the prompt is empty: give at least one token")
-    bad = [t for t in ids if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab_size]
-    if bad:
-        raise PromptError(f"the prompt has token ids outside the vocabulary 0..{vocab_size - 1}: {bad[:5]}")
-    if len(ids) >= max_context:
-        raise PromptError(
-            f"the prompt has {len(ids)} tokens but the context holds {max_context}; "
-            "shorten it so that at least one position is left for generation"
-        )
-    return ids
 
 
 def _check_live_update(old: DecodeConfig, new: DecodeConfig) -> None:
@@ -185,15 +85,14 @@ class SpeculativeDecoder:
         self.target, self.draft = pair.target, pair.draft
         self.vocab_size = max(vocab_size_of(self.target), vocab_size_of(self.draft))
         self.eos_ids = eos_ids_of(self.target)
-        self.token_text = _TokenTexts(getattr(pair, "tokenizer", None))
+        self.token_text = TokenTexts(getattr(pair, "tokenizer", None))
         self._session: _Session | None = None
 
     # -- public state ---------------------------------------------------------------------
 
     @property
     def max_context(self) -> int:
-        limits = [self.config.max_context, max_positions_of(self.target), max_positions_of(self.draft)]
-        return min(x for x in limits if x is not None)
+        return context_limit(self.config, self.target, self.draft)
 
     @property
     def started(self) -> bool:
@@ -238,27 +137,14 @@ class SpeculativeDecoder:
     def start(self, prompt_ids: Sequence[int]) -> None:
         """Prefill both caches with the prompt minus its last token (the invariant's start)."""
         cfg = self.config
-        ids = _validate_prompt(prompt_ids, vocab_size_of(self.target), self.max_context)
-        caches = {
-            role: create_cache(
-                model,
-                cfg.cache_layout,
-                page_size=cfg.page_size,
-                policy=cfg.free_policy,
-                max_len=self.max_context,
-                num_blocks=cfg.num_blocks,
-            )
-            for role, model in (("target", self.target), ("draft", self.draft))
-        }
-        for role, model in (("target", self.target), ("draft", self.draft)):
-            if len(ids) > 1:
-                forward(model, caches[role], ids[:-1], "prefill", last_only=True)
-            caches[role].drain_events()
+        ids = validate_prompt(prompt_ids, vocab_size_of(self.target), self.max_context)
+        models = {"target": self.target, "draft": self.draft}
+        caches = {role: open_cache(model, cfg, self.max_context, ids) for role, model in models.items()}
         devices = {"target": model_device(self.target), "draft": model_device(self.draft)}
         # Independent streams: with one seed for both, the draft's sampling draws and the
         # target's acceptance draws would be the same numbers, which biases the output.
         seeds = {"target": cfg.seed, "draft": cfg.seed ^ DRAFT_SEED_SALT}
-        generators = {role: _make_generator(dev, seeds[role]) for role, dev in devices.items()}
+        generators = {role: make_generator(dev, seeds[role]) for role, dev in devices.items()}
         # Built completely before it replaces the old session: a failure above changes nothing.
         self._session = _Session(ids, len(ids), caches, generators, origins=["prompt"] * len(ids))
 
@@ -357,14 +243,21 @@ class SpeculativeDecoder:
             forced=any(st.forced for st in steps),
         )
 
-    def _draft(self, s: _Session, cfg: DecodeConfig, catch_up: list[int], k: int) -> tuple[list[int], list[torch.Tensor]]:
+    def _distribution(self, logits: torch.Tensor, cfg: DecodeConfig) -> torch.Tensor:
+        """The sampling distribution over the pair's joint vocabulary: the same processing for
+        target and draft, so q is exactly what the draft token was sampled from."""
+        return self._distribution(logits, cfg)
+
+    def _draft(
+        self, s: _Session, cfg: DecodeConfig, catch_up: list[int], k: int
+    ) -> tuple[list[int], list[torch.Tensor]]:
         """Feed the catch-up tokens, then sample d_1..d_k, feeding each but the last."""
         gen = s.generators["draft"]
         drafts: list[int] = []
         draft_probs: list[torch.Tensor] = []  # q_i [V] for i = 1..k
         logits = forward(self.draft, s.caches["draft"], catch_up, "draft", last_only=True)[-1]  # [V]
         for i in range(k):
-            probs = sampling.pad_vocab(sampling.process_logits(logits, cfg.temperature, cfg.top_k, cfg.top_p), self.vocab_size)
+            probs = self._distribution(logits, cfg)
             token = sampling.greedy_token(probs) if cfg.greedy else sampling.sample(probs, gen)
             drafts.append(token)
             draft_probs.append(probs)
@@ -375,7 +268,7 @@ class SpeculativeDecoder:
     def _verify(self, s: _Session, cfg: DecodeConfig, drafts: list[int]) -> torch.Tensor:
         """One target pass over [x_n, d_1..d_k]: K/V appended provisionally, k+1 distributions."""
         logits = forward(self.target, s.caches["target"], [s.committed[-1], *drafts], "verify")  # [k+1, V]
-        return sampling.pad_vocab(sampling.process_logits(logits, cfg.temperature, cfg.top_k, cfg.top_p), self.vocab_size)
+        return self._distribution(logits, cfg)
 
     def _accept(
         self,
@@ -524,85 +417,3 @@ class SpeculativeDecoder:
             cache.drain_events()
         for role, gen in s.generators.items():
             gen.set_state(saved["generators"][role])
-
-
-# ---------------------------------------------------------------- autoregressive baseline
-
-
-class AutoregressiveDecoder:
-    """Plain one-token-at-a-time decoding of a single model with the same cache layouts and the
-    same sampling code: the baseline for speed, and the reference for exactness."""
-
-    def __init__(self, model: Any, config: DecodeConfig | None = None, tokenizer: Any | None = None) -> None:
-        self.model = model
-        self.config = config or DecodeConfig()
-        self.config.validate()
-        self.eos_ids = eos_ids_of(model)
-        self.token_text = _TokenTexts(tokenizer)
-        limits = [self.config.max_context, max_positions_of(model)]
-        self.max_context = min(x for x in limits if x is not None)
-        self._committed: list[int] = []
-        self.num_prompt_tokens = 0
-        self.finish_reason: str | None = None
-        self.cache: SpecvizCache | None = None
-        self.generator: torch.Generator | None = None
-
-    @property
-    def finished(self) -> bool:
-        return self.finish_reason is not None
-
-    @property
-    def committed(self) -> list[int]:
-        return list(self._committed)
-
-    def start(self, prompt_ids: Sequence[int]) -> None:
-        cfg = self.config
-        ids = _validate_prompt(prompt_ids, vocab_size_of(self.model), self.max_context)
-        cache = create_cache(
-            self.model, cfg.cache_layout, page_size=cfg.page_size, policy=cfg.free_policy,
-            max_len=self.max_context, num_blocks=cfg.num_blocks,
-        )
-        if len(ids) > 1:
-            forward(self.model, cache, ids[:-1], "prefill", last_only=True)
-        cache.drain_events()
-        self.cache, self._committed, self.num_prompt_tokens = cache, ids, len(ids)
-        self.generator = _make_generator(model_device(self.model), cfg.seed)
-        self.finish_reason = None
-
-    def next_token_probs(self) -> torch.Tensor:
-        """Feed the newest token and return the processed distribution of the next one [V].
-        (The caller must then append a token: the cache now holds all committed K/V.)"""
-        assert self.cache is not None, "call start() first"
-        cfg = self.config
-        logits = forward(self.model, self.cache, [self._committed[-1]], "decode", last_only=True)[-1]
-        return sampling.process_logits(logits, cfg.temperature, cfg.top_k, cfg.top_p)
-
-    def step(self) -> int:
-        if self.cache is None:
-            raise DecodingFinishedError("the decoder has not started: call start(prompt_ids) first")
-        if self.finished:
-            raise DecodingFinishedError(f"decoding has finished ({self.finish_reason}); call start() to begin again")
-        if len(self._committed) >= self.max_context:
-            raise ContextFullError(f"the context is full ({len(self._committed)} of {self.max_context} positions)")
-        probs = self.next_token_probs()
-        assert self.generator is not None
-        token = sampling.greedy_token(probs) if self.config.greedy else sampling.sample(probs, self.generator)
-        self._committed.append(token)
-        self.cache.drain_events()
-        if token in self.eos_ids:
-            self.finish_reason = "eos"
-        elif len(self._committed) - self.num_prompt_tokens >= self.config.max_new_tokens:
-            self.finish_reason = "max_new_tokens"
-        elif len(self._committed) >= self.max_context:
-            self.finish_reason = "context_full"
-        return token
-
-    def generate(self) -> list[int]:
-        """Decode until the sequence finishes; return the new tokens."""
-        before = len(self._committed)
-        while not self.finished:
-            self.step()
-        return self._committed[before:]
-
-
-__all__ = ["AutoregressiveDecoder", "SpeculativeDecoder", "CacheEvent", "forward", "reference_kv"]

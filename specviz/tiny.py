@@ -74,4 +74,6 @@ def build_tiny_pair(seed: int = 0, noise: float = 0.04, with_eos: bool = False) 
             param.add_(torch.randn(param.shape, generator=gen) * noise * param.std())
     for model in (target, draft):
         model.requires_grad_(False)
-    return ModelPair(target=target, draft=draft, tokenizer=tokenizer, target_name="tiny-target", draft_name="tiny-draft")
+    return ModelPair(
+        target=target, draft=draft, tokenizer=tokenizer, target_name="tiny-target", draft_name="tiny-draft"
+    )

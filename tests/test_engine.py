@@ -9,10 +9,11 @@ import json
 
 import pytest
 import torch
+from engine_helpers import make_pair
 
 from specviz import DecodeConfig, SpeculativeDecoder
+from specviz.autoregressive import AutoregressiveDecoder
 from specviz.cli import main as cli_main
-from specviz.engine import AutoregressiveDecoder
 from specviz.errors import (
     ConfigError,
     ContextFullError,
@@ -21,7 +22,6 @@ from specviz.errors import (
     PromptError,
 )
 from specviz.trace import CYCLE_PHASES, CycleTrace
-from engine_helpers import make_pair
 
 PROMPT = [3, 17, 42, 5, 9, 28, 11]
 TOL = 1e-4  # float32 noise between incremental and one-shot attention

@@ -15,12 +15,12 @@ import itertools
 
 import pytest
 import torch
+from engine_helpers import make_pair
 from scipy.stats import chisquare
 
 from specviz import DecodeConfig, SpeculativeDecoder
-from specviz.engine import AutoregressiveDecoder
+from specviz.autoregressive import AutoregressiveDecoder
 from specviz.sampling import process_logits
-from engine_helpers import make_pair
 
 VOCAB = 8
 PROMPT = [1, 5, 2, 7]

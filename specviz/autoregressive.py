@@ -1,0 +1,92 @@
+"""Plain autoregressive decoding: one model, one token per forward.
+
+The baseline that speculative decoding is measured against, and the reference it must agree
+with: it uses the same cache layouts, the same `forward()` and the same sampling code, so at
+temperature 0 both decoders must produce identical tokens, and at any temperature the
+speculative decoder's output must be distributed as this decoder's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from . import sampling
+from .config import DecodeConfig
+from .errors import ContextFullError, DecodingFinishedError
+from .kv import SpecvizCache
+from .runtime import (
+    TokenTexts,
+    context_limit,
+    eos_ids_of,
+    forward,
+    make_generator,
+    model_device,
+    open_cache,
+    validate_prompt,
+    vocab_size_of,
+)
+
+
+class AutoregressiveDecoder:
+    """Decode one model token by token; the cache always holds the committed sequence minus
+    its newest token, exactly like the speculative decoder's target cache between cycles."""
+
+    def __init__(self, model: Any, config: DecodeConfig | None = None, tokenizer: Any | None = None) -> None:
+        self.model = model
+        self.config = config or DecodeConfig()
+        self.config.validate()
+        self.eos_ids = eos_ids_of(model)
+        self.token_text = TokenTexts(tokenizer)
+        self.max_context = context_limit(self.config, model)
+        self._committed: list[int] = []
+        self.num_prompt_tokens = 0
+        self.finish_reason: str | None = None
+        self.cache: SpecvizCache | None = None
+        self.generator: torch.Generator | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+    @property
+    def committed(self) -> list[int]:
+        return list(self._committed)
+
+    def start(self, prompt_ids: Sequence[int]) -> None:
+        ids = validate_prompt(prompt_ids, vocab_size_of(self.model), self.max_context)
+        cache = open_cache(self.model, self.config, self.max_context, ids)
+        self.cache, self._committed, self.num_prompt_tokens = cache, ids, len(ids)
+        self.generator = make_generator(model_device(self.model), self.config.seed)
+        self.finish_reason = None
+
+    def step(self) -> int:
+        """Feed the newest token, sample the next one, commit it; return its id."""
+        if self.cache is None or self.generator is None:
+            raise DecodingFinishedError("the decoder has not started: call start(prompt_ids) first")
+        if self.finished:
+            raise DecodingFinishedError(f"decoding has finished ({self.finish_reason}); call start() to begin again")
+        if len(self._committed) >= self.max_context:
+            raise ContextFullError(f"the context is full ({len(self._committed)} of {self.max_context} positions)")
+        cfg = self.config
+        logits = forward(self.model, self.cache, [self._committed[-1]], "decode", last_only=True)[-1]  # [V]
+        probs = sampling.process_logits(logits, cfg.temperature, cfg.top_k, cfg.top_p)
+        token = sampling.greedy_token(probs) if cfg.greedy else sampling.sample(probs, self.generator)
+        self._committed.append(token)
+        self.cache.drain_events()
+        if token in self.eos_ids:
+            self.finish_reason = "eos"
+        elif len(self._committed) - self.num_prompt_tokens >= cfg.max_new_tokens:
+            self.finish_reason = "max_new_tokens"
+        elif len(self._committed) >= self.max_context:
+            self.finish_reason = "context_full"
+        return token
+
+    def generate(self) -> list[int]:
+        """Decode until the sequence finishes; return the new tokens."""
+        before = len(self._committed)
+        while not self.finished:
+            self.step()
+        return self._committed[before:]

@@ -1,0 +1,143 @@
+"""What both decoders need from a Hugging Face model: one forward into a specviz cache, the
+ground-truth K/V of a fresh prefill, prompt checks, token texts and seeded generators.
+
+`forward()` is the single place a model runs. It asks the cache to `reserve()` the positions
+first, so a full cache or an exhausted block pool raises *before* the model computes anything,
+and it cancels the reservation if the forward itself fails, so the cache is never left
+half-written. `reference_kv()` runs the same tokens through transformers' own `DynamicCache`:
+the invariant check compares every cache against it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from .config import DecodeConfig
+from .errors import PromptError
+from .kv import SpecvizCache, create_cache
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def vocab_size_of(model: Any) -> int:
+    """Rows of the output head (may exceed the tokenizer's vocabulary: padded embeddings)."""
+    return int(model.get_output_embeddings().weight.shape[0])
+
+
+def max_positions_of(model: Any) -> int | None:
+    cfg = model.config
+    for name in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+        value = getattr(cfg, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def context_limit(cfg: DecodeConfig, *models: Any) -> int:
+    """The most positions a sequence may hold: the config's max_context, capped by every model."""
+    limits = [cfg.max_context, *(max_positions_of(m) for m in models)]
+    return min(x for x in limits if x is not None)
+
+
+def eos_ids_of(model: Any) -> frozenset[int]:
+    """EOS ids from the generation config (preferred) or the model config."""
+    ids = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if ids is None:
+        ids = getattr(model.config, "eos_token_id", None)
+    if ids is None:
+        return frozenset()
+    return frozenset([ids] if isinstance(ids, int) else ids)
+
+
+@torch.inference_mode()
+def forward(
+    model: Any, cache: SpecvizCache, token_ids: Sequence[int], phase: str, last_only: bool = False
+) -> torch.Tensor:
+    """Feed token_ids at the cache's next positions; return logits [T, V] (or [1, V])."""
+    start_len = cache.get_seq_length()
+    cache.reserve(list(token_ids), phase)
+    try:
+        ids = torch.tensor([list(token_ids)], dtype=torch.long, device=model_device(model))  # [1, T]
+        out = model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1 if last_only else 0)
+    except BaseException:
+        cache.truncate(start_len, phase)  # cancel the reservation: the cache stays as it was
+        raise
+    return out.logits[0].float()  # [T, V]
+
+
+def open_cache(model: Any, cfg: DecodeConfig, max_len: int, prompt_ids: Sequence[int]) -> SpecvizCache:
+    """A new cache in the configured layout, prefilled with the prompt minus its last token
+    (the invariant's starting point: the newest token's K/V is computed when it is fed)."""
+    cache = create_cache(
+        model, cfg.cache_layout, page_size=cfg.page_size, policy=cfg.free_policy,
+        max_len=max_len, num_blocks=cfg.num_blocks,
+    )
+    if len(prompt_ids) > 1:
+        forward(model, cache, prompt_ids[:-1], "prefill", last_only=True)
+    cache.drain_events()
+    return cache
+
+
+@torch.inference_mode()
+def reference_kv(model: Any, token_ids: Sequence[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per layer (keys, values) [1, H, T, D] of a fresh prefill with transformers' DynamicCache."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    ids = torch.tensor([list(token_ids)], dtype=torch.long, device=model_device(model))
+    model(input_ids=ids, past_key_values=cache, use_cache=True)
+    return [(layer.keys, layer.values) for layer in cache.layers]
+
+
+def max_abs_kv_diff(model: Any, cache: SpecvizCache, token_ids: Sequence[int]) -> float:
+    """Largest |difference| between the cache's K/V and a fresh prefill of token_ids."""
+    if len(token_ids) != cache.get_seq_length():
+        return float("inf")
+    if not token_ids:
+        return 0.0
+    worst = 0.0
+    for layer_idx, (ref_k, ref_v) in enumerate(reference_kv(model, token_ids)):
+        keys, values = cache.dense_kv(layer_idx)
+        worst = max(worst, (keys - ref_k).abs().max().item(), (values - ref_v).abs().max().item())
+    return worst
+
+
+def validate_prompt(prompt_ids: Sequence[int], vocab_size: int, max_context: int) -> list[int]:
+    ids = list(prompt_ids)
+    if not ids:
+        raise PromptError("the prompt is empty: give at least one token")
+    bad = [t for t in ids if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab_size]
+    if bad:
+        raise PromptError(f"the prompt has token ids outside the vocabulary 0..{vocab_size - 1}: {bad[:5]}")
+    if len(ids) >= max_context:
+        raise PromptError(
+            f"the prompt has {len(ids)} tokens but the context holds {max_context}; "
+            "shorten it so that at least one position is left for generation"
+        )
+    return ids
+
+
+def make_generator(device: torch.device, seed: int) -> torch.Generator:
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed)
+    return gen
+
+
+class TokenTexts:
+    """Token id -> display text, memoised (decoding is slow compared with a cycle)."""
+
+    def __init__(self, tokenizer: Any | None) -> None:
+        self.tokenizer = tokenizer
+        self._cache: dict[int, str] = {}
+
+    def __call__(self, token_id: int) -> str:
+        text = self._cache.get(token_id)
+        if text is None:
+            text = f"<{token_id}>" if self.tokenizer is None else self.tokenizer.decode([token_id])
+            self._cache[token_id] = text
+        return text
