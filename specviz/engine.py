@@ -246,7 +246,8 @@ class SpeculativeDecoder:
     def _distribution(self, logits: torch.Tensor, cfg: DecodeConfig) -> torch.Tensor:
         """The sampling distribution over the pair's joint vocabulary: the same processing for
         target and draft, so q is exactly what the draft token was sampled from."""
-        return self._distribution(logits, cfg)
+        probs = sampling.process_logits(logits, cfg.temperature, cfg.top_k, cfg.top_p)
+        return sampling.pad_vocab(probs, self.vocab_size)
 
     def _draft(
         self, s: _Session, cfg: DecodeConfig, catch_up: list[int], k: int
