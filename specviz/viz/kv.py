@@ -227,6 +227,14 @@ def kv_figure_from_frames(
 
     # Traces are plain dicts and the figure is built with `_validate=False`: plotly's per-property
     # validation of ~7 frames × 2 grids of cells costs far more than drawing them.
+    memo: dict[int, tuple[list, list, list]] = {}
+
+    def cells(snap: CacheSnapshot, grid: _Grid) -> tuple[list, list, list]:
+        """_cells, computed once per snapshot (each is drawn and also diffed with the next)."""
+        if id(snap) not in memo:
+            memo[id(snap)] = _cells(snap, grid, token_text)
+        return memo[id(snap)]
+
     def traces_for(frame: KVFrame, prev: KVFrame | None) -> list[dict]:
         out: list[dict] = []
         changed: list[dict] = []
@@ -235,8 +243,8 @@ def kv_figure_from_frames(
             (d_grid, frame.snapshot.draft, prev.snapshot.draft if prev else None, "2"),
         )
         for grid, snap, before, axis in pairs:
-            z, text, hover = _cells(snap, grid, token_text)
-            changed.append(_changed_trace(grid, z, text, _cells(before, grid, token_text) if before else None, axis))
+            z, text, hover = cells(snap, grid)
+            changed.append(_changed_trace(grid, z, text, cells(before, grid) if before else None, axis))
             out.append(
                 dict(
                     type="heatmap",
