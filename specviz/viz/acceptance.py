@@ -85,7 +85,7 @@ def acceptance_figure(trace: CycleTrace, tested: bool = True) -> go.Figure:
     else:
         title, subtitle = "min(1, p/q) per draft", "known as soon as the verify pass returns p; the tests run next"
     if trace.forced:
-        subtitle += " — <b>WHAT-IF: outcomes forced, not exact</b>"
+        title += " — <span style='color:#b91c1c'>WHAT-IF: forced, not exact</span>"
     fig.update_layout(**base_layout(title, 340, subtitle))
     fig.update_yaxes(range=[0, 1.18], title="probability", gridcolor="#eef0f4", tickvals=[0, 0.25, 0.5, 0.75, 1])
     fig.update_layout(showlegend=tested and not greedy, bargap=0.35)

@@ -61,7 +61,7 @@ def stats_figure(st: AcceptanceStats, report: SpeedupReport | None = None) -> go
         row=1,
         col=2,
         annotation_text=f"α = {st.alpha:.2f}",
-        annotation_position="top left",
+        annotation_position="bottom right",
     )
     ks = list(range(1, 17))
     fig.add_trace(
