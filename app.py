@@ -3,6 +3,7 @@
     streamlit run app.py                 # the embedded default pair (SmolLM2-135M-Instruct + draft)
     SPECVIZ_PAIR=tiny streamlit run app.py   # a tiny random pair: instant start, for tests and dev
     SPECVIZ_PAIR=custom SPECVIZ_TARGET=dir-or-id SPECVIZ_DRAFT=dir-or-id streamlit run app.py
+    SPECVIZ_THREADS=N                        # torch threads (default: 1 on machines with <= 2 cores)
 
 This file is Streamlit only: layout, widgets, session state and cached model loading. All math
 lives in the engine (`specviz.SpeculativeDecoder` computes a whole cycle per `step()` and returns
@@ -50,6 +51,24 @@ PHASES_PER_CYCLE = len(CYCLE_PHASES) - 1  # "start" of cycle c+1 is "rollback" o
 SPEEDS = {"slow (2 s)": 2.0, "normal (1 s)": 1.0, "fast (0.5 s)": 0.5}
 LIVE = ("k", "temperature", "top_k", "top_p", "check_invariant", "max_new_tokens", "forced_outcomes")
 WALKTHROUGH = ((1, True), (2, True), (3, True), (4, False))
+
+
+def configure_threads() -> None:
+    """Torch's intra-op thread count for this server process.
+
+    On a small shared machine (2 cores, other jobs running) OpenMP's busy-waiting makes a matmul
+    split over 2 threads stall whenever one of them is descheduled: a 5-token verify pass measured
+    ~6 s on 2 threads and ~0.16 s on 1 under load (bench/threads.py measures the same effect).
+    So on ≤ 2 cores the app uses 1 thread; SPECVIZ_THREADS=N overrides.
+    """
+    import torch  # already imported by specviz; only the thread count is set here
+
+    wanted = os.environ.get("SPECVIZ_THREADS")
+    if wanted and wanted.isdigit() and int(wanted) > 0:
+        torch.set_num_threads(int(wanted))
+    elif (os.cpu_count() or 1) <= 2:
+        torch.set_num_threads(1)
+
 
 st.set_page_config(
     page_title="specviz — speculative decoding, exactly", page_icon=":material/visibility:", layout="wide"
@@ -726,6 +745,7 @@ def button_row(sess: Session | None) -> None:
 
 
 def main() -> None:
+    configure_threads()
     init_state()
     ss = st.session_state
     kind, target, draft, prompt, chat, cfg, _ = _safe_sidebar()
