@@ -367,3 +367,35 @@ def test_pool_exhaustion_and_full_context_are_reported():
             break
         click(at, "next_cycle")
     assert sess(at).dec.finished and sess(at).dec.finish_reason == "context_full"
+
+
+def test_example_prompt_selector_fills_the_prompt_and_restarts():
+    at = open_app()
+    example = at.selectbox(key="example").options[1]
+    at.selectbox(key="example").set_value(example).run()
+    assert_clean(at)
+    assert at.text_area(key="prompt").value == example
+    assert any("Restarted" in i.value for i in at.info)
+
+
+def test_whatif_multiselects_force_chosen_outcomes():
+    at = open_app()
+    at.toggle(key="whatif").set_value(True).run()
+    at.multiselect(key="force_reject").set_value([1]).run()
+    click(at, "next_cycle")
+    tr = sess(at).traces[-1]
+    assert tr.forced and tr.rejected_at == 1 and tr.drafts[0].forced
+    assert [d.verdict for d in tr.drafts[1:]] == ["untested"] * (tr.k - 1)
+    at.multiselect(key="force_reject").set_value([]).run()
+    at.multiselect(key="force_accept").set_value([1, 2]).run()
+    click(at, "next_cycle")
+    tr = sess(at).traces[-1]
+    assert [d.verdict for d in tr.drafts[:2]] == ["accepted", "accepted"]
+
+
+def test_play_speed_control():
+    at = open_app()
+    at.select_slider(key="speed").set_value("fast (0.5 s)").run()
+    click(at, "play")
+    assert at.session_state["playing"] and sess(at).view == 1
+    click(at, "play")
