@@ -35,18 +35,19 @@ def test_kv_figure_has_one_frame_per_phase_and_opens_on_phase(layout, phase):
     assert fig.layout.updatemenus[0].buttons[0].method == "animate"
     # The initial data is the frame of `phase`.
     frame = next(f for f in fig.frames if f.name == phase)
-    assert fig.data[0].z == frame.data[0].z
+    assert fig.data[0].customdata == frame.data[0].customdata
 
 
-def _states(fig, frame_name: str, trace_index: int = 0) -> list[int]:
+def _states(fig, frame_name: str, trace_index: int = 0) -> list[str]:
+    """Slot states of one grid in one frame (the tiles trace carries them as customdata)."""
     frame = next(f for f in fig.frames if f.name == frame_name)
-    return [int(v) for row in frame.data[trace_index].z for v in row]
+    return list(frame.data[trace_index].customdata)
 
 
 def test_kv_figure_shows_provisional_append_and_rollback():
     _, traces = demo_traces(accepted_counts=(3,), k=5, prompt_len=10, page_size=4)
     fig = kv.kv_figure(traces[0], demo_token_text, "rollback")
-    committed, provisional, stale = 1, 2, 3  # indices in SLOT_ORDER
+    committed, provisional, stale = "committed", "provisional", "stale"
     # target: verify appends K+1 = 6 entries (positions 9..14): x_n's is committed (x_n is), the
     # K = 5 drafts' are provisional.
     assert _states(fig, "verify").count(provisional) == 5
@@ -170,3 +171,18 @@ def test_figures_on_a_real_tiny_trace():
     distributions.pq_figure(tr, 1)
     (distributions.residual_figure if tr.rejected_at else distributions.bonus_figure)(tr)
     fig.to_json()  # serialisable
+
+
+def test_kv_figure_tweens_and_outlines_changes():
+    _, traces = demo_traces(accepted_counts=(3,), k=5, prompt_len=10, page_size=4)
+    fig = kv.kv_figure(traces[0], demo_token_text, "verify")
+    # Only scatter traces: plotly.js can tween them (a heatmap would vanish mid-transition).
+    assert {t.type for t in fig.data} == {"scatter"}
+    assert fig.layout.transition.duration > 0
+    verify = next(f for f in fig.frames if f.name == "verify")
+    tiles = verify.data[0]
+    outlined = [s for s, line in zip(tiles.customdata, tiles.marker.line.color, strict=True) if line == "#111827"]
+    # the verify pass wrote x_n's K/V (committed) and the 5 drafts' (provisional)
+    assert sorted(outlined) == ["committed"] + ["provisional"] * 5
+    start = next(f for f in fig.frames if f.name == "start")
+    assert "#111827" not in start.data[0].marker.line.color  # nothing changed before the cycle's first phase

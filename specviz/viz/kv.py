@@ -34,16 +34,16 @@ from .style import FONT, PHASE_TITLES, SLOT_COLORS, SLOT_ORDER, SLOT_TEXT_COLORS
 TokenText = Callable[[int], str]
 CONTIGUOUS_ROW = 16  # slots per drawn row of a contiguous buffer
 MAX_ROWS = 40  # rows drawn per model; longer caches show their most recent rows
-ROW_PX = 24
-TAG_COLS = 1.7  # width (in slots) of the row-tag column left of each grid
-# Heatmaps cannot be tweened by plotly.js (they vanish during a non-zero transition), so frames
-# switch instantly and the animation's pace comes from the frame duration instead.
-TRANSITION_MS = 0
-
-# A discrete colour scale: z = index in SLOT_ORDER (0..3) maps to a flat colour band.
-_COLORSCALE = []
-for _i, _state in enumerate(SLOT_ORDER):
-    _COLORSCALE += [[_i / len(SLOT_ORDER), SLOT_COLORS[_state]], [(_i + 1) / len(SLOT_ORDER), SLOT_COLORS[_state]]]
+ROW_PX = 26  # vertical pitch of the grid (the figure's height is set from it)
+CELL_PX = 23  # side of a slot's square marker
+COL_PX = 29  # intended horizontal pitch; sets each grid's share of the figure's width
+ASSUMED_WIDTH_PX = 1050  # typical width of the chart in the app's wide layout
+TAG_COLS = 1.9  # width (in slots) of the row-tag column left of each grid
+# Slots are scatter markers, not heatmap cells: plotly.js tweens scatter marker colours and
+# positions, so the provisional append, the rollback and the moving write pointer fade and glide
+# between phases (a heatmap can only jump, and vanishes during a transition).
+TRANSITION_MS = 550
+FRAME_MS = 1300
 
 
 @dataclass(frozen=True)
@@ -80,29 +80,33 @@ def _grid_for(snaps: Sequence[CacheSnapshot]) -> _Grid:
     return _Grid(first.layout, width, rows, hidden)
 
 
-def _cells(snap: CacheSnapshot, grid: _Grid, token_text: TokenText) -> tuple[list, list, list]:
-    """z (state index), text (token label) and hover text, one row per drawn grid row."""
-    z, text, hover = [], [], []
+@dataclass(frozen=True)
+class _Cells:
+    """One model's slots at one phase, flattened row-major over the drawn grid."""
+
+    states: tuple[str, ...]
+    labels: tuple[str, ...]
+    hovers: tuple[str, ...]
+
+
+def _cells(snap: CacheSnapshot, grid: _Grid, token_text: TokenText) -> _Cells:
+    states, labels, hovers = [], [], []
+    limit = 5 if grid.width <= 8 else 4  # what fits a ~29 px slot at 9 px
     for row in grid.rows:
-        z_row, t_row, h_row = [], [], []
         for col in range(grid.width):
             slot = row * grid.width + col
             state = snap.slot_state(slot) if slot < snap.capacity or snap.layout == "contiguous" else "free"
             pos = snap.slot_positions[slot] if slot < len(snap.slot_positions) else -1
             tok = snap.slot_tokens[slot] if slot < len(snap.slot_tokens) else -1
-            z_row.append(SLOT_ORDER.index(state))
+            states.append(state)
             if state == "free" or tok < 0:
-                t_row.append("")
-                h_row.append(f"slot {slot}: free" if state == "free" else f"slot {slot}: {state}")
+                labels.append("")
+                hovers.append(f"slot {slot}: {state}")
             else:
                 raw = token_text(tok)
-                limit = 7 if grid.width <= 8 else 5  # wide grids (page 16+) leave ~40 px per slot
-                t_row.append(f"<span style='color:{SLOT_TEXT_COLORS[state]}'>{esc(show_token(raw, limit))}</span>")
-                h_row.append(f"slot {slot} · <b>{state}</b><br>position {pos} · token {tok} {esc(repr(raw))}")
-        z.append(z_row)
-        text.append(t_row)
-        hover.append(h_row)
-    return z, text, hover
+                labels.append(esc(show_token(raw, limit)))
+                hovers.append(f"slot {slot} · <b>{state}</b><br>position {pos} · token {tok} {esc(repr(raw))}")
+    return _Cells(tuple(states), tuple(labels), tuple(hovers))
 
 
 def _row_tags(snap: CacheSnapshot, grid: _Grid) -> list[str]:
@@ -159,31 +163,6 @@ def _events_text(events: Sequence[CacheEvent], phase: str) -> str:
     return "; ".join(here) if here else "no change"
 
 
-def _changed_trace(grid: _Grid, z: list, text: list, before: tuple | None, axis: str) -> dict:
-    """Outline every slot whose state or contents changed since the previous phase, so the eye
-    finds the append, the truncation and the freed blocks at once."""
-    xs: list[int] = []
-    ys: list[int] = []
-    if before is not None:
-        bz, btext, _ = before
-        for r, (row, brow) in enumerate(zip(z, bz, strict=True)):
-            for c, (v, bv) in enumerate(zip(row, brow, strict=True)):
-                if v != bv or text[r][c] != btext[r][c]:
-                    xs.append(c)
-                    ys.append(r)
-    return dict(
-        type="scatter",
-        x=xs,
-        y=ys,
-        mode="markers",
-        marker=dict(symbol="square-open", size=19, color="#111827", line=dict(width=2)),
-        hoverinfo="skip",
-        showlegend=False,
-        xaxis=f"x{axis}",
-        yaxis=f"y{axis}",
-    )
-
-
 @dataclass(frozen=True)
 class KVFrame:
     """One animation frame: a named phase, the two snapshots, and what changed in each cache."""
@@ -225,43 +204,51 @@ def kv_figure_from_frames(
     d_grid = _grid_for([f.snapshot.draft for f in frames])
     n_rows = max(len(t_grid.rows), len(d_grid.rows))
 
-    # Traces are plain dicts and the figure is built with `_validate=False`: plotly's per-property
-    # validation of ~7 frames × 2 grids of cells costs far more than drawing them.
-    memo: dict[int, tuple[list, list, list]] = {}
+    memo: dict[int, _Cells] = {}
 
-    def cells(snap: CacheSnapshot, grid: _Grid) -> tuple[list, list, list]:
+    def cells(snap: CacheSnapshot, grid: _Grid) -> _Cells:
         """_cells, computed once per snapshot (each is drawn and also diffed with the next)."""
         if id(snap) not in memo:
             memo[id(snap)] = _cells(snap, grid, token_text)
         return memo[id(snap)]
 
+    # Traces are plain dicts and the figure is built with `_validate=False`: plotly's per-property
+    # validation of 6 frames × 2 grids of slots costs far more than drawing them.
     def traces_for(frame: KVFrame, prev: KVFrame | None) -> list[dict]:
         out: list[dict] = []
-        changed: list[dict] = []
         pairs = (
             (t_grid, frame.snapshot.target, prev.snapshot.target if prev else None, ""),
             (d_grid, frame.snapshot.draft, prev.snapshot.draft if prev else None, "2"),
         )
         for grid, snap, before, axis in pairs:
-            z, text, hover = cells(snap, grid)
-            changed.append(_changed_trace(grid, z, text, cells(before, grid) if before else None, axis))
+            now = cells(snap, grid)
+            was = cells(before, grid) if before is not None else now
+            xs = [c for _ in grid.rows for c in range(grid.width)]
+            ys = [r for r in range(len(grid.rows)) for _ in range(grid.width)]
+            fills = [SLOT_COLORS[st] for st in now.states]
+            # A slot whose state or token changed in this phase gets a dark outline.
+            changed = [
+                a != b or la != lb for a, b, la, lb in zip(now.states, was.states, now.labels, was.labels, strict=True)
+            ]
             out.append(
                 dict(
-                    type="heatmap",
-                    z=z,
-                    x=list(range(grid.width)),
-                    y=list(range(len(grid.rows))),
-                    text=text,
-                    texttemplate="%{text}",
-                    textfont=dict(size=10 if grid.width <= 8 else 9, family=FONT),
-                    customdata=hover,
-                    hovertemplate="%{customdata}<extra></extra>",
-                    colorscale=_COLORSCALE,
-                    zmin=0,
-                    zmax=len(SLOT_ORDER),
-                    showscale=False,
-                    xgap=2,
-                    ygap=2,
+                    type="scatter",
+                    x=xs,
+                    y=ys,
+                    mode="markers+text",
+                    marker=dict(
+                        symbol="square",
+                        size=CELL_PX,
+                        color=fills,
+                        line=dict(color=["#111827" if c else f for c, f in zip(changed, fills, strict=True)], width=2),
+                    ),
+                    text=list(now.labels),
+                    textposition="middle center",
+                    textfont=dict(size=9, family=FONT, color=[SLOT_TEXT_COLORS[st] for st in now.states]),
+                    customdata=list(now.states),
+                    hovertext=list(now.hovers),
+                    hovertemplate="%{hovertext}<extra></extra>",
+                    showlegend=False,
                     xaxis=f"x{axis}",
                     yaxis=f"y{axis}",
                 )
@@ -272,9 +259,9 @@ def kv_figure_from_frames(
                 dict(
                     type="scatter",
                     x=[px],
-                    y=[py],
+                    y=[None if py is None else py - 0.5],
                     mode="markers",
-                    marker=dict(symbol="triangle-down", size=10, color="#111827"),
+                    marker=dict(symbol="triangle-down", size=9, color="#111827"),
                     hovertemplate=f"{marker_name}: position {snap.seq_len}<extra></extra>",
                     showlegend=False,
                     xaxis=f"x{axis}",
@@ -297,7 +284,7 @@ def kv_figure_from_frames(
                     yaxis=f"y{axis}",
                 )
             )
-        return out + changed  # indices 0-2 target, 3-5 draft, 6-7 "changed" outlines
+        return out  # indices 0-2: target slots, pointer, row tags; 3-5: the same for the draft
 
     def annotations_for(frame: KVFrame) -> list[dict]:
         snap = frame.snapshot
@@ -327,9 +314,8 @@ def kv_figure_from_frames(
                 align="left",
             ),
             dict(
-                text=(
-                    f"<b>{cyc}{esc(title)}</b> — target: {esc(frame.target_events)}<br>draft: {esc(frame.draft_events)}"
-                ),
+                text=f"<b>{cyc}{esc(title)}</b> — target: {esc(frame.target_events)}<br>"
+                f"draft: {esc(frame.draft_events)}",
                 x=0.0,
                 y=0.0,
                 xref="paper",
@@ -360,25 +346,9 @@ def kv_figure_from_frames(
             y=[None],
             mode="markers",
             name="changed in this phase",
-            marker=dict(symbol="square-open", size=12, color="#111827", line=dict(width=2)),
+            marker=dict(symbol="square", size=12, color="#ffffff", line=dict(color="#111827", width=2)),
         )
     ]
-    fig = go.Figure(
-        dict(
-            data=traces_for(frames[current], frames[current - 1] if current else None) + legend_traces,
-            frames=[
-                dict(
-                    name=f.phase,
-                    data=traces_for(f, frames[i - 1] if i else None),
-                    traces=list(range(8)),
-                    layout=dict(annotations=annotations_for(f)),
-                )
-                for i, f in enumerate(frames)
-            ],
-        ),
-        _validate=False,
-    )
-
     animated = len(frames) > 1
     top, bottom = 64, (150 if animated else 86)
     plot_h = ROW_PX * n_rows + 10
@@ -388,43 +358,36 @@ def kv_figure_from_frames(
         """Paper y coordinate `px` pixels below the plot area (paper coords scale with plot_h)."""
         return -px / plot_h
 
+    def axes(grid: _Grid, left: float) -> tuple[dict, dict]:
+        # Each grid gets the share of the width its columns need, so slots keep a square-ish pitch.
+        share = min(0.47, (grid.width + TAG_COLS) * COL_PX / ASSUMED_WIDTH_PX)
+        hidden = dict(showgrid=False, zeroline=False, showticklabels=False, ticks="", showline=False, fixedrange=True)
+        x = dict(domain=[left, left + share], range=[-0.5 - TAG_COLS, grid.width - 0.5], **hidden)
+        y = dict(range=[n_rows - 0.5, -0.9], **hidden)
+        return x, y
+
+    x1, y1 = axes(t_grid, 0.0)
+    x2, y2 = axes(d_grid, 0.53)
     layout = base_layout("", height)
-    layout["margin"] = dict(l=44, r=10, t=top, b=bottom)
-    layout["legend"] = dict(
-        orientation="h", x=1.0, xanchor="right", y=below(bottom - 22), yanchor="top", font=dict(size=11)
-    )
-    fig.update_layout(**layout)
-    fig.update_layout(
+    layout.update(
+        margin=dict(l=10, r=10, t=top, b=bottom),
+        legend=dict(orientation="h", x=1.0, xanchor="right", y=below(bottom - 22), yanchor="top", font=dict(size=11)),
         annotations=annotations_for(frames[current]),
-        xaxis=dict(domain=[0.0, 0.47]),
-        xaxis2=dict(domain=[0.53, 1.0]),
-        yaxis2=dict(anchor="x2"),
+        xaxis=x1,
+        yaxis=y1,
+        xaxis2=x2,
+        yaxis2=dict(anchor="x2", **y2),
+        # When the app redraws this chart for the next phase, plotly.js tweens the change too.
+        transition=dict(duration=TRANSITION_MS, easing="cubic-in-out"),
     )
-    for axis, grid in (("", t_grid), ("2", d_grid)):
-        fig.update_layout(
-            {
-                f"xaxis{axis}": dict(
-                    range=[-0.5 - TAG_COLS, grid.width - 0.5],
-                    showgrid=False,
-                    zeroline=False,
-                    showticklabels=False,
-                    ticks="",
-                    showline=False,
-                    fixedrange=True,
-                ),
-                f"yaxis{axis}": dict(
-                    range=[n_rows - 0.5, -0.9],
-                    showgrid=False,
-                    zeroline=False,
-                    showticklabels=False,
-                    ticks="",
-                    showline=False,
-                    fixedrange=True,
-                ),
-            }
-        )
     if animated:
-        fig.update_layout(
+        step_args = dict(
+            mode="immediate",
+            # redraw after the tween: token labels and headings are not tweened, they switch at its end
+            frame=dict(duration=0, redraw=True),
+            transition=dict(duration=TRANSITION_MS, easing="cubic-in-out"),
+        )
+        layout.update(
             updatemenus=[
                 dict(
                     type="buttons",
@@ -442,9 +405,9 @@ def kv_figure_from_frames(
                             args=[
                                 None,
                                 dict(
-                                    frame=dict(duration=1100, redraw=True),
+                                    frame=dict(duration=FRAME_MS, redraw=True),
                                     fromcurrent=False,
-                                    transition=dict(duration=TRANSITION_MS),
+                                    transition=dict(duration=TRANSITION_MS, easing="cubic-in-out"),
                                     mode="immediate",
                                 ),
                             ],
@@ -473,37 +436,41 @@ def kv_figure_from_frames(
                     pad=dict(t=0, b=0),
                     currentvalue=dict(visible=False),
                     font=dict(size=10),
-                    steps=[
-                        dict(
-                            label=f.phase,
-                            method="animate",
-                            args=[
-                                [f.phase],
-                                dict(
-                                    mode="immediate",
-                                    frame=dict(duration=0, redraw=True),
-                                    transition=dict(duration=TRANSITION_MS),
-                                ),
-                            ],
-                        )
-                        for f in frames
-                    ],
+                    steps=[dict(label=f.phase, method="animate", args=[[f.phase], step_args]) for f in frames],
                 )
             ],
         )
-    if t_grid.hidden_rows or d_grid.hidden_rows:
-        fig.add_annotation(
-            text=f"(showing the most recent {MAX_ROWS} rows)",
-            x=1,
-            y=0,
-            xref="paper",
-            yref="paper",
-            xanchor="right",
-            yanchor="top",
-            showarrow=False,
-            font=dict(size=10, color="#6b7280"),
-        )
-    return fig
+    hidden_rows = max(t_grid.hidden_rows, d_grid.hidden_rows)
+    if hidden_rows:
+        layout["annotations"] = layout["annotations"] + [
+            dict(
+                text=f"(showing the most recent {MAX_ROWS} rows)",
+                x=1,
+                y=0,
+                xref="paper",
+                yref="paper",
+                xanchor="right",
+                yanchor="top",
+                showarrow=False,
+                font=dict(size=10, color="#6b7280"),
+            )
+        ]
+    return go.Figure(
+        dict(
+            data=traces_for(frames[current], frames[current - 1] if current else None) + legend_traces,
+            layout=layout,
+            frames=[
+                dict(
+                    name=f.phase,
+                    data=traces_for(f, frames[i - 1] if i else None),
+                    traces=list(range(6)),
+                    layout=dict(annotations=annotations_for(f) + layout["annotations"][3:]),
+                )
+                for i, f in enumerate(frames)
+            ],
+        ),
+        _validate=False,
+    )
 
 
 def prefill_frame(target: CacheSnapshot, draft: CacheSnapshot) -> KVFrame:
