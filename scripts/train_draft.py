@@ -474,8 +474,8 @@ def eval_set(target, tok, n: int, max_new: int) -> dict:
     enc = encode_prompts(tok, prompts)
     sets: dict = {"sampled": [], "greedy": []}
     for kind in sets:
-        for i in range(0, n, 16):
-            rows = generate_batch(target, tok, enc[i:i + 16], max_new, kind == "greedy", seed=10_000 + i)
+        for i in range(0, n, 32):
+            rows = generate_batch(target, tok, enc[i:i + 32], max_new, kind == "greedy", seed=10_000 + i)
             rows = [{"prompt": r["prompt"], "gen": r["gen"]} for r in rows]
             probs = torch.softmax(_continuation_logits(target, rows), -1)
             top = probs.topk(EVAL_TOPK, dim=-1)
@@ -723,8 +723,8 @@ def main() -> None:
     p.add_argument("--ckpt-minutes", type=float, default=3.0)
     p.add_argument("--threads", type=int, default=2)
     p = sub.add_parser("eval", help="alpha / greedy agreement / cost ratio on held-out prompts")
-    p.add_argument("--n", type=int, default=64, help="held-out prompts")
-    p.add_argument("--max-new", type=int, default=64)
+    p.add_argument("--n", type=int, default=32, help="held-out prompts")
+    p.add_argument("--max-new", type=int, default=48)
     p.add_argument("--exact", action="store_true", help="full target forward instead of cached top-2048")
     p.add_argument("--raw", action="store_true", help="raw weights instead of the EMA")
     p.add_argument("--no-cost", action="store_true")
