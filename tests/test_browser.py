@@ -92,9 +92,10 @@ def server() -> Iterator[str]:
 
 
 def _wait_idle(page, timeout_ms: int = 60_000) -> None:
-    """Wait until Streamlit has finished the current script run."""
+    """Wait until Streamlit has finished the current script run and the KV chart's tween ended."""
     page.wait_for_timeout(300)
     page.wait_for_selector("[data-testid='stStatusWidget']", state="detached", timeout=timeout_ms)
+    page.wait_for_timeout(900)
 
 
 def test_click_through_two_cycles_and_play(server: str) -> None:

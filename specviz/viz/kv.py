@@ -159,8 +159,28 @@ def _summary(name: str, snap: CacheSnapshot) -> str:
 
 
 def _events_text(events: Sequence[CacheEvent], phase: str) -> str:
-    here = [e.describe() for e in events if e.phase == phase]
-    return "; ".join(here) if here else "no change"
+    """The phase's cache events in one line. The draft appends one position per forward pass, so
+    consecutive appends are merged into one range, and block allocations into one list."""
+    here = [e for e in events if e.phase == phase]
+    if not here:
+        return "no change"
+    parts: list[str] = []
+    appends = [e for e in here if e.kind == "append"]
+    if appends:
+        runs: list[list[CacheEvent]] = []
+        for e in appends:
+            if runs and runs[-1][-1].end == e.start:
+                runs[-1].append(e)
+            else:
+                runs.append([e])
+        for run in runs:
+            passes = f", {len(run)} forward passes" if len(run) > 1 else ""
+            parts.append(f"append K/V for positions {run[0].start}..{run[-1].end - 1} (provisional{passes})")
+    allocated = [b for e in here if e.kind == "alloc" for b in e.blocks]
+    if allocated:
+        parts.append(f"allocate block(s) {allocated} from the free pool")
+    parts += [e.describe() for e in here if e.kind not in ("append", "alloc")]
+    return "; ".join(parts)
 
 
 @dataclass(frozen=True)
