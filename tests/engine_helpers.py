@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import torch
+from tiny_models import tiny_model
 
 from specviz.models import ModelPair
-from tiny_models import tiny_model
 
 # Output-head scale per architecture that makes random distributions peaked rather than
 # near-uniform (GPT-2 ties its head to the input embedding, so it needs far less).
