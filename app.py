@@ -35,7 +35,7 @@ from specviz import narrative
 from specviz.config import DecodeConfig
 from specviz.errors import SpecvizError
 from specviz.lab import LabResult, run_exactness_lab
-from specviz.stats import acceptance_stats, measured_speedup
+from specviz.stats import acceptance_stats, cycle_rows, measured_speedup
 from specviz.trace import CYCLE_PHASES, CacheSnapshot, CycleTrace, traces_to_json
 from specviz.viz import acceptance, distributions, exactness, kv, proposals, statistics, tokens
 from specviz.viz.style import PHASE_TITLES
@@ -612,6 +612,8 @@ def stats_tab(sess: Session) -> None:
             "time from the traces' timings. The measured speedup compares wall time per committed token "
             "with a plain autoregressive run of the same target."
         )
+        st.markdown("**Cycle history**")
+        st.dataframe(cycle_rows(done), hide_index=True, use_container_width=True)
     st.button("Run the autoregressive baseline (same target, same prompt)", key="baseline", on_click=_on_baseline)
     if sess.baseline_ms_per_token:
         st.caption(f"Baseline: {sess.baseline_ms_per_token:.1f} ms per token over {sess.baseline_tokens} tokens.")

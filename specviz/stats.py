@@ -151,3 +151,24 @@ def measured_speedup(traces: Sequence[CycleTrace], baseline_ms_per_token: float 
         baseline_ms_per_token=baseline_ms_per_token,
         measured_speedup=measured,
     )
+
+
+def cycle_rows(traces: Sequence[CycleTrace]) -> list[dict[str, object]]:
+    """One row per cycle for a history table: what was proposed, what survived, what it cost."""
+    rows = []
+    for t in traces:
+        rows.append(
+            {
+                "cycle": t.cycle,
+                "n": t.context_len,
+                "K": t.k,
+                "T": t.temperature,
+                "accepted": t.num_accepted,
+                "rejected at": t.rejected_at if t.rejected_at is not None else "—",
+                "committed": "".join(e.text for e in t.emitted),
+                "last token": t.emitted[-1].kind if t.emitted else "—",
+                "forced": "what-if" if t.forced else "",
+                "ms": round(cycle_ms(t), 1),
+            }
+        )
+    return rows

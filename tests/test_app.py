@@ -283,6 +283,7 @@ def test_statistics_baseline_lab_and_export():
     at = open_app()
     click(at, "next_cycle", 3)
     assert any(m.label == "Acceptance rate α" for m in at.metric)
+    assert len(at.dataframe) == 1 and len(at.dataframe[0].value) == 3  # the cycle history table
     click(at, "baseline")
     assert sess(at).baseline_ms_per_token > 0
     speed = next(m for m in at.metric if m.label == "Measured speedup")

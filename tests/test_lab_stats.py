@@ -63,6 +63,15 @@ def test_cost_ratio_and_measured_speedup():
     speedup_figure(rep)
 
 
+def test_cycle_rows():
+    _, traces = demo_traces(accepted_counts=(3, 5), k=5)
+    rows = stats.cycle_rows(traces)
+    assert [r["accepted"] for r in rows] == [3, 5]
+    assert rows[0]["rejected at"] == 4 and rows[1]["rejected at"] == "—"
+    assert rows[0]["last token"] == "corrected" and rows[1]["last token"] == "bonus"
+    assert rows[0]["committed"] == "".join(e.text for e in traces[0].emitted)
+
+
 def test_empty_traces():
     st = stats.acceptance_stats([])
     assert st.cycles == 0 and st.alpha == 0.0 and st.tokens_per_cycle == 0.0
