@@ -315,7 +315,7 @@ def _whatif_controls() -> bool:
             "Walkthrough scenario: K = 5, d1–d3 accepted, d4 rejected",
             key="scenario",
             on_click=_on_scenario,
-            use_container_width=True,
+            width="stretch",
         )
     return on
 
@@ -613,7 +613,7 @@ def stats_tab(sess: Session) -> None:
             "with a plain autoregressive run of the same target."
         )
         st.markdown("**Cycle history**")
-        st.dataframe(cycle_rows(done), hide_index=True, use_container_width=True)
+        st.dataframe(cycle_rows(done), hide_index=True, width="stretch")
     st.button("Run the autoregressive baseline (same target, same prompt)", key="baseline", on_click=_on_baseline)
     if sess.baseline_ms_per_token:
         st.caption(f"Baseline: {sess.baseline_ms_per_token:.1f} ms per token over {sess.baseline_tokens} tokens.")
@@ -713,7 +713,7 @@ def button_row(sess: Session | None) -> None:
         disabled=disabled,
         icon=":material/play_arrow:",
         shortcut="Right",
-        use_container_width=True,
+        width="stretch",
     )
     cols[1].button(
         "Next cycle",
@@ -722,7 +722,7 @@ def button_row(sess: Session | None) -> None:
         disabled=disabled,
         icon=":material/skip_next:",
         shortcut="Shift+Right",
-        use_container_width=True,
+        width="stretch",
     )
     cols[2].button(
         "Back",
@@ -731,7 +731,7 @@ def button_row(sess: Session | None) -> None:
         disabled=disabled or sess.view == 0,
         icon=":material/undo:",
         shortcut="Left",
-        use_container_width=True,
+        width="stretch",
     )
     cols[3].button(
         "Pause" if ss.playing else "Play",
@@ -740,10 +740,10 @@ def button_row(sess: Session | None) -> None:
         disabled=disabled,
         icon=":material/pause:" if ss.playing else ":material/slow_motion_video:",
         shortcut="P",
-        use_container_width=True,
+        width="stretch",
         help="Auto-advance one phase at a time at the sidebar's speed",
     )
-    cols[4].button("Reset", key="reset", on_click=_on_reset, icon=":material/restart_alt:", use_container_width=True)
+    cols[4].button("Reset", key="reset", on_click=_on_reset, icon=":material/restart_alt:", width="stretch")
 
 
 def main() -> None:
