@@ -349,56 +349,70 @@ def init_state() -> None:
         whatif=False,
         force_accept=[],
         force_reject=[],
-        playing=False,
-        error=None,
-        finished_note=None,
     )
     if env_pair == "tiny":
         defaults.update(page_size=4)  # short prompts: small pages show block traffic
     for key, value in defaults.items():
         st.session_state.setdefault(key, value)
-    st.session_state.setdefault("_lock", threading.Lock())
+    holder()  # created once, on the session's first run
 
 
 # ---------------------------------------------------------------- actions (callbacks) ---------
 
 
+@dataclass
+class Holder:
+    """The browser session's one mutable cell: the current `Session` and the lock around it.
+
+    Actions build a new immutable `Session` and assign it here in one statement. Keeping the cell
+    an object, fetched *before* the slow step, matters: with `runner.fastReruns` Streamlit abandons
+    a run that is still busy in the decoder, and that thread's later `st.session_state` accesses
+    raise. Writing the result through the object it already holds cannot fail, so the decoder and
+    the recorded history never disagree.
+    """
+
+    sess: Session | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    error: str | None = None  # the last action's error, shown until the next action
+    finished_note: str | None = None  # "generation has finished", shown as a notice
+    playing: bool = False
+
+
+def holder() -> Holder:
+    return st.session_state.setdefault("_holder", Holder())
+
+
 def session_lock() -> threading.Lock:
     """One lock per browser session around everything that touches its decoder.
 
-    Streamlit cannot interrupt a callback that is busy in torch code, so a second click during a
-    slow step starts a second script thread that would run its callback *concurrently* on the same
-    decoder. Taking this lock makes the second click wait and then act on the finished state.
+    Streamlit cannot interrupt a callback that is busy in torch code, so a click during a slow
+    step could otherwise start a second script thread that runs its callback *concurrently* on the
+    same decoder (with `runner.fastReruns`, off in .streamlit/config.toml). The lock makes the
+    second click wait and then act on the finished state.
     """
-    return st.session_state.setdefault("_lock", threading.Lock())
+    return holder().lock
 
 
 def _act(fn: Any) -> None:
     """Run an action on the session; assign the result only if it succeeded."""
-    with session_lock():
-        sess: Session | None = st.session_state.get("sess")
-        if sess is None:
+    h = holder()  # fetched before the (possibly slow) action: see Holder
+    with h.lock:
+        if h.sess is None:
             return
         try:
-            new = fn(sess)
+            new = fn(h.sess)
         except specviz.DecodingFinishedError as exc:  # not a failure: the text is complete
-            st.session_state.error = None
-            st.session_state.finished_note = str(exc)
-            st.session_state.playing = False
+            h.error, h.finished_note, h.playing = None, str(exc), False
             return
         except SpecvizError as exc:
-            st.session_state.error = str(exc)
-            st.session_state.playing = False
+            h.error, h.playing = str(exc), False
             return
         except Exception as exc:  # keep the app usable whatever happens, but say what it was
-            st.session_state.error = f"{type(exc).__name__}: {exc}"
-            st.session_state.playing = False
+            h.error, h.playing = f"{type(exc).__name__}: {exc}", False
             return
-        if new.notices and new.notices == sess.notices:
+        if new.notices and new.notices == h.sess.notices:
             new = dataclasses.replace(new, notices=())  # a notice is shown once, until the next action
-        st.session_state.error = None
-        st.session_state.finished_note = None
-        st.session_state.sess = new
+        h.sess, h.error, h.finished_note = new, None, None
 
 
 def _on_next_phase() -> None:
@@ -414,21 +428,21 @@ def _on_back() -> None:
 
 
 def _on_history() -> None:
-    _act(lambda s: dataclasses.replace(s, view=min(int(st.session_state.history), s.revealed)))
+    wanted = int(st.session_state.history)  # read before the lock: see Holder
+    _act(lambda s: dataclasses.replace(s, view=min(wanted, s.revealed)))
 
 
 def _on_reset() -> None:
-    st.session_state.sess = None  # rebuilt from the current controls on this run
-    st.session_state.playing = False
-    st.session_state.error = None
-    st.session_state.finished_note = None
+    holder().sess = None  # rebuilt from the current controls on this run
+    h = holder()
+    h.playing, h.error, h.finished_note = False, None, None
     st.session_state.reset_notice = "Reset: the decoder restarted from the prompt."
 
 
 def _on_play() -> None:
-    playing = not st.session_state.playing
-    st.session_state.playing = playing
-    if playing:
+    h = holder()
+    h.playing = not h.playing
+    if h.playing:
         _on_next_phase()  # the first step happens at once; the timer does the rest
 
 
@@ -436,7 +450,7 @@ def _on_scenario() -> None:
     """One click: K = 5, force d1–d3 accept and d4 reject, and run that cycle."""
     ss = st.session_state
     ss.k, ss.whatif, ss.force_accept, ss.force_reject = 5, True, [1, 2, 3], [4]
-    ss.playing = False
+    holder().playing = False
 
     def run(sess: Session) -> Session:
         cfg = sess.dec.config.replace(k=5, forced_outcomes=WALKTHROUGH)
@@ -481,21 +495,26 @@ def kv_view(sess: Session, cycle: int | None, phase: str) -> Any:
 def main_view() -> None:
     """Everything below the buttons. Runs as a fragment that re-runs on a timer while playing."""
     ss = st.session_state
-    if ss.get("playing") and not ss.get("_full_run"):
+    h = holder()
+    if h.playing and not ss.get("_full_run"):
         _on_next_phase()
-        if ss.error or (
-            ss.sess.dec.finished
-            and ss.sess.view == ss.sess.revealed
-            and ss.sess.revealed == PHASES_PER_CYCLE * len(ss.sess.traces)
+        if (
+            h.error
+            or h.finished_note
+            or (
+                holder().sess.dec.finished
+                and holder().sess.view == holder().sess.revealed
+                and holder().sess.revealed == PHASES_PER_CYCLE * len(holder().sess.traces)
+            )
         ):
-            ss.playing = False
+            h.playing = False
             st.rerun(scope="app")
     ss._full_run = False
-    sess: Session = ss.sess
-    if ss.get("error"):
-        st.error(ss.error, icon=":material/error:")
-    if ss.get("finished_note"):
-        st.warning(ss.finished_note, icon=":material/flag:")
+    sess: Session = holder().sess
+    if h.error:
+        st.error(h.error, icon=":material/error:")
+    if h.finished_note:
+        st.warning(h.finished_note, icon=":material/flag:")
     cycle, phase = view_of(sess.view, sess)
     st.markdown(status_line(sess, cycle, phase))
     if sess.revealed > 0:
@@ -656,8 +675,9 @@ def lab_tab(sess: Session, cycle: int | None) -> None:
         except SpecvizError as exc:
             st.error(str(exc))
         else:
-            st.session_state.sess = dataclasses.replace(st.session_state.sess, lab=res)
-            sess = st.session_state.sess
+            with session_lock():
+                holder().sess = dataclasses.replace(holder().sess, lab=res)
+            sess = holder().sess
         bar.empty()
     if sess.lab is not None:
         res = sess.lab
@@ -701,7 +721,6 @@ def figures_html() -> str:
 
 
 def button_row(sess: Session | None) -> None:
-    ss = st.session_state
     cols = st.columns([1.5, 1.7, 1.1, 1.2, 1.1, 1.5])
     disabled = sess is None
     # Material icons ship with Streamlit's frontend (no emoji font needed on the viewer's machine).
@@ -734,11 +753,11 @@ def button_row(sess: Session | None) -> None:
         width="stretch",
     )
     cols[3].button(
-        "Pause" if ss.playing else "Play",
+        "Pause" if holder().playing else "Play",
         key="play",
         on_click=_on_play,
         disabled=disabled,
-        icon=":material/pause:" if ss.playing else ":material/slow_motion_video:",
+        icon=":material/pause:" if holder().playing else ":material/slow_motion_video:",
         shortcut="P",
         width="stretch",
         help="Auto-advance one phase at a time at the sidebar's speed",
@@ -785,18 +804,18 @@ def main() -> None:
         if not _ensure_session(ss, restart_key, pair, cfg, prompt, chat):
             button_row(None)
             return
-    sess = ss.sess
+    sess = holder().sess
     for note in sess.notices:
         st.info(note, icon=":material/info:")
     button_row(sess)
     ss._full_run = True
-    run_every = SPEEDS.get(ss.speed, 1.0) if ss.playing else None
+    run_every = SPEEDS.get(ss.speed, 1.0) if holder().playing else None
     st.fragment(run_every=run_every)(main_view)()
 
 
 def _ensure_session(ss: Any, restart_key: tuple, pair: Any, cfg: DecodeConfig, prompt: str, chat: bool) -> bool:
     """(Re)start the session's decoder when a restart setting changed; apply live settings."""
-    sess: Session | None = ss.get("sess")
+    sess: Session | None = holder().sess
     if sess is None or sess.restart_key != restart_key:
         notice = ss.pop("reset_notice", "")
         if sess is not None:
@@ -824,17 +843,17 @@ def _ensure_session(ss: Any, restart_key: tuple, pair: Any, cfg: DecodeConfig, p
             ]
             notice = f"Restarted from the prompt because the {', '.join(changed)} changed (history cleared)."
         try:
-            ss.sess = new_session(restart_key, pair, cfg, prompt, chat, notice)
-            ss.error = None
+            holder().sess = new_session(restart_key, pair, cfg, prompt, chat, notice)
+            holder().error = None
         except SpecvizError as exc:
-            ss.sess = None
-            ss.playing = False
+            holder().sess = None
+            holder().playing = False
             st.error(f"Could not start: {exc}", icon=":material/error:")
             return False
     try:
-        sync_config(ss.sess, cfg)
+        sync_config(holder().sess, cfg)
     except SpecvizError as exc:
-        ss.error = str(exc)
+        holder().error = str(exc)
     return True
 
 

@@ -36,7 +36,7 @@ def assert_clean(at: AppTest) -> None:
 
 
 def sess(at: AppTest):
-    return at.session_state["sess"]
+    return at.session_state["_holder"].sess
 
 
 def click(at: AppTest, key: str, times: int = 1) -> AppTest:
@@ -153,10 +153,10 @@ def test_next_cycle_mid_cycle_completes_it():
 def test_play_advances_and_pause_stops():
     at = open_app()
     click(at, "play")
-    assert at.session_state["playing"] is True and sess(at).view == 1
+    assert at.session_state["_holder"].playing is True and sess(at).view == 1
     assert any(b.label == "Pause" for b in at.button)
     click(at, "play")
-    assert at.session_state["playing"] is False
+    assert at.session_state["_holder"].playing is False
 
 
 def test_reset_restarts_from_the_prompt():
@@ -398,5 +398,5 @@ def test_play_speed_control():
     at = open_app()
     at.select_slider(key="speed").set_value("fast (0.5 s)").run()
     click(at, "play")
-    assert at.session_state["playing"] and sess(at).view == 1
+    assert at.session_state["_holder"].playing and sess(at).view == 1
     click(at, "play")
