@@ -34,10 +34,17 @@ def build_figures(prompt: list[int], traces: list, token_text: Any, baseline_ms:
     cycle = len(traces) - 1
     figs: dict[str, Any] = {}
     ms: dict[str, float] = {}
+    errors: list[str] = []
 
     def timed(name: str, fn: Any) -> Any:
+        # A figure that raises is a bug in the app too; count it (the report lists it) and go on,
+        # so one broken figure does not lose the whole suite.
         t0 = time.perf_counter()
-        out = fn()
+        try:
+            out = fn()
+        except Exception as exc:  # noqa: BLE001
+            errors.append(f"{name}: {type(exc).__name__}: {exc}")
+            out = None
         ms[name] = ms.get(name, 0.0) + 1000 * (time.perf_counter() - t0)
         return out
 
@@ -56,13 +63,16 @@ def build_figures(prompt: list[int], traces: list, token_text: Any, baseline_ms:
         report = measured_speedup(traces, baseline_ms)
         return statistics.stats_figure(st, report), statistics.speedup_figure(report)
 
-    figs["stats"], figs["speedup"] = timed("statistics", stats)
-    return figs, ms
+    figs["stats"], figs["speedup"] = timed("statistics", stats) or (None, None)
+    if errors:
+        figs["_errors"] = errors
+    return {k: v for k, v in figs.items() if v is not None}, ms
 
 
 def run_k(pair: Any, prompts: list[list[int]], k: int, s: Settings, baseline_ms: float | None) -> dict[str, Any]:
     cfg = spec_config(k, 1, 4096, "paged", True, page_size=16, free_policy="free")
     rows: list[dict[str, float]] = []
+    errors: list[str] = []
     p = 0
     dec = None
     traces: list = []
@@ -79,6 +89,7 @@ def run_k(pair: Any, prompts: list[list[int]], k: int, s: Settings, baseline_ms:
         t1 = time.perf_counter()
         figs, fig_ms = build_figures(prompt, traces, dec.token_text, baseline_ms)
         t2 = time.perf_counter()
+        errors += figs.pop("_errors", [])
         for fig in figs.values():
             fig.to_json()
         t3 = time.perf_counter()
@@ -92,7 +103,9 @@ def run_k(pair: Any, prompts: list[list[int]], k: int, s: Settings, baseline_ms:
             }
         )
     rows = rows[warm:]
-    return {key: summary([r[key] for r in rows]) for key in rows[0]}
+    out: dict[str, Any] = {key: summary([r[key] for r in rows]) for key in rows[0]}
+    out["figure_errors"] = {"count": len(errors), "distinct": sorted(set(errors))[:10]}
+    return out
 
 
 def run(pair: Any, prompts: list[list[int]], s: Settings, log: Log, baseline_ms: float | None) -> dict[str, Any]:

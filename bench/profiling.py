@@ -29,14 +29,38 @@ from .systems import spec_config
 TOP = 14
 
 
-def _top_python(prof: cProfile.Profile, n: int) -> list[dict[str, Any]]:
+# Where own time goes, by group (substring of the function's file or name -> group label).
+PY_GROUPS = {
+    "plotly object model (validation, property paths)": ("plotly/", "_plotly_utils/", "copy.py"),
+    "model matmuls (torch linear)": ("torch._C._nn.linear",),
+    "sampling (torch.multinomial)": ("torch.multinomial",),
+    "specviz bookkeeping (kv, engine, trace)": ("specviz/",),
+}
+OP_GROUPS = {
+    "matmuls (aten::mm/addmm/bmm)": ("aten::mm", "aten::addmm", "aten::bmm"),
+    "sampling draws (aten::exponential_, multinomial)": ("aten::exponential_", "aten::multinomial"),
+    "paged gather/scatter (index_select, index_copy_)": ("aten::index_select", "aten::index_copy"),
+    "attention (sdpa)": ("scaled_dot_product",),
+}
+
+
+def _shares(rows: list[tuple[str, float]], groups: dict[str, tuple[str, ...]]) -> dict[str, Any]:
+    total = sum(ms for _, ms in rows)
+    out: dict[str, Any] = {"total_own_ms": total}
+    for label, keys in groups.items():
+        ms = sum(v for name, v in rows if any(k in name for k in keys))
+        out[label] = {"own_ms": ms, "share": ms / total if total else None}
+    return out
+
+
+def _python_rows(prof: cProfile.Profile) -> list[dict[str, Any]]:
     stats = pstats.Stats(prof)
     rows = []
     for (file, line, func), (_cc, nc, tt, ct, _) in stats.stats.items():  # type: ignore[attr-defined]
         short = file.split("site-packages/")[-1].split(str(REPO) + "/")[-1]
         rows.append({"function": f"{short}:{line}({func})", "calls": nc, "own_ms": 1000 * tt, "cum_ms": 1000 * ct})
     rows.sort(key=lambda r: r["own_ms"], reverse=True)
-    return rows[:n]
+    return rows
 
 
 def run(pair: Any, prompt: list[int], s: Settings, log: Log) -> dict[str, Any]:
@@ -53,14 +77,18 @@ def run(pair: Any, prompt: list[int], s: Settings, log: Log) -> dict[str, Any]:
     for _ in range(n):
         traces.append(dec.step())
     prof.disable()
-    out["python_cycle"] = _top_python(prof, TOP)
+    rows = _python_rows(prof)
+    out["python_cycle"] = rows[:TOP]
+    out["python_cycle_groups"] = _shares([(r["function"], r["own_ms"]) for r in rows], PY_GROUPS)
 
     prof = cProfile.Profile()
     prof.enable()
     for i in range(1, len(traces) + 1):
         build_figures(prompt, traces[:i], dec.token_text, None)
     prof.disable()
-    out["figures"] = _top_python(prof, TOP)
+    rows = _python_rows(prof)
+    out["figures"] = rows[:TOP]
+    out["figures_groups"] = _shares([(r["function"], r["own_ms"]) for r in rows], PY_GROUPS)
 
     dec = SpeculativeDecoder(pair, spec_config(4, 1, 4096, "paged", False))
     dec.start(prompt)
@@ -80,4 +108,5 @@ def run(pair: Any, prompt: list[int], s: Settings, log: Log) -> dict[str, Any]:
         )
     ops.sort(key=lambda r: r["own_ms"], reverse=True)
     out["torch_ops"] = ops[:TOP]
+    out["torch_ops_groups"] = _shares([(r["op"], r["own_ms"]) for r in ops], OP_GROUPS)
     return out

@@ -238,6 +238,13 @@ def markdown(r: dict[str, Any]) -> str:
                 f"| {k[1:]} | {_rng(row['step_ms'], '.0f')} | {_rng(row['cycle_ms'], '.0f')} | "
                 f"{_rng(row['figures_ms'], '.0f')} | {_rng(row['serialize_ms'], '.0f')} |"
             )
+        for k, row in app.items():
+            errs = row.get("figure_errors") or {}
+            if errs.get("count"):
+                L.append(
+                    f"- **{errs['count']} figure builds raised at {k}** (an app bug; timed up to the "
+                    "exception): " + "; ".join(f"`{e}`" for e in errs["distinct"])
+                )
         figs = [key for key in next(iter(app.values())) if key.startswith("fig_")]
         L += [
             "",
@@ -329,7 +336,19 @@ def markdown(r: dict[str, Any]) -> str:
             ("python_cycle", "Python functions, instrumented cycles", ("function", "calls", "own_ms", "cum_ms")),
             ("figures", "Python functions, building the app's figures", ("function", "calls", "own_ms", "cum_ms")),
         ):
-            L += [f"**{title}**", "", "| " + " | ".join(cols) + " |", "|---|" + "---:|" * (len(cols) - 1)]
+            groups = prof.get(f"{key}_groups") or {}
+            shares = [
+                f"{label} {100 * g['share']:.0f}%"
+                for label, g in groups.items()
+                if isinstance(g, dict) and g.get("share")
+            ]
+            L += [
+                f"**{title}** — own time {_f(groups.get('total_own_ms'), '.0f')} ms"
+                + (": " + "; ".join(shares) if shares else ""),
+                "",
+                "| " + " | ".join(cols) + " |",
+                "|---|" + "---:|" * (len(cols) - 1),
+            ]
             for row in prof[key][:10]:
                 L.append(
                     "| "
