@@ -45,10 +45,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[str]:
+def _start_server(pair: str) -> tuple[subprocess.Popen, str]:
     port = _free_port()
-    env = dict(os.environ, SPECVIZ_PAIR="tiny", STREAMLIT_BROWSER_GATHER_USAGE_STATS="false")
+    env = dict(os.environ, SPECVIZ_PAIR=pair, STREAMLIT_BROWSER_GATHER_USAGE_STATS="false")
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -67,21 +66,26 @@ def server() -> Iterator[str]:
         ],
         cwd=ROOT,
         env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 90
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(url + "/_stcore/health", timeout=2) as r:
+                if r.status == 200:
+                    return proc, url
+        except OSError:
+            time.sleep(0.5)
+    proc.kill()
+    pytest.fail("streamlit did not become ready within 90 s")
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    proc, url = _start_server("tiny")
     try:
-        deadline = time.time() + 90
-        while time.time() < deadline:
-            try:
-                with urllib.request.urlopen(url + "/_stcore/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.5)
-        else:
-            pytest.fail("streamlit did not become ready within 90 s")
         yield url
     finally:
         proc.terminate()
@@ -142,3 +146,31 @@ def test_click_through_two_cycles_and_play(server: str) -> None:
         page.screenshot(path=str(out / "21-paused.png"), full_page=True)
         browser.close()
     assert not errors, errors
+
+
+@pytest.mark.slow
+def test_default_pair_in_the_browser() -> None:
+    """The real default pair: opens, steps one cycle phase by phase; screenshots for the docs."""
+    from playwright.sync_api import sync_playwright
+
+    out = ARTIFACTS / "browser-default"
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True, exist_ok=True)
+    proc, url = _start_server("default")
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1500, "height": 2600})
+            page.goto(url, wait_until="domcontentloaded")
+            page.wait_for_selector(".js-plotly-plot", timeout=300_000)
+            _wait_idle(page, 300_000)
+            page.screenshot(path=str(out / "0-prefill.png"), full_page=True)
+            for i, phase in enumerate(["draft", "verify", "accept", "resolve", "rollback"]):
+                page.get_by_role("button", name="Next phase").click()
+                _wait_idle(page, 300_000)
+                assert page.locator("[data-testid='stException']").count() == 0
+                page.screenshot(path=str(out / f"{i + 1}-{phase}.png"), full_page=True)
+            browser.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
