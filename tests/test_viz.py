@@ -186,3 +186,15 @@ def test_kv_figure_tweens_and_outlines_changes():
     assert sorted(outlined) == ["committed"] + ["provisional"] * 5
     start = next(f for f in fig.frames if f.name == "start")
     assert "#111827" not in start.data[0].marker.line.color  # nothing changed before the cycle's first phase
+
+
+def test_proposals_show_a_draft_sampled_outside_the_top_list():
+    import dataclasses
+
+    _, traces = demo_traces(accepted_counts=(0,), k=2)
+    tr = traces[0]
+    d = dataclasses.replace(tr.drafts[0], token_id=999, text="rare", draft_prob=0.001)
+    fig = proposals.proposals_figure(dataclasses.replace(tr, drafts=(d, *tr.drafts[1:])), top_n=4)
+    assert list(fig.layout.yaxis.ticktext)[-1] == "other"
+    assert "rare" in fig.data[0].text[4][0]
+    assert (fig.data[1].x[0], fig.data[1].y[0]) == (0, 4)  # the outline marks it there

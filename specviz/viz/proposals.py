@@ -16,11 +16,13 @@ from .style import DRAFT_COLOR, base_layout, esc, show_token
 
 def proposals_figure(trace: CycleTrace, top_n: int = 6) -> go.Figure:
     k = len(trace.drafts)
-    z: list[list[float | None]] = [[None] * k for _ in range(top_n)]
-    text = [[""] * k for _ in range(top_n)]
-    hover = [[""] * k for _ in range(top_n)]
+    # A draft sampled from outside q's top-N (a flat q) gets an extra bottom row of its own.
+    outside = any(all(tp.token_id != d.token_id for tp in d.draft_top[:top_n]) for d in trace.drafts)
+    n_rows = top_n + (1 if outside else 0)
+    z: list[list[float | None]] = [[None] * k for _ in range(n_rows)]
+    text = [[""] * k for _ in range(n_rows)]
+    hover = [[""] * k for _ in range(n_rows)]
     pick_x, pick_y, pick_text = [], [], []
-    outside_x, outside_text = [], []
     for col, d in enumerate(trace.drafts):
         rows = list(d.draft_top[:top_n])
         for row, tp in enumerate(rows):
@@ -31,12 +33,13 @@ def proposals_figure(trace: CycleTrace, top_n: int = 6) -> go.Figure:
             )
         rank = next((r for r, tp in enumerate(rows) if tp.token_id == d.token_id), None)
         if rank is None:
-            outside_x.append(col)
-            outside_text.append(f"sampled {esc(show_token(d.text, 9))} (q={d.draft_prob:.3f}) outside top {top_n}")
-        else:
-            pick_x.append(col)
-            pick_y.append(rank)
-            pick_text.append(f"d{d.index} = {esc(repr(d.text))} sampled with q={d.draft_prob:.4f}")
+            rank = top_n
+            z[rank][col] = d.draft_prob
+            text[rank][col] = f"{esc(show_token(d.text, 9))}<br>{d.draft_prob:.3f}"
+            hover[rank][col] = f"d{d.index} = {esc(repr(d.text))}: outside q's top {top_n}"
+        pick_x.append(col)
+        pick_y.append(rank)
+        pick_text.append(f"d{d.index} = {esc(repr(d.text))} sampled with q={d.draft_prob:.4f}")
     fig = go.Figure(
         go.Heatmap(
             z=z,
@@ -67,7 +70,7 @@ def proposals_figure(trace: CycleTrace, top_n: int = 6) -> go.Figure:
     fig.update_layout(
         **base_layout(
             "Draft proposals: d_i ~ q_i",
-            110 + 44 * top_n,
+            110 + 44 * n_rows,
             f"top {top_n} of each q_i (K = {k}); the sampled token is outlined — a sample, not the argmax",
         )
     )
@@ -80,14 +83,10 @@ def proposals_figure(trace: CycleTrace, top_n: int = 6) -> go.Figure:
     )
     fig.update_yaxes(
         tickmode="array",
-        tickvals=list(range(top_n)),
-        ticktext=[f"#{r + 1}" for r in range(top_n)],
+        tickvals=list(range(n_rows)),
+        ticktext=[f"#{r + 1}" for r in range(top_n)] + (["other"] if outside else []),
         autorange="reversed",
         showgrid=False,
     )
     fig.update_layout(margin=dict(l=30, r=10, t=112, b=10), showlegend=False)
-    for col, msg in zip(outside_x, outside_text, strict=True):
-        fig.add_annotation(
-            x=col, y=top_n - 0.5, text=msg, showarrow=False, font=dict(size=10, color="#b45309"), yanchor="top"
-        )
     return fig
