@@ -69,7 +69,13 @@ def show_token(text: str, limit: int = 12) -> str:
 
 
 def esc(text: str) -> str:
-    """HTML-escape for plotly labels and the token strip (plotly renders a subset of HTML)."""
+    """Escape `<`, `>` and `&` for plotly labels (plotly renders a subset of HTML, but shows
+    `&quot;` literally, so quotes are left alone)."""
+    return html.escape(text, quote=False)
+
+
+def esc_attr(text: str) -> str:
+    """Escape for an HTML attribute value or text in the token strip (quotes included)."""
     return html.escape(text, quote=True)
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..trace import CYCLE_PHASES, CycleTrace
-from .style import KIND_COLORS, esc, show_token
+from .style import KIND_COLORS, esc_attr, show_token
 
 TokenText = Callable[[int], str]
 
@@ -110,7 +110,7 @@ def strip_html(chips: Sequence[Chip], max_prompt_chips: int = 400) -> str:
     parts.append("</div>")
     legend = " ".join(
         f"<span style='display:inline-block;margin-right:10px'><span style='display:inline-block;width:10px;"
-        f"height:10px;border-radius:2px;background:{KIND_COLORS[k]};margin-right:4px'></span>{esc(name)}</span>"
+        f"height:10px;border-radius:2px;background:{KIND_COLORS[k]};margin-right:4px'></span>{esc_attr(name)}</span>"
         for k, name in _LEGEND
     )
     parts.append(f"<div style='font-size:12px;color:#4b5563;margin-top:4px'>{legend}</div>")
@@ -119,7 +119,11 @@ def strip_html(chips: Sequence[Chip], max_prompt_chips: int = 400) -> str:
 
 def _chip_html(c: Chip) -> str:
     color = KIND_COLORS.get(c.kind, "#e5e7eb")
-    text = esc(show_token(c.text, 40)).replace("↵", "↵<br>") if c.kind == "prompt" else esc(show_token(c.text, 40))
+    text = (
+        esc_attr(show_token(c.text, 40)).replace("↵", "↵<br>")
+        if c.kind == "prompt"
+        else esc_attr(show_token(c.text, 40))
+    )
     style = f"background:{color};padding:1px 2px;margin:0 1px;border-radius:3px;white-space:pre"
     if c.kind in ("accepted", "corrected", "bonus", "rejected"):
         style += ";color:#fff;font-weight:600"
@@ -129,4 +133,4 @@ def _chip_html(c: Chip) -> str:
         style += ";text-decoration:line-through"
     if c.kind == "prompt":
         style += ";color:#374151"
-    return f"<span title='{esc(c.tooltip)}' style='{style}'>{text}</span>"
+    return f"<span title='{esc_attr(c.tooltip)}' style='{style}'>{text}</span>"
