@@ -551,8 +551,8 @@ def main_view() -> None:
             right.info("The target has not scored the drafts yet: acceptance appears after **verify**.")
         if step >= CYCLE_PHASES.index("verify"):
             dist_view(tr, step, figures)
-    ss._figures = figures
-    extra_tabs(sess, cycle)
+    ss._figures = figures  # for tests and debugging; the export closes over `figures` itself
+    extra_tabs(sess, cycle, figures)
 
 
 def dist_view(tr: CycleTrace, step: int, figures: dict[str, Any]) -> None:
@@ -582,7 +582,7 @@ def dist_view(tr: CycleTrace, step: int, figures: dict[str, Any]) -> None:
             )
 
 
-def extra_tabs(sess: Session, cycle: int | None) -> None:
+def extra_tabs(sess: Session, cycle: int | None, figures: dict[str, Any]) -> None:
     t_stats, t_lab, t_myths, t_export = st.tabs(
         [
             ":material/bar_chart: Statistics",
@@ -601,7 +601,7 @@ def extra_tabs(sess: Session, cycle: int | None) -> None:
         )
         st.markdown(narrative.misconceptions_markdown())
     with t_export:
-        export_tab(sess)
+        export_tab(sess, figures)
 
 
 def revealed_traces(sess: Session) -> list[CycleTrace]:
@@ -685,10 +685,13 @@ def lab_tab(sess: Session, cycle: int | None) -> None:
         st.caption(f"TV at N = {res.n}: speculative {res.tv_spec[-1]:.3f}, target only {res.tv_target[-1]:.3f}.")
 
 
-def export_tab(sess: Session) -> None:
+def export_tab(sess: Session, figures: dict[str, Any]) -> None:
+    # The data callables run only when a button is clicked, possibly outside this script run:
+    # they close over plain values and never touch st.session_state.
+    traces = list(sess.traces)
     st.download_button(
         "Traces (JSON)",
-        data=lambda: traces_to_json(list(sess.traces)),
+        data=lambda: traces_to_json(traces),
         file_name="specviz-traces.json",
         mime="application/json",
         key="dl_json",
@@ -696,7 +699,7 @@ def export_tab(sess: Session) -> None:
     )
     st.download_button(
         "Current figures (standalone HTML)",
-        data=lambda: figures_html(),
+        data=lambda: figures_html(figures),
         file_name="specviz-figures.html",
         mime="text/html",
         key="dl_html",
@@ -704,8 +707,8 @@ def export_tab(sess: Session) -> None:
     st.caption("The HTML file embeds plotly.js and every frame of the KV animation: it works offline.")
 
 
-def figures_html() -> str:
-    figs = st.session_state.get("_figures") or {}
+def figures_html(figs: dict[str, Any]) -> str:
+    """The figures on screen as one standalone HTML page (plotly.js embedded once, frames kept)."""
     parts = [
         "<html><head><meta charset='utf-8'><title>specviz figures</title></head>"
         "<body style='font-family:sans-serif;max-width:1200px;margin:auto'>"

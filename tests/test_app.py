@@ -311,11 +311,8 @@ def test_export_helpers_make_json_and_standalone_html():
     assert traces_from_json(traces_to_json(list(s.traces))) == list(s.traces)
     figs = at.session_state["_figures"]
     assert "kv_cache" in figs
-    import streamlit as st
-
-    st.session_state._figures = figs  # figures_html reads the session's figures
-    html = figures_html()
-    assert html.count("plotly.js") >= 1 and "kv_cache" in html
+    html = figures_html(figs)
+    assert html.count("plotly.js") >= 1 and "kv_cache" in html and "Plotly.addFrames" in html
 
 
 def test_two_sessions_do_not_share_decoder_state():
