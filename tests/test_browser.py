@@ -144,6 +144,15 @@ def test_click_through_two_cycles_and_play(server: str) -> None:
         assert page.locator("[data-testid='stException']").count() == 0
         assert page.locator(".js-plotly-plot").count() >= 1
         page.screenshot(path=str(out / "21-paused.png"), full_page=True)
+        # Export: both downloads work from the browser (their data is produced on click).
+        page.get_by_role("tab", name="Export").click()
+        with page.expect_download() as dl:
+            page.get_by_role("button", name="Current figures (standalone HTML)").click()
+        html = Path(dl.value.path()).read_text()
+        assert "Plotly.addFrames" in html and "Target cache" in html
+        with page.expect_download() as dl:
+            page.get_by_role("button", name="Traces (JSON)").click()
+        assert Path(dl.value.path()).read_text().startswith("[{")
         browser.close()
     assert not errors, errors
 
