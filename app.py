@@ -11,10 +11,12 @@ a `CycleTrace`); all pictures are pure functions of traces in `specviz.viz`; all
 from `specviz.narrative`. The app *reveals* a recorded cycle phase by phase, and history
 navigation replays recorded traces — nothing is recomputed.
 
-State discipline: every click computes the new `Session` first and assigns it to
-`st.session_state` in one statement, so an error (or a click arriving mid-step) never leaves a
-half-updated state. The model pair is loaded once per process (`st.cache_resource`) and shared
-read-only by all browser sessions; each session has its own decoder, caches and history.
+State discipline: every click computes the new immutable `Session` first and assigns it to the
+browser session's `Holder` in one statement, under the session's lock, so an error (or a click
+arriving mid-step) never leaves a half-updated state. The model pair is loaded once per process
+(a `st.cache_resource` store) and shared read-only by all browser sessions; each session has its
+own decoder, caches and history. Streamlit settings (fast reruns off, theme) live in
+`.streamlit/config.toml`.
 """
 
 from __future__ import annotations
