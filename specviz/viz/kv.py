@@ -46,6 +46,17 @@ TRANSITION_MS = 550
 FRAME_MS = 1300
 
 
+def _share(width: int) -> float:
+    """The fraction of the figure's width one grid of `width` slot columns gets."""
+    return min(0.47, (width + TAG_COLS) * COL_PX / ASSUMED_WIDTH_PX)
+
+
+def _cell_px(width: int) -> int:
+    """Marker side for a grid: CELL_PX, or smaller when many columns (page 32/64) share the width."""
+    pitch = _share(width) * ASSUMED_WIDTH_PX / (width + TAG_COLS)
+    return int(max(6, min(CELL_PX, pitch - 3)))
+
+
 @dataclass(frozen=True)
 class _Grid:
     """How one model's cache maps onto rows × columns of the drawing (fixed for all frames)."""
@@ -91,7 +102,8 @@ class _Cells:
 
 def _cells(snap: CacheSnapshot, grid: _Grid, token_text: TokenText) -> _Cells:
     states, labels, hovers = [], [], []
-    limit = 5 if grid.width <= 8 else 4  # what fits a ~29 px slot at 9 px
+    cell = _cell_px(grid.width)
+    limit = 0 if cell < 18 else (5 if grid.width <= 8 else 4)  # what fits the slot at 9 px (0: no labels)
     for row in grid.rows:
         for col in range(grid.width):
             slot = row * grid.width + col
@@ -104,7 +116,7 @@ def _cells(snap: CacheSnapshot, grid: _Grid, token_text: TokenText) -> _Cells:
                 hovers.append(f"slot {slot}: {state}")
             else:
                 raw = token_text(tok)
-                labels.append(esc(show_token(raw, limit)))
+                labels.append(esc(show_token(raw, limit)) if limit else "")
                 hovers.append(f"slot {slot} · <b>{state}</b><br>position {pos} · token {tok} {esc(repr(raw))}")
     return _Cells(tuple(states), tuple(labels), tuple(hovers))
 
@@ -258,7 +270,7 @@ def kv_figure_from_frames(
                     mode="markers+text",
                     marker=dict(
                         symbol="square",
-                        size=CELL_PX,
+                        size=_cell_px(grid.width),
                         color=fills,
                         line=dict(color=["#111827" if c else f for c, f in zip(changed, fills, strict=True)], width=2),
                     ),
@@ -380,7 +392,7 @@ def kv_figure_from_frames(
 
     def axes(grid: _Grid, left: float) -> tuple[dict, dict]:
         # Each grid gets the share of the width its columns need, so slots keep a square-ish pitch.
-        share = min(0.47, (grid.width + TAG_COLS) * COL_PX / ASSUMED_WIDTH_PX)
+        share = _share(grid.width)
         hidden = dict(showgrid=False, zeroline=False, showticklabels=False, ticks="", showline=False, fixedrange=True)
         x = dict(domain=[left, left + share], range=[-0.5 - TAG_COLS, grid.width - 0.5], **hidden)
         y = dict(range=[n_rows - 0.5, -0.9], **hidden)
@@ -390,7 +402,7 @@ def kv_figure_from_frames(
     x2, y2 = axes(d_grid, 0.53)
     layout = base_layout("", height)
     layout.update(
-        margin=dict(l=10, r=10, t=top, b=bottom),
+        margin=dict(l=28, r=10, t=top, b=bottom),
         legend=dict(orientation="h", x=1.0, xanchor="right", y=below(bottom - 22), yanchor="top", font=dict(size=11)),
         annotations=annotations_for(frames[current]),
         xaxis=x1,
