@@ -16,10 +16,10 @@ from typing import Any
 
 import torch
 
-from . import app_step, memory, paging, profiling, report, theory, threads, throughput
+from . import app_step, lockstep, memory, paging, profiling, report, theory, threads, throughput
 from .common import Log, Settings, load_prompts, machine, peak_rss_mb
 
-SECTIONS = ("throughput", "theory", "app_step", "paging", "memory", "profile")
+SECTIONS = ("throughput", "lockstep", "theory", "app_step", "paging", "memory", "profile")
 
 
 def run_suite(
@@ -71,6 +71,10 @@ def run_suite(
         t0 = time.perf_counter()
         results["throughput"] = throughput.run(pair, prompts, settings, log)
         mark("throughput", t0)
+    if "lockstep" in sections:
+        t0 = time.perf_counter()
+        results["lockstep"] = lockstep.run(pair, prompts, settings, log)
+        mark("lockstep", t0)
     if "theory" in sections and "throughput" in results:
         t0 = time.perf_counter()
         results["theory"] = theory.run(pair, prompts, results["throughput"], settings, log)

@@ -3,13 +3,12 @@
 Systems (names are `family/K/T/layout/instrumentation`):
   ar/T0, ar/T1                        specviz autoregressive baseline (contiguous cache)
   spec/K{k}/T{t}/contiguous/lean      the K grid, instrumentation off (the engine's fast path)
-  spec/K{v}/T{t}/{layout}/{inst}      at K = variant_k only: paged vs contiguous, instrumented
-                                      (snapshots, top-N, token texts) vs lean
   hf/T0, hf/T1                        transformers `generate` of the target alone
   hf-assisted/K{k}/T{t}               transformers `generate(assistant_model=draft)`, constant K
 
-The layout and instrumentation variants are measured at one K only: their cost is per forward
-pass, not per K, and the full cross product would not fit the ~20-minute budget.
+The layout and instrumentation variants (paged, instrumented) are not in this interleave: their
+few-percent costs drown in run-to-run drift, so `lockstep.py` measures them cycle by cycle at one
+K (their cost is per forward pass, not per K).
 """
 
 from __future__ import annotations
@@ -33,11 +32,6 @@ def build(pair: Any, s: Settings, max_new: int) -> dict[str, systems.Runner]:
         out[f"hf/T{t}"] = systems.hf(pair, t, max_new)
         for k in s.ks:
             out[spec_name(k, t)] = systems.spec(pair, systems.spec_config(k, t, max_new, "contiguous", False))
-        for layout in ("contiguous", "paged"):
-            for inst in (False, True):
-                name = spec_name(s.variant_k, t, layout, inst)
-                if name not in out:
-                    out[name] = systems.spec(pair, systems.spec_config(s.variant_k, t, max_new, layout, inst))
         for k in s.hf_ks:
             out[f"hf-assisted/K{k}/T{t}"] = systems.hf_assisted(pair, k, t, max_new)
     return out
@@ -90,38 +84,14 @@ def analyse(samples: list, s: Settings) -> dict[str, Any]:
             row["phase_ms_per_cycle"] = {ph: v / cycles for ph, v in phase.items()} if cycles else {}
         per_system[name] = row
 
-    def paired_time(num: str, den: str) -> dict[str, Any]:
-        """time(num) / time(den) per (round, prompt): > 1 means num is slower."""
-        return summary([1 / r for r in paired_ratios(samples, num, den) if r > 0])
-
-    def paired_cycle(num: str, den: str) -> dict[str, Any]:
-        """ms per cycle of num over den, paired (same tokens at equal seeds, so equal cycles)."""
-        by = {(x.system, x.round, x.prompt): x for x in samples}
-        out = []
-        for (name, r, p), a in by.items():
-            b = by.get((den, r, p))
-            if name == num and b is not None and a.extra.get("cycles") and b.extra.get("cycles"):
-                out.append((a.seconds / a.extra["cycles"]) / (b.seconds / b.extra["cycles"]))
-        return summary(out)
-
-    v = s.variant_k
-    comparisons: dict[str, Any] = {"ours_vs_hf_assisted": {}, "instrumentation_cost": {}, "paged_over_contiguous": {}}
+    comparisons: dict[str, Any] = {"ours_vs_hf_assisted": {}, "ar_vs_hf_generate": {}}
     for t in TEMPS:
         for k in s.hf_ks:
             if spec_name(k, t) in per_system:
                 comparisons["ours_vs_hf_assisted"][f"K{k}/T{t}"] = summary(
                     paired_ratios(samples, spec_name(k, t), f"hf-assisted/K{k}/T{t}")
                 )
-        comparisons["ar_vs_hf_generate"] = comparisons.get("ar_vs_hf_generate", {})
         comparisons["ar_vs_hf_generate"][f"T{t}"] = summary(paired_ratios(samples, f"ar/T{t}", f"hf/T{t}"))
-        for layout in ("contiguous", "paged"):
-            comparisons["instrumentation_cost"][f"{layout}/T{t}"] = paired_time(
-                spec_name(v, t, layout, True), spec_name(v, t, layout, False)
-            )
-        for inst in (False, True):
-            comparisons["paged_over_contiguous"][f"{'instrumented' if inst else 'lean'}/T{t}"] = paired_cycle(
-                spec_name(v, t, "paged", inst), spec_name(v, t, "contiguous", inst)
-            )
     comparisons["greedy_outputs_identical"] = _greedy_agreement(samples)
     best = {}
     for t in TEMPS:

@@ -23,7 +23,7 @@ def test_bench_suite_end_to_end_on_tiny_pair(tmp_path):
     )
 
     data = json.loads((tmp_path / "benchmarks.json").read_text())
-    for section in ("throughput", "theory", "app_step", "paging", "memory"):
+    for section in ("throughput", "lockstep", "theory", "app_step", "paging", "memory"):
         assert section in data, section
     assert "profile" in SECTIONS and data["profile"]["torch_ops"]
     assert data["throughput"]["samples"] and data["theory"]["rows"]
