@@ -35,7 +35,7 @@ class Settings:
     """How much to measure. `full()` is the README suite; `quick()` debugs the harness."""
 
     prompts: int = 2
-    max_new_tokens: int = 40
+    max_new_tokens: int = 32
     rounds: int = 2  # interleaved rounds over all systems and prompts
     ks: tuple[int, ...] = (1, 2, 3, 4, 6, 8)
     hf_ks: tuple[int, ...] = (1, 2, 3, 4, 6, 8)
@@ -47,7 +47,7 @@ class Settings:
     contexts: tuple[int, ...] = (128, 512, 2048, 4096)
     context_reps: int = 5
     synthetic: str = "smollm2"  # shape of the random-weight model for the context sweep
-    memory_tokens: int = 128  # new tokens of the long run that measures fragmentation
+    memory_tokens: int = 96  # new tokens of the long run that measures fragmentation
     profile_cycles: int = 6
     warmup_tokens: int = 6
 
