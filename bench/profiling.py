@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import cProfile
 import pstats
+import statistics
+import time
 from typing import Any
 
 import torch
@@ -61,6 +63,34 @@ def _python_rows(prof: cProfile.Profile) -> list[dict[str, Any]]:
         rows.append({"function": f"{short}:{line}({func})", "calls": nc, "own_ms": 1000 * tt, "cum_ms": 1000 * ct})
     rows.sort(key=lambda r: r["own_ms"], reverse=True)
     return rows
+
+
+def sample_inverse_cdf(probs: torch.Tensor, generator: torch.Generator) -> int:
+    """The proposed replacement for `torch.multinomial(probs, 1)`: one uniform draw and a binary
+    search in the float64 CDF. Exact (token i is drawn iff cdf[i-1] <= u < cdf[i], probability
+    probs[i]; zero-probability tokens never), but O(V) cheap adds instead of V random numbers."""
+    cdf = probs.double().cumsum(-1)
+    u = torch.rand((), generator=generator, dtype=torch.float64, device=probs.device) * cdf[-1]
+    return int(torch.searchsorted(cdf, u, right=True).clamp_(max=probs.numel() - 1))
+
+
+def sampling_draws(vocab: int, reps: int = 200) -> dict[str, Any]:
+    """ms per draw from a vocab-sized distribution: torch.multinomial (what sampling.sample does)
+    vs the inverse CDF, interleaved in blocks of 10."""
+    gen = torch.Generator().manual_seed(0)
+    probs = torch.softmax(torch.randn(vocab, generator=gen) * 3, -1)
+    times: dict[str, list[float]] = {"multinomial": [], "inverse_cdf": []}
+    for _ in range(reps // 10):
+        t0 = time.perf_counter()
+        for _ in range(10):
+            int(torch.multinomial(probs, 1, generator=gen).item())
+        t1 = time.perf_counter()
+        for _ in range(10):
+            sample_inverse_cdf(probs, gen)
+        t2 = time.perf_counter()
+        times["multinomial"].append(100 * (t1 - t0))  # ms per draw
+        times["inverse_cdf"].append(100 * (t2 - t1))
+    return {"vocab": vocab, **{k: statistics.median(v) for k, v in times.items()}}
 
 
 def run(pair: Any, prompt: list[int], s: Settings, log: Log) -> dict[str, Any]:
@@ -109,4 +139,5 @@ def run(pair: Any, prompt: list[int], s: Settings, log: Log) -> dict[str, Any]:
     ops.sort(key=lambda r: r["own_ms"], reverse=True)
     out["torch_ops"] = ops[:TOP]
     out["torch_ops_groups"] = _shares([(r["op"], r["own_ms"]) for r in ops], OP_GROUPS)
+    out["sampling_draw_ms"] = sampling_draws(int(pair.target.get_output_embeddings().weight.shape[0]))
     return out
