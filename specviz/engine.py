@@ -289,17 +289,22 @@ class SpeculativeDecoder:
         for i, (token, q) in enumerate(zip(drafts, draft_probs), start=1):
             p = target_probs[i - 1]
             p_tok, q_tok = float(p[token]), float(q[token])
-            if cfg.greedy:
-                ratio, u = (1.0 if token == sampling.greedy_token(p) else 0.0), None
+            if cfg.greedy:  # one-hot p and q: accept iff d_i is the target's argmax, no draw
+                ratio = 1.0 if token == sampling.greedy_token(p) else 0.0
             else:
-                ratio, u = sampling.acceptance_ratio(p_tok, q_tok), None
-            forced = cfg.forced_outcome(i)
+                ratio = sampling.acceptance_ratio(p_tok, q_tok)
+            forced = None if rejected else cfg.forced_outcome(i)
+            u = None
             if rejected:
                 verdict = "untested"
             else:
-                if not cfg.greedy and forced is None:
+                if forced is not None:
+                    ok = forced
+                elif cfg.greedy:
+                    ok = ratio == 1.0
+                else:
                     u = sampling.uniform(gen)
-                ok = forced if forced is not None else (ratio == 1.0 if cfg.greedy else sampling.is_accepted(u, ratio))
+                    ok = sampling.is_accepted(u, ratio)
                 verdict = "accepted" if ok else "rejected"
                 num_accepted += ok
                 rejected = not ok
@@ -314,7 +319,7 @@ class SpeculativeDecoder:
                     ratio=ratio,
                     u=u,
                     verdict=verdict,
-                    forced=forced is not None and verdict != "untested",
+                    forced=forced is not None,
                     draft_top=self._top(q, cfg) if record else (),
                     target_top=self._top(p, cfg) if record else (),
                 )
