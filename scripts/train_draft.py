@@ -668,8 +668,8 @@ Training curve (KL per labelled token, training batches):
 
 ## Measured (held-out prompts, `python scripts/train_draft.py eval`)
 
-On {m.get('heldout_prompts', 'n/a')} held-out prompts, along target continuations of up to
-{m.get('max_new_tokens', 'n/a')} tokens:
+Measured at step {m.get('step', 'n/a')} on {m.get('heldout_prompts', 'n/a')} held-out prompts, along target
+continuations of up to {m.get('max_new_tokens', 'n/a')} tokens:
 
 | metric | value | bound | met |
 |--------|------:|------:|:---:|
