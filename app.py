@@ -706,6 +706,7 @@ def export_tab(sess: Session, figures: dict[str, Any]) -> None:
         file_name="specviz-traces.json",
         mime="application/json",
         key="dl_json",
+        on_click="ignore",  # downloading changes nothing: no rerun
         disabled=not sess.traces,
     )
     st.download_button(
@@ -714,6 +715,7 @@ def export_tab(sess: Session, figures: dict[str, Any]) -> None:
         file_name="specviz-figures.html",
         mime="text/html",
         key="dl_html",
+        on_click="ignore",  # downloading changes nothing: no rerun
     )
     st.caption("The HTML file embeds plotly.js and every frame of the KV animation: it works offline.")
 

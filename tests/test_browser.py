@@ -155,6 +155,7 @@ def test_click_through_two_cycles_and_play(server: str) -> None:
             page.get_by_role("button", name="Current figures (standalone HTML)").click()
         html = Path(dl.value.path()).read_text()
         assert "Plotly.addFrames" in html and "Target cache" in html
+        _wait_idle(page)
         with page.expect_download() as dl:
             page.get_by_role("button", name="Traces (JSON)").click()
         assert Path(dl.value.path()).read_text().startswith("[{")
