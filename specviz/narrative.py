@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .trace import CacheEvent, CacheSnapshot, CycleTrace
+from .viz.style import fmt_p
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,7 @@ def _draft(tr: CycleTrace) -> str:
     n, k = tr.context_len, tr.k
     snap = tr.snapshot("draft")
     fed = ", ".join(_tok(t.text) for t in tr.catch_up) or "nothing"
-    proposals = ", ".join(f"d{d.index} = {_tok(d.text)} (q = {d.draft_prob:.3f})" for d in tr.drafts)
+    proposals = ", ".join(f"d{d.index} = {_tok(d.text)} (q = {fmt_p(d.draft_prob)})" for d in tr.drafts)
     return (
         f"**Draft proposes.** The draft first feeds its catch-up token(s) {fed} "
         f"({len(tr.catch_up)} token{'s' if len(tr.catch_up) != 1 else ''}; two only after a fully accepted "
@@ -167,10 +168,10 @@ def _accept(tr: CycleTrace) -> str:
         if d.u is None:  # forced by what-if mode: no draw decided it
             test = "outcome forced"
         else:
-            test = f"u = {d.u:.3f} {'≤' if d.verdict == 'accepted' else '>'} {d.ratio:.3f}"
+            test = f"u = {fmt_p(d.u)} {'≤' if d.verdict == 'accepted' else '>'} {fmt_p(d.ratio)}"
         lines.append(
-            f"- d{d.index} {_tok(d.text)}: p = {d.target_prob:.3f}, q = {d.draft_prob:.3f}, "
-            f"min(1, p/q) = {d.ratio:.3f}; {test} → **{d.verdict}**{' (forced)' if d.forced else ''}"
+            f"- d{d.index} {_tok(d.text)}: p = {fmt_p(d.target_prob)}, q = {fmt_p(d.draft_prob)}, "
+            f"min(1, p/q) = {fmt_p(d.ratio)}; {test} → **{d.verdict}**{' (forced)' if d.forced else ''}"
         )
     head = (
         "**Acceptance, left to right.** "
@@ -199,7 +200,7 @@ def _resolve(tr: CycleTrace) -> str:
         prob = next((tp.prob for tp in tr.residual_top if c and tp.token_id == c.token_id), None)
         return (
             f"**Corrected token.** d{j} was rejected, so the corrected token {ctext} is {how}"
-            + (f" (residual probability {prob:.3f})" if prob is not None else "")
+            + (f" (residual probability {fmt_p(prob)})" if prob is not None else "")
             + f", placed at position {n + j - 1}. **No bonus token** after a rejection. The cycle commits "
             f"j = {j} token(s): {', '.join(_tok(e.text) + ' (' + e.kind + ')' for e in tr.emitted)}."
         )
@@ -208,7 +209,7 @@ def _resolve(tr: CycleTrace) -> str:
     return (
         f"**Bonus token.** All K = {tr.k} drafts were accepted, so one extra token "
         f"{_tok(b.text) if b else '?'} is sampled from p_{tr.k + 1}"
-        + (f" (probability {prob:.3f})" if prob is not None else "")
+        + (f" (probability {fmt_p(prob)})" if prob is not None else "")
         + f" — the verify pass computed it for free. The cycle commits K+1 = {tr.k + 1} tokens "
         f"(positions {n}–{n + tr.k})."
     )

@@ -15,7 +15,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from ..trace import CycleTrace, TokenProb
-from .style import BONUS_COLOR, DRAFT_COLOR, RESIDUAL_COLOR, TARGET_COLOR, base_layout, esc, show_token
+from .style import BONUS_COLOR, DRAFT_COLOR, RESIDUAL_COLOR, TARGET_COLOR, base_layout, esc, fmt_p, show_token
 
 
 def pq_figure(trace: CycleTrace, index: int, tested: bool = True) -> go.Figure:
@@ -69,8 +69,8 @@ def pq_figure(trace: CycleTrace, index: int, tested: bool = True) -> go.Figure:
         **base_layout(
             f"p{index} vs q{index} at position {d.position}",
             340,
-            f"d{index} = {esc(repr(d.text))}: p = {d.target_prob:.3f}, q = {d.draft_prob:.3f}, "
-            f"min(1, p/q) = {d.ratio:.3f}",
+            f"d{index} = {esc(repr(d.text))}: p = {fmt_p(d.target_prob)}, q = {fmt_p(d.draft_prob)}, "
+            f"min(1, p/q) = {fmt_p(d.ratio)}",
         )
     )
     fig.update_layout(barmode="group", bargap=0.25)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from ..trace import CycleTrace
-from .style import DRAFT_COLOR, base_layout, esc, show_token
+from .style import DRAFT_COLOR, base_layout, esc, fmt_p, show_token
 
 
 def proposals_figure(trace: CycleTrace, top_n: int = 6) -> go.Figure:
@@ -35,7 +35,7 @@ def proposals_figure(trace: CycleTrace, top_n: int = 6) -> go.Figure:
         if rank is None:
             rank = top_n
             z[rank][col] = d.draft_prob
-            text[rank][col] = f"{esc(show_token(d.text, 9))}<br>{d.draft_prob:.3f}"
+            text[rank][col] = f"{esc(show_token(d.text, 9))}<br>{fmt_p(d.draft_prob)}"
             hover[rank][col] = f"d{d.index} = {esc(repr(d.text))}: outside q's top {top_n}"
         pick_x.append(col)
         pick_y.append(rank)
@@ -88,5 +88,5 @@ def proposals_figure(trace: CycleTrace, top_n: int = 6) -> go.Figure:
         autorange="reversed",
         showgrid=False,
     )
-    fig.update_layout(margin=dict(l=30, r=10, t=112, b=10), showlegend=False)
+    fig.update_layout(margin=dict(l=48, r=10, t=112, b=10), showlegend=False)
     return fig

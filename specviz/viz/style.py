@@ -54,6 +54,14 @@ PHASE_TITLES: dict[str, str] = {
 }
 
 
+def fmt_p(x: float, digits: int = 3) -> str:
+    """A probability for display: fixed-point, or 2 significant digits when it would round to 0
+    (a draft sampled from a flat q has q ~ 1e-4; "0.000" would hide that it was not impossible)."""
+    if 0 < x < 10**-digits:
+        return f"{x:.1e}"
+    return f"{x:.{digits}f}"
+
+
 def show_token(text: str, limit: int = 12) -> str:
     """Make a token's text visible in a chart label: spaces become '␣', newlines '↵', tabs '⇥'.
 
