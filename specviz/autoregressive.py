@@ -8,6 +8,7 @@ speculative decoder's output must be distributed as this decoder's.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,6 +21,7 @@ from .kv import SpecvizCache
 from .runtime import (
     TokenTexts,
     context_limit,
+    copy_generator,
     eos_ids_of,
     forward,
     make_generator,
@@ -61,6 +63,20 @@ class AutoregressiveDecoder:
         self.cache, self._committed, self.num_prompt_tokens = cache, ids, len(ids)
         self.generator = make_generator(model_device(self.model), self.config.seed)
         self.finish_reason = None
+
+    def fork(self, seed: int | None = None) -> AutoregressiveDecoder:
+        """An independent copy at the current state (cache copied; reseeded if `seed` is given)."""
+        if self.cache is None or self.generator is None:
+            raise DecodingFinishedError("the decoder has not started: call start(prompt_ids) first")
+        cfg = self.config if seed is None else self.config.replace(seed=seed)
+        twin = AutoregressiveDecoder(self.model, cfg)
+        twin.eos_ids, twin.token_text = self.eos_ids, self.token_text
+        twin.cache, twin._committed = copy.deepcopy(self.cache), list(self._committed)
+        twin.num_prompt_tokens, twin.finish_reason = self.num_prompt_tokens, self.finish_reason
+        twin.generator = (
+            make_generator(model_device(self.model), seed) if seed is not None else copy_generator(self.generator)
+        )
+        return twin
 
     def step(self) -> int:
         """Feed the newest token, sample the next one, commit it; return its id."""

@@ -22,6 +22,8 @@ Errors never leave a half-done cycle behind: `step()` snapshots the decoder's sm
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -36,6 +38,7 @@ from .kv import SpecvizCache
 from .runtime import (
     TokenTexts,
     context_limit,
+    copy_generator,
     eos_ids_of,
     forward,
     make_generator,
@@ -140,13 +143,35 @@ class SpeculativeDecoder:
         ids = validate_prompt(prompt_ids, vocab_size_of(self.target), self.max_context)
         models = {"target": self.target, "draft": self.draft}
         caches = {role: open_cache(model, cfg, self.max_context, ids) for role, model in models.items()}
-        devices = {"target": model_device(self.target), "draft": model_device(self.draft)}
-        # Independent streams: with one seed for both, the draft's sampling draws and the
-        # target's acceptance draws would be the same numbers, which biases the output.
-        seeds = {"target": cfg.seed, "draft": cfg.seed ^ DRAFT_SEED_SALT}
-        generators = {role: make_generator(dev, seeds[role]) for role, dev in devices.items()}
+        generators = self._generators(cfg.seed)
         # Built completely before it replaces the old session: a failure above changes nothing.
         self._session = _Session(ids, len(ids), caches, generators, origins=["prompt"] * len(ids))
+
+    def fork(self, seed: int | None = None) -> SpeculativeDecoder:
+        """An independent copy of this decoder at its current state: caches copied, random
+        streams copied (or, given `seed`, reseeded as start() would). Sampling many
+        continuations of one context this way skips a prefill per sample."""
+        s = self._require()
+        cfg = self.config if seed is None else self.config.replace(seed=seed)
+        twin = SpeculativeDecoder(self.pair, cfg)
+        twin.eos_ids, twin.token_text = self.eos_ids, self.token_text
+        twin._session = dataclasses.replace(
+            s,
+            committed=list(s.committed),
+            origins=list(s.origins),
+            caches={role: copy.deepcopy(cache) for role, cache in s.caches.items()},
+            generators=self._generators(cfg.seed) if seed is not None else {
+                role: copy_generator(gen) for role, gen in s.generators.items()
+            },
+        )
+        return twin
+
+    def _generators(self, seed: int) -> dict[str, torch.Generator]:
+        # Independent streams: with one seed for both, the draft's sampling draws and the
+        # target's acceptance draws would be the same numbers, which biases the output.
+        seeds = {"target": seed, "draft": seed ^ DRAFT_SEED_SALT}
+        devices = {"target": model_device(self.target), "draft": model_device(self.draft)}
+        return {role: make_generator(devices[role], seeds[role]) for role in seeds}
 
     # -- one cycle ------------------------------------------------------------------------
 

@@ -92,17 +92,19 @@ def run_exactness_lab(
     spec_tokens: list[int] = []
     target_tokens: list[int] = []
     exact_top = None
+    # One prefill each; every sample is a reseeded fork of these (copying a cache is far cheaper
+    # than recomputing the context).
+    spec_root = SpeculativeDecoder(pair, cfg.replace(seed=base_seed))
+    spec_root.start(ctx)
+    target_root = AutoregressiveDecoder(pair.target, cfg.replace(seed=base_seed), tokenizer=pair.tokenizer)
+    target_root.start(ctx)
     for i in range(n):
-        dec = SpeculativeDecoder(pair, cfg.replace(seed=base_seed + 2 * i))
-        dec.start(ctx)
-        tr = dec.step()
+        tr = spec_root.fork(seed=base_seed + 2 * i).step()
         spec_tokens.append(tr.emitted[0].token_id)
         if exact_top is None:
             # p_1 of the first cycle is the exact next-token distribution (processed, top-N).
             exact_top = tr.drafts[0].target_top[:top]
-        ar = AutoregressiveDecoder(pair.target, cfg.replace(seed=base_seed + 2 * i + 1), tokenizer=pair.tokenizer)
-        ar.start(ctx)
-        target_tokens.append(int(ar.step()))
+        target_tokens.append(int(target_root.fork(seed=base_seed + 2 * i + 1).step()))
         if progress is not None:
             progress((i + 1) / n, f"{i + 1}/{n} speculative + target-only samples")
     assert exact_top is not None

@@ -128,6 +128,12 @@ def make_generator(device: torch.device, seed: int) -> torch.Generator:
     return gen
 
 
+def copy_generator(gen: torch.Generator) -> torch.Generator:
+    twin = torch.Generator(device=gen.device)
+    twin.set_state(gen.get_state())
+    return twin
+
+
 class TokenTexts:
     """Token id -> display text, memoised (decoding is slow compared with a cycle)."""
 

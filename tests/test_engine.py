@@ -288,3 +288,35 @@ def test_cli_walk_tiny_prints_the_walkthrough(tmp_path):
 def test_cli_reports_bad_input_without_traceback(capsys):
     assert cli_main(["walk", "--tiny", "--k", "0"], out=io.StringIO()) == 2
     assert "K (draft length)" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- fork
+
+
+def test_fork_continues_identically_and_independently(pair):
+    dec = SpeculativeDecoder(pair, DecodeConfig(k=3, page_size=3, max_new_tokens=40))
+    dec.start(PROMPT)
+    run_cycles(dec, 3)
+    twin = dec.fork()
+    assert twin.committed == dec.committed
+    twin_traces = run_cycles(twin, 3)
+    assert_invariant(twin)
+    assert len(dec.committed) < len(twin.committed)  # the original did not move
+    own_traces = run_cycles(dec, 3)
+    assert [t.emitted for t in own_traces] == [t.emitted for t in twin_traces]  # same random stream
+
+
+def test_reseeded_forks_sample_different_continuations(pair):
+    base = SpeculativeDecoder(pair, DecodeConfig(k=3, max_new_tokens=40))
+    base.start(PROMPT)
+    endings = set()
+    for seed in range(6):
+        twin = base.fork(seed=seed)
+        run_cycles(twin, 2)
+        assert_invariant(twin)
+        endings.add(tuple(twin.committed))
+    assert len(endings) > 1
+    ar = AutoregressiveDecoder(pair.target, DecodeConfig(max_new_tokens=5))
+    ar.start(PROMPT)
+    a, b = ar.fork(seed=1), ar.fork(seed=1)
+    assert a.generate() == b.generate() and ar.committed == PROMPT
