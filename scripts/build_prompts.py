@@ -92,8 +92,11 @@ babies; schools; teachers; homework; exams; universities; scientists; inventors;
 firefighters; farmers; chefs; pilots; astronauts; artists; musicians; writers""".replace("\n", " ")
 
 FREE = [
-    "What is the capital of {c}?", "Where is {c} located?", "What language is spoken in {c}?",
-    "Tell me about the culture of {c}.", "What food is {c} famous for?",
+    "What is the capital of {c}?",
+    "Where is {c} located?",
+    "What language is spoken in {c}?",
+    "Tell me about the culture of {c}.",
+    "What food is {c} famous for?",
     "What should a tourist see in {c}?",
 ]
 COUNTRIES = """France; Germany; Italy; Spain; Portugal; Japan; China; India; Brazil; Argentina; Canada;
@@ -101,13 +104,18 @@ Mexico; Egypt; Kenya; Nigeria; Australia; New Zealand; Norway; Sweden; Finland; 
 Peru; Chile; Vietnam; Thailand; Indonesia; Morocco; Ireland; Poland""".replace("\n", " ")
 
 MATH = [
-    "What is {a} plus {b}?", "What is {a} times {b}?", "What is {a} minus {b}?",
+    "What is {a} plus {b}?",
+    "What is {a} times {b}?",
+    "What is {a} minus {b}?",
     "If I have {a} apples and give away {b}, how many do I have left?",
     "A train travels {a} km in {b} hours. What is its average speed?",
-    "Is {a} an even or an odd number?", "What is {a} divided by 2?",
+    "Is {a} an even or an odd number?",
+    "What is {a} divided by 2?",
 ]
 CODE = [
-    "Write a Python function that {x}.", "How do I {x} in Python?", "Explain how to {x} in JavaScript.",
+    "Write a Python function that {x}.",
+    "How do I {x} in Python?",
+    "Explain how to {x} in JavaScript.",
 ]
 CODE_TASKS = """reverses a string; checks if a number is prime; sorts a list of numbers; counts the words in a
 sentence; reads a text file; computes the factorial of a number; finds the largest item in a list;
@@ -115,16 +123,23 @@ removes duplicates from a list; converts Celsius to Fahrenheit; checks if a word
 merges two dictionaries; computes the average of a list; generates the Fibonacci sequence; counts
 vowels in a string; flattens a nested list""".replace("\n", " ")
 REWRITE = [
-    "Rewrite this sentence to sound more formal: \"{s}\"", "Translate into simple English: \"{s}\"",
-    "Fix the grammar: \"{s}\"", "Make this sentence more exciting: \"{s}\"",
-    "Summarize in five words: \"{s}\"",
+    'Rewrite this sentence to sound more formal: "{s}"',
+    'Translate into simple English: "{s}"',
+    'Fix the grammar: "{s}"',
+    'Make this sentence more exciting: "{s}"',
+    'Summarize in five words: "{s}"',
 ]
 SENTENCES = [
-    "we goes to the park every days", "the meeting is moved to tomorrow because of the rain",
-    "i cant find my keys anywhere", "the cat sat on the mat and looked at the bird",
-    "our team finished the project two weeks early", "he dont like vegetables but he eat them",
-    "the weather was nice so we had a picnic", "she is learning to play the violin",
-    "the shop closes at five on sundays", "they builded a small house near the lake",
+    "we goes to the park every days",
+    "the meeting is moved to tomorrow because of the rain",
+    "i cant find my keys anywhere",
+    "the cat sat on the mat and looked at the bird",
+    "our team finished the project two weeks early",
+    "he dont like vegetables but he eat them",
+    "the weather was nice so we had a picnic",
+    "she is learning to play the violin",
+    "the shop closes at five on sundays",
+    "they builded a small house near the lake",
 ]
 
 

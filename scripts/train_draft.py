@@ -38,7 +38,6 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -80,9 +79,7 @@ def read_prompts(split: str) -> list[dict]:
 def encode_prompts(tok, prompts: list[str]) -> list[list[int]]:
     out = []
     for p in prompts:
-        ids = tok.apply_chat_template(
-            [{"role": "user", "content": p}], add_generation_prompt=True, tokenize=True
-        )
+        ids = tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=True)
         if isinstance(ids, dict) or hasattr(ids, "keys"):
             ids = ids["input_ids"]
         out.append(list(ids))
@@ -123,8 +120,8 @@ def generate_batch(model, tok, prompt_ids: list[list[int]], max_new: int, greedy
     input_ids = torch.full((len(prompt_ids), width), pad, dtype=torch.long)
     attn = torch.zeros_like(input_ids)
     for i, p in enumerate(prompt_ids):  # left padding, so every row's next token is at the end
-        input_ids[i, width - len(p):] = torch.tensor(p)
-        attn[i, width - len(p):] = 1
+        input_ids[i, width - len(p) :] = torch.tensor(p)
+        attn[i, width - len(p) :] = 1
     rec = TopKRecorder(TOPK)
     torch.manual_seed(seed)
     out = model.generate(
@@ -176,11 +173,15 @@ def cmd_data(args: argparse.Namespace) -> None:
         if shard.exists() or b % args.workers != args.worker:
             continue
         epoch, bi = divmod(b, n_batches)
-        idx = order[bi * args.batch:(bi + 1) * args.batch]
+        idx = order[bi * args.batch : (bi + 1) * args.batch]
         greedy = b % 4 == 3  # a quarter greedy continuations: the greedy path is decoded too
         t0 = time.perf_counter()
         rows = generate_batch(
-            model, tok, encode_prompts(tok, [prompts[i] for i in idx]), args.max_new, greedy,
+            model,
+            tok,
+            encode_prompts(tok, [prompts[i] for i in idx]),
+            args.max_new,
+            greedy,
             seed=SEED * 1_000_003 + b,
         )
         for r, i in zip(rows, idx, strict=True):
@@ -313,7 +314,7 @@ def parse_deadline(text: str) -> float:
     import datetime as dt
 
     hh, mm = (int(x) for x in text.split(":"))
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     return now.replace(hour=hh, minute=mm, second=0, microsecond=0).timestamp()
 
 
@@ -408,17 +409,29 @@ def cmd_train(args: argparse.Namespace) -> None:
             dt = time.perf_counter() - t_last
             state["seconds"] += dt
             mean_loss = sum(loss_window) / len(loss_window)
-            state["curve"].append({"step": step, "kl": round(mean_loss, 4), "tokens": state["tokens"],
-                                   "seconds": round(state["seconds"], 1), "data_tokens": n_avail})
+            state["curve"].append(
+                {
+                    "step": step,
+                    "kl": round(mean_loss, 4),
+                    "tokens": state["tokens"],
+                    "seconds": round(state["seconds"], 1),
+                    "data_tokens": n_avail,
+                }
+            )
             eta = (args.steps - step) * dt / args.log_every
-            log(f"step {step}/{args.steps} kl {mean_loss:.4f} lr {lr:.2e} {tok_window / dt:.0f} tok/s "
-                f"data {n_avail} tokens in {len(rows)} seqs, ETA {eta / 60:.0f} min")
+            log(
+                f"step {step}/{args.steps} kl {mean_loss:.4f} lr {lr:.2e} {tok_window / dt:.0f} tok/s "
+                f"data {n_avail} tokens in {len(rows)} seqs, ETA {eta / 60:.0f} min"
+            )
             t_last, tok_window, loss_window = time.perf_counter(), 0, []
-        if time.perf_counter() - last_ckpt > args.ckpt_minutes * 60 or step == args.steps or (
-            deadline and time.time() >= deadline
+        if (
+            time.perf_counter() - last_ckpt > args.ckpt_minutes * 60
+            or step == args.steps
+            or (deadline and time.time() >= deadline)
         ):
-            state.update(step=step, arch=arch, model=model.state_dict(), ema=ema, opt=opt.state_dict(),
-                         data_tokens=n_avail)
+            state.update(
+                step=step, arch=arch, model=model.state_dict(), ema=ema, opt=opt.state_dict(), data_tokens=n_avail
+            )
             save_ckpt(state)
             last_ckpt = time.perf_counter()
             log(f"checkpoint at step {step}")
@@ -479,7 +492,7 @@ def eval_set(target, tok, n: int, max_new: int) -> dict:
     sets: dict = {"sampled": [], "greedy": []}
     for kind in sets:
         for i in range(0, n, 32):
-            rows = generate_batch(target, tok, enc[i:i + 32], max_new, kind == "greedy", seed=10_000 + i)
+            rows = generate_batch(target, tok, enc[i : i + 32], max_new, kind == "greedy", seed=10_000 + i)
             rows = [{"prompt": r["prompt"], "gen": r["gen"]} for r in rows]
             probs = torch.softmax(_continuation_logits(target, rows), -1)
             top = probs.topk(EVAL_TOPK, dim=-1)
@@ -552,10 +565,16 @@ def cost_ratio(target, draft, rounds: int = 6) -> dict:
         return statistics.quantiles(xs, n=10)[0]
 
     t, d = statistics.median(t_ms), statistics.median(d_ms)
-    return {"target_ms_per_token": t, "draft_ms_per_token": d, "cost_ratio_median": d / t,
-            "target_ms_p10": p10(t_ms), "draft_ms_p10": p10(d_ms), "cost_ratio_p10": p10(d_ms) / p10(t_ms),
-            "cost_ratio": d / t,
-            "threads": torch.get_num_threads()}
+    return {
+        "target_ms_per_token": t,
+        "draft_ms_per_token": d,
+        "cost_ratio_median": d / t,
+        "target_ms_p10": p10(t_ms),
+        "draft_ms_p10": p10(d_ms),
+        "cost_ratio_p10": p10(d_ms) / p10(t_ms),
+        "cost_ratio": d / t,
+        "threads": torch.get_num_threads(),
+    }
 
 
 def cmd_eval(args: argparse.Namespace) -> dict:
@@ -599,9 +618,15 @@ def cmd_export(args: argparse.Namespace) -> None:
     draft.generation_config.save_pretrained(EXPORT)
     metrics_path = Path(args.metrics) if args.metrics else WORK / "eval-latest.json"
     metrics = json.loads(metrics_path.read_text()) if metrics_path.exists() else {}
-    info = {"step": state["step"], "train_tokens_seen": state["tokens"],
-            "data_tokens": state.get("data_tokens"), "train_seconds": state["seconds"],
-            "curve": state["curve"], "arch": state["arch"], "metrics": metrics}
+    info = {
+        "step": state["step"],
+        "train_tokens_seen": state["tokens"],
+        "data_tokens": state.get("data_tokens"),
+        "train_seconds": state["seconds"],
+        "curve": state["curve"],
+        "arch": state["arch"],
+        "metrics": metrics,
+    }
     (WORK / "export-info.json").write_text(json.dumps(info, indent=2))
     write_card(info)
     size = sum(f.stat().st_size for f in EXPORT.iterdir() if f.is_file())
@@ -626,10 +651,33 @@ def write_card(info: dict) -> None:
         if c["step"] in seen_steps:
             continue
         seen_steps.add(c["step"])
-        rows.append(f"| {c['step']} | {c['tokens']:,} | {c['data_tokens']:,} | {c['seconds'] / 60:.0f} | {c['kl']:.3f} |")
+        minutes = c["seconds"] / 60
+        rows.append(f"| {c['step']} | {c['tokens']:,} | {c['data_tokens']:,} | {minutes:.0f} | {c['kl']:.3f} |")
     alpha_ok = isinstance(m.get("alpha"), float) and m["alpha"] >= 0.5
     greedy_ok = isinstance(m.get("greedy_agreement"), float) and m["greedy_agreement"] >= 0.6
     cost_ok = isinstance(m.get("cost_ratio"), float) and m["cost_ratio"] <= 0.12
+    sampled, greedy = m.get("sampled_T1", {}), m.get("greedy_path", {})
+    yes = {True: "yes", False: "no"}
+    table = "\n".join(
+        [
+            "| metric | value | bound | met |",
+            "|--------|------:|------:|:---:|",
+            "| mean acceptance α = E[Σ min(p, q)] at temperature 1 (target-sampled continuations) "
+            f"| {f3('alpha')} | ≥ 0.5 | {yes[alpha_ok]} |",
+            "| greedy agreement (argmax equal) along the target's greedy continuations "
+            f"| {f3('greedy_agreement')} | ≥ 0.6 | {yes[greedy_ok]} |",
+            f"| cost ratio c = draft / target time per token (float32, KV cache, batch 1, {m.get('threads', 'n/a')} "
+            f"threads) | {f3('cost_ratio')} | ≤ 0.12 | {yes[cost_ok]} |",
+            f"| shipped weights | {weights / 1e6:.1f} MB | ≤ 30 MB | {yes[weights <= 30e6]} |",
+        ]
+    )
+    if m.get("exact"):
+        alpha_source = "α and agreement use the target's full distribution (a fresh forward pass)."
+    else:
+        alpha_source = (
+            "α uses the target's cached top-2048 probabilities (the true α lies within +"
+            f"{f3('alpha_tail_bound', sampled)})."
+        )
     text = f"""# specviz default draft for SmolLM2-135M-Instruct
 
 A small `LlamaForCausalLM` distilled from the embedded default target (SmolLM2-135M-Instruct,
@@ -639,10 +687,10 @@ Apache-2.0, like its teacher.
 
 ## Architecture
 
-{arch['layers']} decoder layers, hidden size {arch['hidden']}, {arch['hidden'] // 64} query heads and
-{max(1, arch['hidden'] // 128)} key/value heads of size 64, MLP width {arch['intermediate']}, RoPE base 100000,
-tied input/output embedding (49,152 x {arch['hidden']}) initialised from the projection of the target's
-576-wide embedding onto its top {arch['hidden']} singular directions; the layers start random.
+{arch["layers"]} decoder layers, hidden size {arch["hidden"]}, {arch["hidden"] // 64} query heads and
+{max(1, arch["hidden"] // 128)} key/value heads of size 64, MLP width {arch["intermediate"]}, RoPE base 100000,
+tied input/output embedding (49,152 x {arch["hidden"]}) initialised from the projection of the target's
+576-wide embedding onto its top {arch["hidden"]} singular directions; the layers start random.
 Shipped as float16 safetensors: {weights / 1e6:.1f} MB.
 
 ## Training
@@ -653,11 +701,11 @@ Knowledge distillation on the target's own generations (`scripts/train_draft.py`
   `scripts/build_prompts.py`; the held-out split uses topics never seen in training);
 * data: the target answers each prompt (chat template applied, up to 128 new tokens, 3/4 of the
   batches sampled at temperature 1, 1/4 greedy); at every generated position its top-32 next-token
-  probabilities are kept as soft labels; {info.get('data_tokens') or 0:,} labelled tokens;
+  probabilities are kept as soft labels; {info.get("data_tokens") or 0:,} labelled tokens;
 * loss: KL divergence between the (32+1)-bin coarse-grained distributions (top-32 tokens plus the
   lumped tail mass) of target and draft; AdamW, warm-up then constant learning rate with a final
   cosine decay, EMA of the weights (the EMA is what is shipped);
-* {info['step']:,} steps, {info['train_tokens_seen']:,} labelled tokens seen, {info['train_seconds'] / 60:.0f} min of
+* {info["step"]:,} steps, {info["train_tokens_seen"]:,} labelled tokens seen, {info["train_seconds"] / 60:.0f} min of
   training on a shared 2-core CPU (data generation ran alongside).
 
 Training curve (KL per labelled token, training batches):
@@ -668,21 +716,16 @@ Training curve (KL per labelled token, training batches):
 
 ## Measured (held-out prompts, `python scripts/train_draft.py eval`)
 
-Measured at step {m.get('step', 'n/a')} on {m.get('heldout_prompts', 'n/a')} held-out prompts, along target
-continuations of up to {m.get('max_new_tokens', 'n/a')} tokens:
+Measured at step {m.get("step", "n/a")} on {m.get("heldout_prompts", "n/a")} held-out prompts, along target
+continuations of up to {m.get("max_new_tokens", "n/a")} tokens:
 
-| metric | value | bound | met |
-|--------|------:|------:|:---:|
-| mean acceptance α = E[Σ min(p, q)] at temperature 1 (target-sampled continuations) | {f3('alpha')} | ≥ 0.5 | {'yes' if alpha_ok else 'no'} |
-| greedy agreement (argmax equal) along the target's greedy continuations | {f3('greedy_agreement')} | ≥ 0.6 | {'yes' if greedy_ok else 'no'} |
-| cost ratio c = draft / target time per token (float32, KV cache, batch 1, {m.get('threads', 'n/a')} threads) | {f3('cost_ratio')} | ≤ 0.12 | {'yes' if cost_ok else 'no'} |
-| shipped weights | {weights / 1e6:.1f} MB | ≤ 30 MB | {'yes' if weights <= 30e6 else 'no'} |
+{table}
 
-Details: draft {f3('draft_ms_per_token')} ms/token, target {f3('target_ms_per_token')} ms/token (medians, timed
-interleaved on a CPU shared with other jobs; 10th percentiles {f3('draft_ms_p10')} and {f3('target_ms_p10')} ms,
-ratio {f3('cost_ratio_p10')}); greedy agreement along the sampled continuations
-{f3('greedy_agreement', m.get('sampled_T1', {}))}; α along the greedy continuations {f3('alpha', m.get('greedy_path', {}))}.
-α is computed from the target's cached top-2048 probabilities{'' if m.get('exact') else ' (true α lies within +' + f3('alpha_tail_bound', m.get('sampled_T1', {})) + ')'}.
+Details: draft {f3("draft_ms_per_token")} ms/token, target {f3("target_ms_per_token")} ms/token (medians, timed
+interleaved on a CPU shared with other jobs; 10th percentiles {f3("draft_ms_p10")} and {f3("target_ms_p10")} ms,
+ratio {f3("cost_ratio_p10")}); greedy agreement along the sampled continuations
+{f3("greedy_agreement", sampled)}; α along the greedy continuations {f3("alpha", greedy)}.
+{alpha_source}
 
 With per-token acceptance α and cost ratio c, K drafted tokens give an expected
 (1 - α^(K+1)) / (1 - α) tokens per cycle and a wall-time speed-up of

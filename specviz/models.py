@@ -241,10 +241,31 @@ def default_draft_dir() -> Path:
 # their cache cannot be rolled back by truncation.
 RECURRENT_MODEL_TYPES = frozenset(
     {
-        "mamba", "mamba2", "falcon_mamba", "falcon_h1", "jamba", "zamba", "zamba2", "bamba",
-        "rwkv", "rwkv5", "rwkv6", "rwkv7", "recurrent_gemma", "xlstm", "lfm2", "lfm2_vl",
-        "granitemoehybrid", "nemotron_h", "qwen3_next", "minimax", "plamo2", "lfm2_moe",
-        "hunyuan_v1_dense_linear", "kimi_linear", "mamba_ssm",
+        "mamba",
+        "mamba2",
+        "falcon_mamba",
+        "falcon_h1",
+        "jamba",
+        "zamba",
+        "zamba2",
+        "bamba",
+        "rwkv",
+        "rwkv5",
+        "rwkv6",
+        "rwkv7",
+        "recurrent_gemma",
+        "xlstm",
+        "lfm2",
+        "lfm2_vl",
+        "granitemoehybrid",
+        "nemotron_h",
+        "qwen3_next",
+        "minimax",
+        "plamo2",
+        "lfm2_moe",
+        "hunyuan_v1_dense_linear",
+        "kimi_linear",
+        "mamba_ssm",
     }
 )
 # Families whose (default) attention uses a sliding window on some or all layers.
@@ -286,8 +307,10 @@ def _check_architecture(config: Any, name: str) -> None:
     max_pos = getattr(text, "max_position_embeddings", None)
     # Qwen2-style configs carry a window size but switch it off with use_sliding_window=False;
     # a window at least as long as the model's context never slides either.
-    window_active = window is not None and use_window is not False and not (
-        isinstance(max_pos, int) and isinstance(window, int) and window >= max_pos
+    window_active = (
+        window is not None
+        and use_window is not False
+        and not (isinstance(max_pos, int) and isinstance(window, int) and window >= max_pos)
     )
     if window_active or (model_type in SLIDING_WINDOW_MODEL_TYPES and window):
         raise IncompatiblePairError(
@@ -297,9 +320,7 @@ def _check_architecture(config: Any, name: str) -> None:
         )
     archs = [str(a) for a in (getattr(config, "architectures", None) or [])]
     if archs and not any(a.endswith("ForCausalLM") or a.endswith("LMHeadModel") for a in archs):
-        raise IncompatiblePairError(
-            f"{name} declares architectures {archs}, none of which is a causal language model."
-        )
+        raise IncompatiblePairError(f"{name} declares architectures {archs}, none of which is a causal language model.")
 
 
 def _token_strings(tokenizer: Any, n: int) -> list[str | None]:
@@ -329,9 +350,7 @@ def check_compatible(
         draft_tokens = _token_strings(draft_tokenizer, shared)
         mismatched = [i for i in range(shared) if target_tokens[i] != draft_tokens[i]]
     if mismatched:
-        examples = ", ".join(
-            f"id {i}: {target_tokens[i]!r} vs {draft_tokens[i]!r}" for i in mismatched[:3]
-        )
+        examples = ", ".join(f"id {i}: {target_tokens[i]!r} vs {draft_tokens[i]!r}" for i in mismatched[:3])
         raise IncompatiblePairError(
             f"{draft_name} and {target_name} map token ids differently ({len(mismatched)} of the "
             f"{shared} shared ids differ, e.g. {examples}). The draft's proposals are token ids "
@@ -463,8 +482,11 @@ def resolve_model_dir(spec: str | os.PathLike[str], progress: Progress | None = 
 # loading
 
 
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
+
+
 def _has_tokenizer(path: Path) -> bool:
-    return any((path / f).is_file() for f in ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json"))
+    return any((path / f).is_file() for f in _TOKENIZER_FILES)
 
 
 def _load_config(path: Path, name: str) -> Any:
@@ -518,8 +540,10 @@ def _load_pair_dirs(
     t_dev = torch.device(device) if device is not None else default_device()
     d_dev = torch.device(draft_device) if draft_device is not None else t_dev
     t_dtype = _as_dtype(dtype, t_dev)
-    d_dtype = _as_dtype(draft_dtype, d_dev) if draft_dtype is not None else (
-        t_dtype if draft_device is None else default_dtype(d_dev)
+    d_dtype = (
+        _as_dtype(draft_dtype, d_dev)
+        if draft_dtype is not None
+        else (t_dtype if draft_device is None else default_dtype(d_dev))
     )
     _report(progress, "Checking that the two models can be paired…", 0.1)
     target_cfg = _load_config(target_dir, target_name)
@@ -549,8 +573,12 @@ def _load_pair_dirs(
         "draft_vocab_size": int(_text_config(draft_cfg).vocab_size),
     }
     return ModelPair(
-        target=target, draft=draft, tokenizer=tokenizer,
-        target_name=target_name, draft_name=draft_name, info=info,
+        target=target,
+        draft=draft,
+        tokenizer=tokenizer,
+        target_name=target_name,
+        draft_name=draft_name,
+        info=info,
     )
 
 
@@ -577,8 +605,15 @@ def load_pair(
     _report(progress, f"Locating the draft {draft}…", 0.05)
     draft_dir = resolve_model_dir(draft, progress)
     return _load_pair_dirs(
-        target_dir, draft_dir, str(target), str(draft),
-        device, dtype, draft_device, draft_dtype, progress,
+        target_dir,
+        draft_dir,
+        str(target),
+        str(draft),
+        device,
+        dtype,
+        draft_device,
+        draft_dtype,
+        progress,
     )
 
 
@@ -603,6 +638,13 @@ def load_default_pair(
             "(assets/draft); rebuild it with `python scripts/train_draft.py data|train|export`."
         )
     return _load_pair_dirs(
-        target_dir, draft_dir, DEFAULT_TARGET_NAME, DEFAULT_DRAFT_NAME,
-        device, dtype, draft_device, draft_dtype, progress,
+        target_dir,
+        draft_dir,
+        DEFAULT_TARGET_NAME,
+        DEFAULT_DRAFT_NAME,
+        device,
+        dtype,
+        draft_device,
+        draft_dtype,
+        progress,
     )

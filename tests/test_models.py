@@ -21,7 +21,6 @@ from specviz.models import (
     resolve_model_dir,
 )
 
-
 # ------------------------------------------------------------------------------------------------
 # tiny models saved to disk
 
@@ -46,8 +45,13 @@ def _save_llama(path: Path, *, reverse_vocab: bool = False, layers: int = 1, see
     tokenizer = _char_tokenizer(reverse_vocab)
     torch.manual_seed(seed)
     config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
-        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128,
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=layers,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=128,
         eos_token_id=tokenizer.eos_token_id,
     )
     LlamaForCausalLM(config).save_pretrained(path)
@@ -169,9 +173,16 @@ def test_sliding_window_is_rejected(tmp_path: Path) -> None:
     good = _save_llama(tmp_path / "good")
     windowed = _save_config_only(
         tmp_path / "mistral",
-        MistralConfig(vocab_size=33, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=1, sliding_window=16,
-                      max_position_embeddings=128),
+        MistralConfig(
+            vocab_size=33,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            sliding_window=16,
+            max_position_embeddings=128,
+        ),
     )
     with pytest.raises(IncompatiblePairError, match="sliding-window"):
         load_pair(windowed, good)
@@ -182,12 +193,26 @@ def test_disabled_sliding_window_is_accepted(tmp_path: Path) -> None:
 
     from specviz.models import _check_architecture
 
-    config = Qwen2Config(vocab_size=33, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                         num_key_value_heads=1, use_sliding_window=False, sliding_window=16)
+    config = Qwen2Config(
+        vocab_size=33,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        use_sliding_window=False,
+        sliding_window=16,
+    )
     _check_architecture(config, "qwen2-full")  # Qwen2 ships a window size but switches it off
-    config = Qwen2Config(vocab_size=33, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                         num_key_value_heads=1, use_sliding_window=True, sliding_window=16,
-                         max_window_layers=1)
+    config = Qwen2Config(
+        vocab_size=33,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        use_sliding_window=True,
+        sliding_window=16,
+        max_window_layers=1,
+    )
     with pytest.raises(IncompatiblePairError):
         _check_architecture(config, "qwen2-windowed")
 
@@ -238,19 +263,19 @@ def test_default_pair_loads_offline_and_answers(monkeypatch: pytest.MonkeyPatch)
     assert pair.target.config.num_hidden_layers == 30
     assert pair.draft.config.vocab_size == pair.target.config.vocab_size == len(pair.tokenizer) == 49152
     assert next(pair.draft.parameters()).dtype == torch.float32
-    assert sum(p.numel() for p in pair.draft.parameters()) < 0.15 * sum(
-        p.numel() for p in pair.target.parameters()
-    )
+    assert sum(p.numel() for p in pair.draft.parameters()) < 0.15 * sum(p.numel() for p in pair.target.parameters())
     ids = pair.tokenizer.apply_chat_template(
         [{"role": "user", "content": "What is the capital of France?"}],
-        add_generation_prompt=True, return_tensors="pt", return_dict=True,
+        add_generation_prompt=True,
+        return_tensors="pt",
+        return_dict=True,
     )["input_ids"]
     with torch.no_grad():
         out = pair.target.generate(ids, max_new_tokens=24, do_sample=False)
         draft_out = pair.draft.generate(ids, max_new_tokens=12, do_sample=False)
-    answer = pair.tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+    answer = pair.tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
     assert "Paris" in answer
-    assert pair.tokenizer.decode(draft_out[0, ids.shape[1]:], skip_special_tokens=True).strip()
+    assert pair.tokenizer.decode(draft_out[0, ids.shape[1] :], skip_special_tokens=True).strip()
 
 
 @pytest.mark.slow
@@ -275,8 +300,14 @@ def test_draft_embedding_smaller_than_tokenizer_is_rejected(tmp_path: Path) -> N
     target = _save_llama(tmp_path / "target")
     small = _save_config_only(
         tmp_path / "small",
-        LlamaConfig(vocab_size=10, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                    num_attention_heads=2, num_key_value_heads=1),
+        LlamaConfig(
+            vocab_size=10,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+        ),
     )
     with pytest.raises(IncompatiblePairError, match="embedding table of 10 rows"):
         load_pair(target, small)
