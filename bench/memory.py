@@ -9,7 +9,9 @@ temperature 1: many rejections, so many rollbacks) and then, for each model's ca
               (paged) — this is what a shared pool could hand to other sequences;
   valid       bytes of positions 0..L-1, the only ones ever read;
   waste       1 − valid/held (internal fragmentation: stale slots in the last block, and under
-              policy "keep" whole blocks kept for positions that were rolled back).
+              policy "keep" whole blocks kept for positions that were rolled back);
+  extra       blocks held beyond ceil(L / page_size) after each cycle's rollback, averaged over
+              cycles (0 under "free" by construction; what "keep" trades for not re-allocating).
 
 Peak RSS of the whole suite is reported by the driver after every section.
 """
@@ -59,6 +61,7 @@ def run(pair: Any, prompts: list[list[int]], s: Settings, log: Log) -> dict[str,
         dec.start(prompts[0])
         dec.eos_ids = frozenset()  # a long run: do not stop at the end of the answer
         peak_blocks = {"target": 0, "draft": 0}
+        extra_blocks = {"target": 0, "draft": 0}  # summed over cycles: blocks held beyond ceil(L / page)
         cycles = 0
         while not dec.finished:
             dec.step()
@@ -66,6 +69,8 @@ def run(pair: Any, prompts: list[list[int]], s: Settings, log: Log) -> dict[str,
             if layout == "paged":
                 peak_blocks["target"] = max(peak_blocks["target"], len(dec.target_cache.table))
                 peak_blocks["draft"] = max(peak_blocks["draft"], len(dec.draft_cache.table))
+                for role, cache in (("target", dec.target_cache), ("draft", dec.draft_cache)):
+                    extra_blocks[role] += len(cache.table) - -(-cache.get_seq_length() // cache.page_size)
         row = {
             "layout": layout,
             "policy": policy if layout == "paged" else "-",
@@ -78,6 +83,8 @@ def run(pair: Any, prompts: list[list[int]], s: Settings, log: Log) -> dict[str,
         if layout == "paged":
             row["target"]["peak_blocks_held"] = peak_blocks["target"]
             row["draft"]["peak_blocks_held"] = peak_blocks["draft"]
+            for role in ("target", "draft"):
+                row[role]["mean_extra_blocks_after_rollback"] = extra_blocks[role] / cycles if cycles else None
         out.append(row)
         log(
             f"memory: {layout}/{row['policy']}: target valid {row['target']['valid_bytes'] / 2**20:.1f} MiB of "

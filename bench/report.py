@@ -335,8 +335,8 @@ def markdown(r: dict[str, Any]) -> str:
             "buffer, or its block-table blocks); valid = positions 0..L−1; waste = 1 − valid/held.",
             "",
             "| layout / policy | model | L | allocated MiB | held MiB | valid MiB | waste of held | valid / allocated "
-            "| blocks held (peak) / needed |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+            "| blocks held (peak) / needed | extra blocks after rollback, mean over cycles |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for run in mem["runs"]:
             for who in ("target", "draft"):
@@ -350,7 +350,8 @@ def markdown(r: dict[str, Any]) -> str:
                     f"| {run['layout']} / {run['policy']} | {who} | {b['seq_len']} | "
                     f"{b['allocated_bytes'] / 2**20:.1f} | {b['held_bytes'] / 2**20:.2f} | "
                     f"{b['valid_bytes'] / 2**20:.2f} | {_f(b['waste_of_held'], '.1%')} | "
-                    f"{_f(b['valid_of_allocated'], '.1%')} | {blocks} |"
+                    f"{_f(b['valid_of_allocated'], '.1%')} | {blocks} | "
+                    f"{_f(b.get('mean_extra_blocks_after_rollback'))} |"
                 )
         L.append("")
 

@@ -57,7 +57,7 @@ def run_suite(
     }
     if threads_arg == "auto":
         cands = sorted({1, min(2, os.cpu_count() or 1)})
-        results["threads"] = threads.probe(pair, prompts[0], cands, 3, log)
+        results["threads"] = threads.probe(pair, prompts[0], cands, 2, log)
     else:
         torch.set_num_threads(int(threads_arg))
         results["threads"] = {"chosen": int(threads_arg), "how": "--threads"}
