@@ -113,6 +113,12 @@ def markdown(r: dict[str, Any]) -> str:
         f"- **Pair:** {r['pair']['target']} ({r['pair']['target_params'] / 1e6:.1f} M params) + "
         f"{r['pair']['draft']} ({r['pair']['draft_params'] / 1e6:.1f} M params), {r['pair']['dtype']} on "
         f"{r['pair']['device']}",
+        (
+            f"- **Draft weights measured:** `{r['draft_file']['path']}`, modified {r['draft_file']['modified_utc']}, "
+            f"sha256 {r['draft_file']['sha256_12']}… (the draft is retrained from time to time; α depends on it)"
+            if r.get("draft_file")
+            else "- **Draft weights measured:** (not the default pair)"
+        ),
         f"- **Machine:** {m['cpu']}, {m['physical_cpus']} physical / {m['logical_cpus']} logical CPUs, "
         f"{m['memory_gb']} GB RAM; Python {m['python']}, torch {m['torch']}, transformers {m['transformers']}; "
         f"load average at start {', '.join(f'{x:.1f}' for x in m['load_average_start'])}, at end "

@@ -49,6 +49,7 @@ def run_suite(
             "dtype": str(next(pair.target.parameters()).dtype).removeprefix("torch."),
             "device": str(next(pair.target.parameters()).device),
         },
+        "draft_file": _draft_file() if pair_name == "default" else None,
         "settings": settings.to_dict(),
         "prompt_tokens": [len(p) for p in prompts],
         "machine": machine(),
@@ -106,6 +107,24 @@ def run_suite(
     (out_dir / "benchmarks.md").write_text(report.markdown(results))
     log(f"wrote {out_dir / 'benchmarks.md'} and benchmarks.json ({results['wall_seconds']:.0f} s)")
     return results
+
+
+def _draft_file() -> dict[str, Any] | None:
+    """Which draft weights were measured: the draft is retrained now and then, and α depends on it."""
+    import hashlib
+
+    from specviz.models import default_draft_dir
+
+    path = default_draft_dir() / "model.safetensors"
+    if not path.is_file():
+        return None
+    stat = path.stat()
+    return {
+        "path": str(path.relative_to(path.parents[2])) if len(path.parents) > 2 else str(path),
+        "modified_utc": dt.datetime.fromtimestamp(stat.st_mtime, dt.UTC).isoformat(timespec="seconds"),
+        "sha256_12": hashlib.sha256(path.read_bytes()).hexdigest()[:12],
+        "bytes": stat.st_size,
+    }
 
 
 def _jsonable(x: Any) -> Any:
