@@ -236,15 +236,16 @@ def markdown(r: dict[str, Any]) -> str:
             "measured verify cost v(K) = verify-pass ms ÷ target ms/token (the formula assumes 1).",
             "",
             "| T | K | α (traces) | E[tokens/cycle] | measured tokens/cycle | v(K) | predicted | predicted with v(K) "
-            "| measured |",
-            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            "| measured | α needed for 1.3x (with v(K)) |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for row in th2["rows"]:
             L.append(
                 f"| {row['T']} | {row['K']} | {_f(row['alpha_traces'], '.3f')} | "
                 f"{_f(row['expected_tokens_per_cycle'])} | {_f(row['measured_tokens_per_cycle'])} | "
                 f"{_f(row['verify_cost'])} | {_f(row['predicted_speedup'])}x | "
-                f"{_f(row['predicted_speedup_verify_cost'])}x | {_f(row['measured_speedup'])}x |"
+                f"{_f(row['predicted_speedup_verify_cost'])}x | {_f(row['measured_speedup'])}x | "
+                f"{_f(row.get('alpha_needed_for_1.3x'), '.2f', 'unreachable')} |"
             )
         L.append("")
         for t, b in th2["best_k"].items():

@@ -14,7 +14,8 @@ equivalents, so the predicted speedup over autoregressive decoding is E / (K·c 
   same cache code (prefill excluded), interleaved.
 * The formula assumes a verify pass over K+1 tokens costs one decode step. On a CPU it costs
   more as K grows, so a second prediction uses the measured verify cost v(K) (median verify time
-  ÷ target ms/token): E / (K·c + v(K)).
+  ÷ target ms/token): E / (K·c + v(K)). From the same model, the α the draft would need for the
+  1.3x goal at each K is reported too.
 """
 
 from __future__ import annotations
@@ -80,6 +81,19 @@ def measure_cost(pair: Any, prompts: list[list[int]], s: Settings, log: Log) -> 
     return {"target_ms_per_token": summary(target), "draft_ms_per_token": summary(draft), "c": summary(ratios)}
 
 
+def alpha_needed(speedup: float, k: int, c: float, v: float) -> float | None:
+    """The α at which E(α, K) / (K·c + v) reaches `speedup` (bisection; E rises with α), or None
+    if even α = 1 (K+1 tokens per cycle) falls short."""
+    cost = k * c + v
+    if expected_tokens_per_cycle(1.0, k) / cost < speedup:
+        return None
+    lo, hi = 0.0, 1.0
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if expected_tokens_per_cycle(mid, k) / cost < speedup else (lo, mid)
+    return hi
+
+
 def run(pair: Any, prompts: list[list[int]], throughput: dict[str, Any], s: Settings, log: Log) -> dict[str, Any]:
     log("theory: α on the target's own generations (teacher-forced)")
     alpha: dict[str, Any] = {}
@@ -114,6 +128,7 @@ def run(pair: Any, prompts: list[list[int]], throughput: dict[str, Any], s: Sett
                     if a is not None and c and v
                     else None,
                     "measured_speedup": (sysrow.get("speedup_vs_ar") or {}).get("median"),
+                    "alpha_needed_for_1.3x": alpha_needed(1.3, k, c, v) if c and v else None,
                 }
             )
     best = {}
