@@ -180,6 +180,8 @@ def markdown(r: dict[str, Any]) -> str:
         L += ["", "Same-run ratios:", "", "| comparison | median (min–max) |", "|---|---:|"]
         for key, v in c["ours_vs_hf_assisted"].items():
             L.append(f"| ours lean (contiguous) / hf-assisted, tokens/s, {key} | {_rng(v)} |")
+        for key, v in c.get("hf_assisted_over_ours_ms_per_cycle", {}).items():
+            L.append(f"| hf-assisted / ours lean, ms per cycle (acceptance luck removed), {key} | {_rng(v)} |")
         for key, v in c["ar_vs_hf_generate"].items():
             L.append(f"| ar / hf generate, tokens/s, {key} | {_rng(v)} |")
         g = c["greedy_outputs_identical"]

@@ -114,6 +114,10 @@ def hf_assisted(pair: Any, k: int, temperature: float, max_new: int) -> Runner:
         gc.num_assistant_tokens_schedule = "constant"
         gc.assistant_confidence_threshold = 0.0
         ids = torch.tensor([prompt], device=pair.target_device)
+        # Count the target's forward passes: one per cycle (the first also prefills the prompt),
+        # so ms/cycle can be compared with ours apart from how lucky each run's acceptances were.
+        calls = [0]
+        hook = pair.target.register_forward_pre_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
         torch.manual_seed(SEED)
         try:
             with torch.inference_mode():
@@ -125,9 +129,10 @@ def hf_assisted(pair: Any, k: int, temperature: float, max_new: int) -> Runner:
                     **_hf_sampling(temperature),
                 )
         finally:
+            hook.remove()
             for name, value in saved.items():
                 setattr(gc, name, value)
         new = out[0, len(prompt) :].tolist()
-        return len(new), {"tokens_out": new}
+        return len(new), {"tokens_out": new, "cycles": calls[0]}
 
     return run

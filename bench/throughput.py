@@ -82,12 +82,26 @@ def analyse(samples: list, s: Settings) -> dict[str, Any]:
             row["draft_ms"] = summary([v for x in mine for v in x.extra["draft_ms"]])
             phase = {ph: sum(x.extra["phase_ms"][ph] for x in mine) for ph in mine[0].extra["phase_ms"]}
             row["phase_ms_per_cycle"] = {ph: v / cycles for ph, v in phase.items()} if cycles else {}
+        if name.startswith("hf-assisted/"):
+            cycles = sum(x.extra.get("cycles", 0) for x in mine)
+            row["cycles"] = cycles
+            row["tokens_per_cycle"] = row["tokens"] / cycles if cycles else None
+            row["ms_per_cycle"] = summary([1000 * x.seconds / x.extra["cycles"] for x in mine if x.extra.get("cycles")])
         per_system[name] = row
 
-    comparisons: dict[str, Any] = {"ours_vs_hf_assisted": {}, "ar_vs_hf_generate": {}}
+    comparisons: dict[str, Any] = {
+        "ours_vs_hf_assisted": {},
+        "hf_assisted_over_ours_ms_per_cycle": {},
+        "ar_vs_hf_generate": {},
+    }
     for t in TEMPS:
         for k in s.hf_ks:
             if spec_name(k, t) in per_system:
+                # Cost per cycle, HF over ours (> 1: ours is cheaper per cycle). At T = 1 the two decode
+                # different random texts, so tokens/s also carries each run's acceptance luck; this does not.
+                comparisons["hf_assisted_over_ours_ms_per_cycle"][f"K{k}/T{t}"] = _paired_cycle_ratio(
+                    samples, f"hf-assisted/K{k}/T{t}", spec_name(k, t)
+                )
                 comparisons["ours_vs_hf_assisted"][f"K{k}/T{t}"] = summary(
                     paired_ratios(samples, spec_name(k, t), f"hf-assisted/K{k}/T{t}")
                 )
@@ -123,6 +137,16 @@ def analyse(samples: list, s: Settings) -> dict[str, Any]:
             f"T{t}": median([x.tokens_per_s for x in samples if x.system == f"ar/T{t}"]) for t in TEMPS
         },
     }
+
+
+def _paired_cycle_ratio(samples: list, num: str, den: str) -> dict[str, Any]:
+    by = {(x.system, x.round, x.prompt): x for x in samples}
+    out = []
+    for (name, r, p), a in by.items():
+        b = by.get((den, r, p))
+        if name == num and b is not None and a.extra.get("cycles") and b.extra.get("cycles"):
+            out.append((a.seconds / a.extra["cycles"]) / (b.seconds / b.extra["cycles"]))
+    return summary(out)
 
 
 def _greedy_agreement(samples: list) -> dict[str, Any]:
