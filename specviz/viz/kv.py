@@ -323,28 +323,8 @@ def kv_figure_from_frames(
         title = PHASE_TITLES.get(frame.phase, frame.phase)
         cyc = f"Cycle {cycle} · " if cycle is not None else ""
         return [
-            dict(
-                text=_summary("Target cache", snap.target),
-                x=0.0,
-                y=1.0,
-                xref="paper",
-                yref="paper",
-                xanchor="left",
-                yanchor="bottom",
-                showarrow=False,
-                align="left",
-            ),
-            dict(
-                text=_summary("Draft cache", snap.draft),
-                x=0.53,
-                y=1.0,
-                xref="paper",
-                yref="paper",
-                xanchor="left",
-                yanchor="bottom",
-                showarrow=False,
-                align="left",
-            ),
+            _panel_header(_summary("Target cache", snap.target), x=0.0),
+            _panel_header(_summary("Draft cache", snap.draft), x=0.53),
             dict(
                 text=f"<b>{cyc}{esc(title)}</b> — target: {esc(frame.target_events)}<br>"
                 f"draft: {esc(frame.draft_events)}",
@@ -508,3 +488,11 @@ def kv_figure_from_frames(
 def prefill_frame(target: CacheSnapshot, draft: CacheSnapshot) -> KVFrame:
     """A single frame for the state after prefill, before any cycle has run."""
     return KVFrame("prefill", PhaseSnapshot("prefill", target, draft), "prefill of the prompt", "prefill of the prompt")
+
+
+def _panel_header(text: str, x: float) -> dict:
+    """A left-aligned caption sitting on top of one cache's panel (paper coordinates)."""
+    return dict(
+        text=text, x=x, y=1.0, xref="paper", yref="paper", xanchor="left", yanchor="bottom",
+        showarrow=False, align="left",
+    )
