@@ -25,6 +25,12 @@ from specviz.models import (
 # tiny models saved to disk
 
 
+# The decoder shape of every config-only tiny model below (one layer, grouped-query attention).
+TINY_DECODER = dict(
+    hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1
+)
+
+
 def _char_tokenizer(reverse: bool = False):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
@@ -173,16 +179,7 @@ def test_sliding_window_is_rejected(tmp_path: Path) -> None:
     good = _save_llama(tmp_path / "good")
     windowed = _save_config_only(
         tmp_path / "mistral",
-        MistralConfig(
-            vocab_size=33,
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            sliding_window=16,
-            max_position_embeddings=128,
-        ),
+        MistralConfig(vocab_size=33, sliding_window=16, max_position_embeddings=128, **TINY_DECODER),
     )
     with pytest.raises(IncompatiblePairError, match="sliding-window"):
         load_pair(windowed, good)
@@ -300,14 +297,7 @@ def test_draft_embedding_smaller_than_tokenizer_is_rejected(tmp_path: Path) -> N
     target = _save_llama(tmp_path / "target")
     small = _save_config_only(
         tmp_path / "small",
-        LlamaConfig(
-            vocab_size=10,
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-        ),
+        LlamaConfig(vocab_size=10, **TINY_DECODER),
     )
     with pytest.raises(IncompatiblePairError, match="embedding table of 10 rows"):
         load_pair(target, small)

@@ -30,28 +30,21 @@ def tiny_model(
 ) -> PreTrainedModel:
     """A tiny random `arch` causal LM: 4 attention heads (2 KV heads for llama/qwen2), float32, eval."""
     common = dict(vocab_size=vocab_size, bos_token_id=0, eos_token_id=1, pad_token_id=None)
+    # Llama and Qwen2 share the decoder shape: grouped-query attention, 4 query / 2 KV heads.
+    gqa_decoder = dict(
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=max_positions,
+        **common,
+    )
     if arch == "llama":
-        config = LlamaConfig(
-            hidden_size=hidden_size,
-            intermediate_size=2 * hidden_size,
-            num_hidden_layers=num_layers,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=max_positions,
-            **common,
-        )
+        config = LlamaConfig(**gqa_decoder)
         cls = LlamaForCausalLM
     elif arch == "qwen2":
-        config = Qwen2Config(
-            hidden_size=hidden_size,
-            intermediate_size=2 * hidden_size,
-            num_hidden_layers=num_layers,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=max_positions,
-            use_sliding_window=False,
-            **common,
-        )
+        config = Qwen2Config(use_sliding_window=False, **gqa_decoder)
         cls = Qwen2ForCausalLM
     elif arch == "gpt2":
         config = GPT2Config(
