@@ -66,6 +66,16 @@ class _Session:
     origins: list[str] = field(default_factory=list)  # per committed token: prompt/accepted/corrected/bonus
 
 
+@dataclass
+class _Proposal:
+    """One cycle's drafts and the distributions that scored them (shared by accept and resolve)."""
+
+    n: int  # committed length when the cycle started
+    drafts: list[int]  # d_1..d_k
+    draft_probs: list[torch.Tensor]  # q_i [V] for i = 1..k
+    target_probs: torch.Tensor  # p_1..p_{k+1} [k+1, V]
+
+
 def _check_live_update(old: DecodeConfig, new: DecodeConfig) -> None:
     if not isinstance(new, DecodeConfig):
         raise ConfigError(f"expected a DecodeConfig, got {type(new).__name__}")
@@ -225,9 +235,10 @@ class SpeculativeDecoder:
         t = mark("draft", n, t)
         target_probs = self._verify(s, cfg, drafts)  # [k+1, V]
         t = mark("verify", n, t)
-        steps, num_accepted = self._accept(s, cfg, n, drafts, draft_probs, target_probs)
+        proposal = _Proposal(n, drafts, draft_probs, target_probs)
+        steps, num_accepted = self._accept(s, cfg, proposal)
         t = mark("accept", n + num_accepted, t)
-        emitted, dist_top = self._resolve(s, cfg, n, drafts, draft_probs, target_probs, num_accepted)
+        emitted, dist_top = self._resolve(s, cfg, proposal, num_accepted)
         emitted, finish_reason = self._trim(emitted, remaining, room)
         t = mark("resolve", n + num_accepted, t)
         self._commit(s, emitted)
@@ -296,16 +307,9 @@ class SpeculativeDecoder:
         logits = forward(self.target, s.caches["target"], [s.committed[-1], *drafts], "verify")  # [k+1, V]
         return self._distribution(logits, cfg)
 
-    def _accept(
-        self,
-        s: _Session,
-        cfg: DecodeConfig,
-        n: int,
-        drafts: list[int],
-        draft_probs: list[torch.Tensor],
-        target_probs: torch.Tensor,
-    ) -> tuple[list[DraftStep], int]:
+    def _accept(self, s: _Session, cfg: DecodeConfig, proposal: _Proposal) -> tuple[list[DraftStep], int]:
         """Test d_1..d_k left to right; the first rejection ends the streak."""
+        n, drafts, draft_probs, target_probs = proposal.n, proposal.drafts, proposal.draft_probs, proposal.target_probs
         gen = s.generators["target"]
         record = cfg.instrument
         steps: list[DraftStep] = []
@@ -352,16 +356,10 @@ class SpeculativeDecoder:
         return steps, num_accepted
 
     def _resolve(
-        self,
-        s: _Session,
-        cfg: DecodeConfig,
-        n: int,
-        drafts: list[int],
-        draft_probs: list[torch.Tensor],
-        target_probs: torch.Tensor,
-        num_accepted: int,
+        self, s: _Session, cfg: DecodeConfig, proposal: _Proposal, num_accepted: int
     ) -> tuple[list[EmittedToken], tuple[TokenProb, ...]]:
         """Accepted drafts, then the corrected token (rejection) or the bonus token (all accepted)."""
+        n, drafts, draft_probs, target_probs = proposal.n, proposal.drafts, proposal.draft_probs, proposal.target_probs
         gen = s.generators["target"]
         k = len(drafts)
         emitted = [
