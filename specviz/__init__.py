@@ -4,6 +4,8 @@ Public API (DESIGN §4):
 
     pair = specviz.load_default_pair()                 # offline embedded default pair
     pair = specviz.load_pair(target=..., draft=...)    # any HF pair (ids, dirs, GGUF files)
+    head = specviz.FeatureHead.random(pair.target)     # an (untrained) EAGLE-style head
+    cfg = specviz.DecodeConfig(proposer="feature")     # or "draft" (default), "lookup"
     cfg = specviz.DecodeConfig(k=5, temperature=1.0, cache_layout="paged", page_size=16)
     dec = specviz.SpeculativeDecoder(pair, cfg)
     dec.start(prompt_ids); trace = dec.step()          # one cycle -> CycleTrace
@@ -12,6 +14,7 @@ Public API (DESIGN §4):
 from .autoregressive import AutoregressiveDecoder
 from .config import DecodeConfig
 from .engine import SpeculativeDecoder
+from .feature_head import FeatureHead
 from .errors import (
     CacheCapacityError,
     ConfigError,
@@ -37,6 +40,7 @@ __all__ = [
     "CycleTrace",
     "DecodeConfig",
     "DecodingFinishedError",
+    "FeatureHead",
     "IncompatiblePairError",
     "ModelLoadError",
     "ModelPair",

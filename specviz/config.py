@@ -6,7 +6,7 @@ and hand it to `SpeculativeDecoder.update_config`; the decoder checks it before 
 bad value leaves the running decoder untouched.
 
 Which fields may change mid-run: the sampling knobs (k, temperature, top_k, top_p), the
-what-if forcing, the invariant check and max_new_tokens. The cache layout, page size, pool size,
+what-if forcing, the invariant check and max_new_tokens. The proposer, cache layout, page size, pool size,
 free policy and seed shape the caches and the random stream, so changing them needs `start()`.
 """
 
@@ -22,6 +22,7 @@ from .errors import ConfigError
 MAX_K = 64  # a draft longer than this is never useful and only wastes memory
 LAYOUTS = ("paged", "contiguous")
 POLICIES = ("free", "keep")
+PROPOSERS = ("draft", "feature", "lookup")  # who guesses the drafts (specviz.proposers)
 
 # Fields that may change between cycles without restarting the decoder.
 LIVE_FIELDS = frozenset(
@@ -33,6 +34,9 @@ LIVE_FIELDS = frozenset(
 @dataclass(frozen=True)
 class DecodeConfig:
     k: int = 5  # draft length K
+    proposer: Literal["draft", "feature", "lookup"] = "draft"
+    lookup_max_ngram: int = 3  # prompt lookup: longest suffix n-gram matched first
+    lookup_min_ngram: int = 1  # ... and the shortest tried before giving up
     temperature: float = 1.0  # 0 = greedy
     top_k: int = 0  # 0 = off
     top_p: float = 1.0  # 1 = off
@@ -59,6 +63,13 @@ class DecodeConfig:
         """Raise ConfigError with a clear message for any out-of-range value."""
         if not isinstance(self.k, int) or isinstance(self.k, bool) or not 1 <= self.k <= MAX_K:
             raise ConfigError(f"K (draft length) must be an integer in 1..{MAX_K}, got {self.k!r}")
+        if self.proposer not in PROPOSERS:
+            raise ConfigError(f"proposer must be one of {PROPOSERS}, got {self.proposer!r}")
+        if not (isinstance(self.lookup_min_ngram, int) and isinstance(self.lookup_max_ngram, int)
+                and 1 <= self.lookup_min_ngram <= self.lookup_max_ngram <= 64):
+            raise ConfigError(
+                f"lookup n-gram sizes need 1 <= min <= max <= 64, got {self.lookup_min_ngram}..{self.lookup_max_ngram}"
+            )
         if not _finite(self.temperature) or self.temperature < 0:
             raise ConfigError(f"temperature must be a finite number >= 0 (0 = greedy), got {self.temperature!r}")
         if not isinstance(self.top_k, int) or self.top_k < 0:

@@ -6,12 +6,14 @@ _rollback`, each a short method, and `step()` runs them and returns a `CycleTrac
 The cache invariant ("last token separate", as in llama.cpp, HF and gpt-fast): at the start of a
 cycle with committed sequence x_1..x_n,
   * the target cache holds K/V for exactly x_1..x_{n-1};
-  * the draft cache holds K/V for a prefix x_1..x_m, m <= n-1, and is fed x_{m+1}..x_n first
-    ("catch-up": usually one token, two after a fully accepted cycle, because d_K is sampled
-    but never fed to the draft).
+  * the proposer's state lags behind and is caught up first: a draft model's cache holds a prefix
+    x_1..x_m, m <= n-1 (usually one token short, two after a fully accepted cycle, because d_K is
+    sampled but never fed); a feature head's cache holds pairs built from the target's real
+    features; prompt lookup has no cache at all (`specviz.proposers`).
 The verify pass feeds [x_n, d_1, .., d_K] and appends their K/V provisionally; the rollback
-truncates both caches back to the new committed length minus one, so the next cycle computes
-exactly the distributions a plain autoregressive decoder would.
+truncates the target cache back to the new committed length minus one (and the proposer restores
+its own invariant), so the next cycle computes exactly the distributions a plain autoregressive
+decoder would. Which proposer drafts never changes verify, accept, resolve or the target's rollback.
 
 Positions are 0-based: x_i sits at position i-1, so "target cache length n-1" means positions
 0..n-2 are cached.
@@ -35,16 +37,17 @@ from . import sampling
 from .config import LIVE_FIELDS, DecodeConfig
 from .errors import ConfigError, ContextFullError, DecodingFinishedError
 from .kv import SpecvizCache
+from .proposers import Proposer, make_proposer
 from .runtime import (
     TokenTexts,
     context_limit,
     copy_generator,
     eos_ids_of,
-    forward,
+    forward_with_features,
     make_generator,
     max_abs_kv_diff,
     model_device,
-    open_cache,
+    open_cache_with_features,
     validate_prompt,
     vocab_size_of,
 )
@@ -59,8 +62,9 @@ class _Session:
 
     committed: list[int]
     num_prompt_tokens: int
-    caches: dict[str, SpecvizCache]
+    caches: dict[str, SpecvizCache]  # {"target": ...}; the proposer owns its own cache
     generators: dict[str, torch.Generator]
+    proposer: Proposer
     cycle: int = 0
     finish_reason: str | None = None
     origins: list[str] = field(default_factory=list)  # per committed token: prompt/accepted/corrected/bonus
@@ -95,8 +99,9 @@ class SpeculativeDecoder:
         self.pair = pair
         self.config = config or DecodeConfig()
         self.config.validate()
-        self.target, self.draft = pair.target, pair.draft
-        self.vocab_size = max(vocab_size_of(self.target), vocab_size_of(self.draft))
+        self.target = pair.target
+        self.draft = pair.draft if self.config.proposer == "draft" else None
+        self.vocab_size = max(vocab_size_of(m) for m in (self.target, self.draft) if m is not None)
         self.eos_ids = eos_ids_of(self.target)
         self.token_text = TokenTexts(getattr(pair, "tokenizer", None))
         self._session: _Session | None = None
@@ -105,7 +110,7 @@ class SpeculativeDecoder:
 
     @property
     def max_context(self) -> int:
-        return context_limit(self.config, self.target, self.draft)
+        return context_limit(self.config, *(m for m in (self.target, self.draft) if m is not None))
 
     @property
     def started(self) -> bool:
@@ -128,8 +133,13 @@ class SpeculativeDecoder:
         return self._require().caches["target"]
 
     @property
-    def draft_cache(self) -> SpecvizCache:
-        return self._require().caches["draft"]
+    def draft_cache(self) -> SpecvizCache | None:
+        """The proposer's own KV cache (a draft model's, or a feature head's one layer); None for lookup."""
+        return self._require().proposer.cache
+
+    @property
+    def proposer(self) -> Proposer:
+        return self._require().proposer
 
     @property
     def finished(self) -> bool:
@@ -151,11 +161,16 @@ class SpeculativeDecoder:
         """Prefill both caches with the prompt minus its last token (the invariant's start)."""
         cfg = self.config
         ids = validate_prompt(prompt_ids, vocab_size_of(self.target), self.max_context)
-        models = {"target": self.target, "draft": self.draft}
-        caches = {role: open_cache(model, cfg, self.max_context, ids) for role, model in models.items()}
+        proposer = make_proposer(self.pair, cfg, self.max_context, self.vocab_size)
+        target_cache, features = open_cache_with_features(
+            self.target, cfg, self.max_context, ids, features=proposer.wants_target_features
+        )
+        proposer.start(ids, features)
         generators = self._generators(cfg.seed)
         # Built completely before it replaces the old session: a failure above changes nothing.
-        self._session = _Session(ids, len(ids), caches, generators, origins=["prompt"] * len(ids))
+        self._session = _Session(
+            ids, len(ids), {"target": target_cache}, generators, proposer, origins=["prompt"] * len(ids)
+        )
 
     def fork(self, seed: int | None = None) -> SpeculativeDecoder:
         """An independent copy of this decoder at its current state: caches copied, random
@@ -170,6 +185,7 @@ class SpeculativeDecoder:
             committed=list(s.committed),
             origins=list(s.origins),
             caches={role: copy.deepcopy(cache) for role, cache in s.caches.items()},
+            proposer=s.proposer.fork(),
             generators=self._generators(cfg.seed) if seed is not None else {
                 role: copy_generator(gen) for role, gen in s.generators.items()
             },
@@ -180,7 +196,8 @@ class SpeculativeDecoder:
         # Independent streams: with one seed for both, the draft's sampling draws and the
         # target's acceptance draws would be the same numbers, which biases the output.
         seeds = {"target": seed, "draft": seed ^ DRAFT_SEED_SALT}
-        devices = {"target": model_device(self.target), "draft": model_device(self.draft)}
+        draft_device = model_device(self.draft if self.draft is not None else self.target)
+        devices = {"target": model_device(self.target), "draft": draft_device}
         return {role: make_generator(devices[role], seeds[role]) for role in seeds}
 
     # -- one cycle ------------------------------------------------------------------------
@@ -230,8 +247,11 @@ class SpeculativeDecoder:
         t = time.perf_counter()
         if record:
             snaps.append(self._phase_snapshot(s, "start", n))
-        catch_up = s.committed[s.caches["draft"].get_seq_length() :]
-        drafts, draft_probs = self._draft(s, cfg, catch_up, k)
+        proposed = s.proposer.propose(
+            s.committed, k, lambda logits: self._distribution(logits, cfg), cfg.greedy, s.generators["draft"]
+        )
+        drafts, draft_probs = proposed.tokens, proposed.probs
+        k = len(drafts)  # a proposer may propose fewer (lookup without a match: none)
         t = mark("draft", n, t)
         target_probs = self._verify(s, cfg, drafts)  # [k+1, V]
         t = mark("verify", n, t)
@@ -242,7 +262,7 @@ class SpeculativeDecoder:
         emitted, finish_reason = self._trim(emitted, remaining, room)
         t = mark("resolve", n + num_accepted, t)
         self._commit(s, emitted)
-        self._rollback(s)
+        self._rollback(s, n)
         t = mark("rollback", len(s.committed), t)
 
         invariant = None
@@ -261,8 +281,8 @@ class SpeculativeDecoder:
             top_k=cfg.top_k,
             top_p=cfg.top_p,
             catch_up=tuple(
-                EmittedToken(tok, self.token_text(tok) if record else "", pos, s.origins[pos])
-                for pos, tok in zip(range(n - len(catch_up), n), catch_up)
+                EmittedToken(s.committed[pos], self.token_text(s.committed[pos]) if record else "", pos, s.origins[pos])
+                for pos in proposed.catch_up_positions
             ),
             drafts=tuple(steps),
             num_accepted=num_accepted,
@@ -271,12 +291,14 @@ class SpeculativeDecoder:
             bonus_top=dist_top if rejected_at is None else (),
             emitted=tuple(emitted),
             target_events=tuple(s.caches["target"].drain_events()),
-            draft_events=tuple(s.caches["draft"].drain_events()),
+            draft_events=tuple(s.proposer.drain_events()),
             snapshots=tuple(snaps),
             timings_ms=timings,
             invariant_max_abs_diff=invariant,
             finish_reason=finish_reason,
             forced=any(st.forced for st in steps),
+            proposer=s.proposer.name,
+            proposer_note=proposed.note,
         )
 
     def _distribution(self, logits: torch.Tensor, cfg: DecodeConfig) -> torch.Tensor:
@@ -285,26 +307,13 @@ class SpeculativeDecoder:
         probs = sampling.process_logits(logits, cfg.temperature, cfg.top_k, cfg.top_p)
         return sampling.pad_vocab(probs, self.vocab_size)
 
-    def _draft(
-        self, s: _Session, cfg: DecodeConfig, catch_up: list[int], k: int
-    ) -> tuple[list[int], list[torch.Tensor]]:
-        """Feed the catch-up tokens, then sample d_1..d_k, feeding each but the last."""
-        gen = s.generators["draft"]
-        drafts: list[int] = []
-        draft_probs: list[torch.Tensor] = []  # q_i [V] for i = 1..k
-        logits = forward(self.draft, s.caches["draft"], catch_up, "draft", last_only=True)[-1]  # [V]
-        for i in range(k):
-            probs = self._distribution(logits, cfg)
-            token = sampling.greedy_token(probs) if cfg.greedy else sampling.sample(probs, gen)
-            drafts.append(token)
-            draft_probs.append(probs)
-            if i < k - 1:  # d_k is never fed: the draft catches up on it next cycle
-                logits = forward(self.draft, s.caches["draft"], [token], "draft", last_only=True)[-1]
-        return drafts, draft_probs
-
     def _verify(self, s: _Session, cfg: DecodeConfig, drafts: list[int]) -> torch.Tensor:
         """One target pass over [x_n, d_1..d_k]: K/V appended provisionally, k+1 distributions."""
-        logits = forward(self.target, s.caches["target"], [s.committed[-1], *drafts], "verify")  # [k+1, V]
+        logits, features = forward_with_features(
+            self.target, s.caches["target"], [s.committed[-1], *drafts], "verify",
+            features=s.proposer.wants_target_features,
+        )  # [k+1, V], [k+1, H]: a feature head gets the target's real features from this same pass
+        s.proposer.observe_verify(features)
         return self._distribution(logits, cfg)
 
     def _accept(self, s: _Session, cfg: DecodeConfig, proposal: _Proposal) -> tuple[list[DraftStep], int]:
@@ -369,9 +378,9 @@ class SpeculativeDecoder:
             j = num_accepted
             dist = target_probs[j] if cfg.greedy else sampling.residual_distribution(target_probs[j], draft_probs[j])
             kind = "corrected"
-        else:  # all accepted: the bonus token from p_{K+1}
+        else:  # all accepted: the bonus token from p_{K+1} (no proposal at all: a plain target step)
             dist = target_probs[k]
-            kind = "bonus"
+            kind = "bonus" if k else "generated"
         token = sampling.greedy_token(dist) if cfg.greedy else sampling.sample(dist, gen)
         emitted.append(EmittedToken(token, self.token_text(token), n + num_accepted, kind))
         return emitted, (self._top(dist, cfg) if cfg.instrument else ())
@@ -392,12 +401,14 @@ class SpeculativeDecoder:
         s.committed.extend(t.token_id for t in emitted)
         s.origins.extend(t.kind for t in emitted)
 
-    def _rollback(self, s: _Session) -> None:
-        """Truncate both caches to the new committed length minus one (the invariant)."""
+    def _rollback(self, s: _Session, n: int) -> None:
+        """Truncate the target cache to the new committed length minus one (the invariant); the
+        proposer restores its own."""
         keep = len(s.committed) - 1
-        for cache in s.caches.values():
-            if cache.get_seq_length() > keep:
-                cache.truncate(keep, "rollback")
+        cache = s.caches["target"]
+        if cache.get_seq_length() > keep:
+            cache.truncate(keep, "rollback")
+        s.proposer.rollback(s.committed, n)
 
     # -- checks and snapshots -------------------------------------------------------------
 
@@ -405,17 +416,18 @@ class SpeculativeDecoder:
         """Max |K/V difference| of each cache against a fresh prefill of the committed sequence
         (the draft's own, possibly shorter, prefix). 0.0 up to float noise when exact."""
         s = self._require()
-        out = {}
-        for role, model in (("target", self.target), ("draft", self.draft)):
-            cache = s.caches[role]
-            out[role] = max_abs_kv_diff(model, cache, s.committed[: cache.get_seq_length()])
+        cache = s.caches["target"]
+        out = {"target": max_abs_kv_diff(self.target, cache, s.committed[: cache.get_seq_length()])}
+        proposer_diff = s.proposer.check_invariant(s.committed)
+        if proposer_diff is not None:
+            out["draft"] = proposer_diff
         return out
 
     def _phase_snapshot(self, s: _Session, phase: str, num_committed: int) -> PhaseSnapshot:
         return PhaseSnapshot(
             phase=phase,
             target=s.caches["target"].snapshot(num_committed),
-            draft=s.caches["draft"].snapshot(num_committed),
+            draft=s.proposer.snapshot(num_committed),
         )
 
     def _top(self, probs: torch.Tensor, cfg: DecodeConfig) -> tuple[TokenProb, ...]:
@@ -434,6 +446,7 @@ class SpeculativeDecoder:
             "committed": len(s.committed),
             "lengths": {role: c.get_seq_length() for role, c in s.caches.items()},
             "generators": {role: g.get_state() for role, g in s.generators.items()},
+            "proposer": s.proposer.save(),
         }
 
     @staticmethod
@@ -446,3 +459,4 @@ class SpeculativeDecoder:
             cache.drain_events()
         for role, gen in s.generators.items():
             gen.set_state(saved["generators"][role])
+        s.proposer.restore(saved["proposer"])

@@ -28,6 +28,7 @@ is given. The two models may live on different devices (``draft_device``).
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -63,6 +64,7 @@ class ModelPair:
     target_name: str = "target"
     draft_name: str = "draft"
     info: dict[str, Any] = field(default_factory=dict, compare=False)
+    feature_head: Any = field(default=None, compare=False)  # specviz.FeatureHead bound to the target, or None
 
     @property
     def target_device(self) -> torch.device:
@@ -591,8 +593,13 @@ def load_pair(
     *,
     draft_device: torch.device | str | None = None,
     draft_dtype: torch.dtype | str | None = None,
+    feature_head: Any = None,
 ) -> ModelPair:
     """Load a target and a draft given as hub ids, local directories or ``.gguf`` files.
+
+    ``feature_head`` (a directory saved by ``FeatureHead.save`` or a ``FeatureHead``) attaches an
+    EAGLE-style head for ``DecodeConfig(proposer="feature")``; a head made for another target
+    raises :class:`IncompatiblePairError`.
 
     ``device``/``dtype`` default to cuda → mps → cpu and float32 on CPU / bfloat16 on a GPU.
     ``draft_device`` places the draft elsewhere (its dtype then defaults for that device).
@@ -604,7 +611,7 @@ def load_pair(
     target_dir = resolve_model_dir(target, progress)
     _report(progress, f"Locating the draft {draft}…", 0.05)
     draft_dir = resolve_model_dir(draft, progress)
-    return _load_pair_dirs(
+    pair = _load_pair_dirs(
         target_dir,
         draft_dir,
         str(target),
@@ -615,6 +622,26 @@ def load_pair(
         draft_dtype,
         progress,
     )
+    return attach_feature_head(pair, feature_head)
+
+
+def attach_feature_head(pair: ModelPair, head: Any) -> ModelPair:
+    """`pair` with `head` (a FeatureHead or a saved head's directory) bound to its target."""
+    from .feature_head import FeatureHead
+
+    if head is None:
+        return pair
+    if isinstance(head, FeatureHead):
+        bound = head.bind(pair.target)
+    elif isinstance(head, (str, os.PathLike)):
+        bound = FeatureHead.load(head, pair.target)
+    else:
+        raise TypeError(f"feature_head must be a FeatureHead or a directory, got {type(head).__name__}")
+    return dataclasses.replace(pair, feature_head=bound)
+
+
+def default_feature_head_dir() -> Path:
+    return Path(os.environ.get("SPECVIZ_FEATURE_HEAD_DIR", Path(__file__).resolve().parent.parent / "assets" / "feature_head"))
 
 
 def load_default_pair(
@@ -628,7 +655,8 @@ def load_default_pair(
     """The embedded default pair, fully offline: SmolLM2-135M-Instruct + the distilled draft.
 
     The first call converts the target's GGUF file into the user cache (~20 s, with progress);
-    later calls load from there in about a second. No network access is attempted.
+    later calls load from there in about a second. No network access is attempted. The shipped
+    feature head (``assets/feature_head``) is attached as ``pair.feature_head``.
     """
     target_dir = default_target_dir(progress)
     draft_dir = default_draft_dir()
@@ -637,7 +665,7 @@ def load_default_pair(
             f"The default draft model is missing from {draft_dir}. It is shipped with specviz "
             "(assets/draft); rebuild it with `python scripts/train_draft.py data|train|export`."
         )
-    return _load_pair_dirs(
+    pair = _load_pair_dirs(
         target_dir,
         draft_dir,
         DEFAULT_TARGET_NAME,
@@ -648,3 +676,5 @@ def load_default_pair(
         draft_dtype,
         progress,
     )
+    head_dir = default_feature_head_dir()
+    return attach_feature_head(pair, head_dir if (head_dir / "config.json").is_file() else None)

@@ -59,28 +59,56 @@ def forward(
     model: Any, cache: SpecvizCache, token_ids: Sequence[int], phase: str, last_only: bool = False
 ) -> torch.Tensor:
     """Feed token_ids at the cache's next positions; return logits [T, V] (or [1, V])."""
+    return forward_with_features(model, cache, token_ids, phase, last_only, features=False)[0]
+
+
+@torch.inference_mode()
+def forward_with_features(
+    model: Any, cache: SpecvizCache, token_ids: Sequence[int], phase: str, last_only: bool = False,
+    features: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """As `forward`, and also the model's features [T, H]: the input of its output head (the
+    final hidden state after the last norm), caught by a hook on that head in the same pass, so
+    a feature-level draft head gets them without a second forward."""
     start_len = cache.get_seq_length()
     cache.reserve(list(token_ids), phase)
+    caught: list[torch.Tensor] = []
+    hook = None
+    if features:
+        hook = model.get_output_embeddings().register_forward_hook(lambda _m, args, _out: caught.append(args[0]))
     try:
         ids = torch.tensor([list(token_ids)], dtype=torch.long, device=model_device(model))  # [1, T]
-        out = model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1 if last_only else 0)
+        keep = 1 if last_only and not features else 0  # features of every position need the full head input
+        out = model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=keep)
     except BaseException:
         cache.truncate(start_len, phase)  # cancel the reservation: the cache stays as it was
         raise
-    return out.logits[0].float()  # [T, V]
+    finally:
+        if hook is not None:
+            hook.remove()
+    logits = out.logits[0].float()  # [T, V]
+    return (logits[-1:] if last_only else logits), (caught[0][0] if caught else None)
 
 
 def open_cache(model: Any, cfg: DecodeConfig, max_len: int, prompt_ids: Sequence[int]) -> SpecvizCache:
     """A new cache in the configured layout, prefilled with the prompt minus its last token
     (the invariant's starting point: the newest token's K/V is computed when it is fed)."""
+    return open_cache_with_features(model, cfg, max_len, prompt_ids, features=False)[0]
+
+
+def open_cache_with_features(
+    model: Any, cfg: DecodeConfig, max_len: int, prompt_ids: Sequence[int], features: bool = True
+) -> tuple[SpecvizCache, torch.Tensor | None]:
+    """As `open_cache`, and the prefill's features [n-1, H] (None for a one-token prompt)."""
     cache = create_cache(
         model, cfg.cache_layout, page_size=cfg.page_size, policy=cfg.free_policy,
         max_len=max_len, num_blocks=cfg.num_blocks,
     )
+    caught = None
     if len(prompt_ids) > 1:
-        forward(model, cache, prompt_ids[:-1], "prefill", last_only=True)
+        caught = forward_with_features(model, cache, prompt_ids[:-1], "prefill", last_only=True, features=features)[1]
     cache.drain_events()
-    return cache
+    return cache, caught
 
 
 @torch.inference_mode()

@@ -157,7 +157,7 @@ class EmittedToken:
 class PhaseSnapshot:
     phase: str
     target: CacheSnapshot
-    draft: CacheSnapshot
+    draft: CacheSnapshot | None  # the proposer's cache; None when it has none (prompt lookup)
 
 
 @dataclass(frozen=True)
@@ -166,11 +166,11 @@ class CycleTrace:
 
     cycle: int  # 0-based cycle index
     context_len: int  # n: committed length when the cycle started
-    k: int  # draft length actually used this cycle (may be clamped near the end)
+    k: int  # drafts actually proposed this cycle (clamped near the end; 0 = a plain target step)
     temperature: float
     top_k: int
     top_p: float
-    catch_up: tuple[EmittedToken, ...]  # tokens fed to the draft before proposing (kind = origin)
+    catch_up: tuple[EmittedToken, ...]  # committed tokens the proposer was fed before proposing (kind = origin)
     drafts: tuple[DraftStep, ...]
     num_accepted: int
     rejected_at: int | None  # 1-based draft index of the first rejection, None if all accepted
@@ -184,6 +184,8 @@ class CycleTrace:
     invariant_max_abs_diff: dict[str, float] | None = None  # {"target": .., "draft": ..}
     finish_reason: str | None = None  # "eos", "max_new_tokens" or "context_full" if the cycle ended it
     forced: bool = False  # some outcome was forced by what-if mode
+    proposer: str = "draft"  # who proposed: "draft", "feature" or "lookup" (specviz.proposers)
+    proposer_note: str = ""  # what the proposer did this cycle, in words
 
     @property
     def corrected_token(self) -> EmittedToken | None:
@@ -232,7 +234,7 @@ def _build(cls: type, data: dict[str, Any]) -> Any:
         if f.name not in data:
             continue
         value = data[f.name]
-        if f.name in nested:
+        if f.name in nested and value is not None:
             inner = nested[f.name]
             value = _build(inner, value) if isinstance(value, dict) else tuple(_build(inner, v) for v in value)
         elif isinstance(value, list):

@@ -1,0 +1,220 @@
+"""A feature-level draft head (EAGLE-style): one decoder layer that reads the target's own features.
+
+An independent draft model has to rediscover, from tokens alone, what the target is about to say.
+A *feature head* (EAGLE, Li et al. 2024; vLLM's `EagleProposer`) is handed the target's hidden
+state instead: the vector the target's output head turns into its next-token distribution. Write
+
+    f_p   = the target's final hidden state at position p (after its last norm: the exact input
+            of its output head), computed anyway when the target runs;
+    e(t)  = the target's (frozen) embedding of token t.
+
+The head maps the pair (f_p, e(x_{p+1})) through a linear fusion and ONE Llama decoder layer of
+the target's width (with its own KV cache, one layer deep) to a predicted feature g_{p+1}; the
+target's frozen output head turns g_{p+1} into logits for token x_{p+2}. Drafting further than one
+token feeds the head its own prediction g in place of the target's f: those cache entries rest on a
+guess, which is why they are always rolled back, even when the drafts they produced are accepted
+(`specviz.proposers.feature`).
+
+**Trimmed vocabulary** (FR-Spec, EAGLE-3's draft vocabulary): the head may score only a subset S of
+the vocabulary (the most frequent tokens of target-generated text). Then q = 0 outside S. Exactness
+is untouched: a token outside S is never proposed, and after a rejection the residual
+``max(0, p - q)`` gives it back its full target probability. The output head's cost shrinks by
+|V| / |S| (49152 -> 8192 rows for SmolLM2: the head's largest matmul).
+
+Nothing of the target is copied into the head's file: the embedding and output head are borrowed
+(read-only) when the head is bound to a target, and a fingerprint of the target (type, width,
+vocabulary, depth and a few embedding values) refuses a head made for another model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from .errors import IncompatiblePairError, ModelLoadError
+
+FORMAT = "specviz-feature-head/1"
+_PROBE_ROWS, _PROBE_COLS = 8, 4
+
+
+def target_fingerprint(target: Any) -> dict[str, Any]:
+    """What identifies the model a head was trained on: shape facts plus a few embedding values
+    (compared with a tolerance, so a bfloat16 copy of the same target still matches)."""
+    cfg = target.config.get_text_config()
+    emb = target.get_input_embeddings().weight
+    rows = torch.linspace(0, emb.shape[0] - 1, _PROBE_ROWS).long().tolist()
+    probe = emb.detach()[rows][:, :_PROBE_COLS].float().cpu().flatten().tolist()
+    return {
+        "model_type": cfg.model_type,
+        "hidden_size": int(emb.shape[1]),
+        "vocab_size": int(target.get_output_embeddings().weight.shape[0]),
+        "num_layers": int(getattr(cfg, "num_hidden_layers", getattr(cfg, "n_layer", 0))),
+        "embedding_probe": probe,
+    }
+
+
+def fingerprint_mismatch(expected: dict[str, Any], target: Any) -> str | None:
+    """Why `target` is not the model `expected` describes, or None when it is."""
+    got = target_fingerprint(target)
+    for key in ("model_type", "hidden_size", "vocab_size", "num_layers"):
+        if expected.get(key) != got[key]:
+            return f"{key} is {got[key]!r}, the head was made for {expected.get(key)!r}"
+    want = torch.tensor(expected["embedding_probe"])
+    if not torch.allclose(want, torch.tensor(got["embedding_probe"]), rtol=2e-2, atol=2e-3):
+        return "its embedding weights differ from those the head was trained on"
+    return None
+
+
+def _layer_config(target: Any) -> Any:
+    """A one-layer Llama config of the target's width (any supported target family)."""
+    from transformers import LlamaConfig
+
+    cfg = target.config.get_text_config()
+    hidden = int(target.get_input_embeddings().weight.shape[1])
+    heads = int(getattr(cfg, "num_attention_heads", 0) or getattr(cfg, "n_head", 0) or 1)
+    if hidden % heads:
+        heads = 1
+    kv_heads = int(getattr(cfg, "num_key_value_heads", 0) or heads)
+    if heads % kv_heads:
+        kv_heads = heads
+    intermediate = int(getattr(cfg, "intermediate_size", 0) or getattr(cfg, "n_inner", 0) or 4 * hidden)
+    max_pos = int(getattr(cfg, "max_position_embeddings", 0) or getattr(cfg, "n_positions", 0) or 2048)
+    extra = {}
+    rope = getattr(cfg, "rope_parameters", None)
+    if isinstance(rope, dict) and rope.get("rope_type", "default") == "default" and "rope_theta" in rope:
+        extra["rope_theta"] = rope["rope_theta"]
+    return LlamaConfig(
+        vocab_size=1, hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=1,
+        num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=max_pos,
+        rms_norm_eps=float(getattr(cfg, "rms_norm_eps", 1e-5)), pad_token_id=None, bos_token_id=None,
+        eos_token_id=None, tie_word_embeddings=False, **extra,
+    )
+
+
+class FeatureHead(nn.Module):
+    """fuse(f_p, e(x_{p+1})) -> one decoder layer -> g_{p+1}; logits = output_head(g_{p+1})[S]."""
+
+    def __init__(self, layer_config: Any, fingerprint: dict[str, Any], vocab: Sequence[int] | None = None,
+                 info: dict[str, Any] | None = None) -> None:
+        super().__init__()
+        from transformers import LlamaModel
+
+        hidden = layer_config.hidden_size
+        self.layer_config = layer_config
+        self.fingerprint = fingerprint
+        self.info = dict(info or {})
+        self.fuse = nn.Linear(2 * hidden, hidden, bias=False)  # [f ; e] -> decoder input
+        layer_config._attn_implementation = "sdpa"
+        self.decoder = LlamaModel(layer_config)  # one layer + final norm (its embedding is unused)
+        ids = None if vocab is None else torch.as_tensor(sorted(set(int(v) for v in vocab)), dtype=torch.long)
+        self.register_buffer("vocab", ids, persistent=False)  # the trimmed vocabulary S (None = all)
+        self._target: tuple[Any, ...] = ()  # borrowed, never saved: (embedding, output head)
+
+    # -- building, binding, files -----------------------------------------------------------
+
+    @classmethod
+    def random(cls, target: Any, seed: int = 0, vocab: Sequence[int] | None = None) -> FeatureHead:
+        """An untrained head fitted to `target` (exactness holds whatever the head's quality)."""
+        gen_state = torch.random.get_rng_state()
+        torch.manual_seed(seed)
+        try:
+            head = cls(_layer_config(target), target_fingerprint(target), vocab, info={"trained": False})
+        finally:
+            torch.random.set_rng_state(gen_state)
+        return head.bind(target)
+
+    def bind(self, target: Any) -> FeatureHead:
+        """Borrow the target's embedding and output head; refuse a target the head was not made for."""
+        why = fingerprint_mismatch(self.fingerprint, target)
+        if why is not None:
+            raise IncompatiblePairError(f"this feature head was made for another target: {why}")
+        out = target.get_output_embeddings()
+        if self.vocab is not None and int(self.vocab.max()) >= out.weight.shape[0]:
+            raise IncompatiblePairError("the head's vocabulary subset has ids beyond the target's output head")
+        weight = next(target.parameters())
+        self.to(device=weight.device, dtype=weight.dtype).eval().requires_grad_(False)
+        self._target = (target.get_input_embeddings(), out)
+        # Plain tensors, not parameters: the head never trains or saves the target's weights.
+        weight, bias = out.weight.detach(), getattr(out, "bias", None)
+        self.output_weight = weight if self.vocab is None else weight[self.vocab].clone()  # [|S|, H]
+        self.output_bias = None if bias is None else (bias.detach() if self.vocab is None else bias.detach()[self.vocab])
+        self.vocab_size = int(out.weight.shape[0])
+        return self
+
+    def save(self, directory: str | os.PathLike[str]) -> Path:
+        from safetensors.torch import save_file
+
+        path = Path(directory)
+        path.mkdir(parents=True, exist_ok=True)
+        tensors = {k: v.detach().to(torch.float16).contiguous() for k, v in self.state_dict().items()
+                   if not k.startswith("decoder.embed_tokens")}
+        if self.vocab is not None:
+            tensors["vocab"] = self.vocab.to(torch.int32).cpu()
+        save_file({k: v.cpu() for k, v in tensors.items()}, str(path / "model.safetensors"))
+        meta = {"format": FORMAT, "layer_config": self.layer_config.to_dict(), "target": self.fingerprint,
+                "info": self.info}
+        (path / "config.json").write_text(json.dumps(meta, indent=1))
+        return path
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike[str], target: Any) -> FeatureHead:
+        """Load a saved head and bind it to `target` (IncompatiblePairError if made for another)."""
+        from safetensors.torch import load_file
+        from transformers import LlamaConfig
+
+        path = Path(directory)
+        try:
+            meta = json.loads((path / "config.json").read_text())
+            tensors = load_file(str(path / "model.safetensors"))
+        except (OSError, ValueError) as exc:
+            raise ModelLoadError(f"cannot read a feature head from {path}: {exc}") from exc
+        if meta.get("format") != FORMAT:
+            raise ModelLoadError(f"{path} is not a specviz feature head (format {meta.get('format')!r})")
+        vocab = tensors.pop("vocab", None)
+        head = cls(LlamaConfig(**meta["layer_config"]), meta["target"],
+                   None if vocab is None else vocab.tolist(), meta.get("info"))
+        missing, unexpected = head.load_state_dict(tensors, strict=False)
+        missing = [k for k in missing if not k.startswith("decoder.embed_tokens")]
+        if missing or unexpected:
+            raise ModelLoadError(f"feature head {path} does not match its config: missing {missing}, unexpected {unexpected}")
+        return head.bind(target)
+
+    # -- computing ----------------------------------------------------------------------------
+
+    @property
+    def num_candidates(self) -> int:
+        """How many tokens the head can propose (|S|, or the whole vocabulary)."""
+        return int(self.output_weight.shape[0])
+
+    def fused_input(self, features: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
+        """[..., H] features and [...] token ids -> the decoder's input [..., H]."""
+        embed = self._target[0](token_ids).to(features.dtype)
+        return self.fuse(torch.cat([features, embed], dim=-1))
+
+    def candidate_logits(self, predicted: torch.Tensor) -> torch.Tensor:
+        """Predicted features [..., H] -> logits over the candidate tokens [..., |S|]."""
+        logits = predicted @ self.output_weight.T
+        return logits if self.output_bias is None else logits + self.output_bias
+
+    def full_logits(self, predicted: torch.Tensor) -> torch.Tensor:
+        """Predicted features [..., H] -> logits over the whole vocabulary [..., V] (-inf outside S)."""
+        logits = self.candidate_logits(predicted).float()
+        if self.vocab is None:
+            return logits
+        full = logits.new_full((*logits.shape[:-1], self.vocab_size), float("-inf"))
+        full[..., self.vocab] = logits
+        return full
+
+    def forward(self, features: torch.Tensor, token_ids: torch.Tensor, cache: Any = None,
+                attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Predicted features [B, T, H] for input pairs (features [B, T, H], token_ids [B, T]).
+        With `cache`, the pairs are appended to it (one sequence, B = 1)."""
+        out = self.decoder(inputs_embeds=self.fused_input(features, token_ids), past_key_values=cache,
+                           use_cache=cache is not None, attention_mask=attention_mask)
+        return out.last_hidden_state

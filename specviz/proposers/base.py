@@ -1,0 +1,104 @@
+"""What proposes the K draft tokens: one interface, several proposers.
+
+Speculative decoding splits into a part that never changes -- the target's single verify pass,
+the acceptance test, the residual or bonus token and the target's rollback (`specviz.engine`) --
+and a part that may: *who guesses* d_1..d_K, and from which distributions q_i they were drawn.
+As in vLLM v1 (`EagleProposer`, `NgramProposer`, a draft model runner), that second part is a
+`Proposer`. Whatever it is, exactness only asks that each d_i was sampled from the q_i it reports
+(the acceptance ratio p/q and the residual max(0, p - q) use exactly those q_i).
+
+A proposer's life in one cycle, with committed tokens x_1..x_n:
+
+1. ``propose(committed, k, ...)`` -- catch up on what it lacks, then draft up to k tokens with
+   their full-vocabulary distributions (fewer or none is allowed: then the cycle is a plain target
+   step over the tokens it did propose);
+2. ``observe_verify(features)`` -- the target's features for its verify inputs, from the verify
+   pass itself (only proposers with ``wants_target_features`` get them);
+3. ``rollback(committed, n)`` -- after the engine committed the cycle's tokens, restore the
+   proposer's own invariant (its cache must equal a fresh prefill of what it holds).
+
+Each proposer also reports its cache (if any) for snapshots, its cache events for the trace, and
+can check its invariant against a fresh recomputation.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+from ..kv import SpecvizCache
+from ..trace import CacheEvent, CacheSnapshot
+
+# logits [V] -> the processed sampling distribution over the pair's vocabulary [V]
+Distribution = Callable[[torch.Tensor], torch.Tensor]
+
+
+@dataclass
+class Drafts:
+    """One cycle's proposals: d_1..d_k, the q_i they were drawn from, what catch-up fed."""
+
+    tokens: list[int]
+    probs: list[torch.Tensor]  # q_i [V], i = 1..k
+    catch_up_positions: list[int]  # sequence positions of the committed tokens fed to catch up
+    note: str = ""  # what the proposer did, in words (e.g. which n-gram lookup matched)
+
+
+class Proposer:
+    """Base class. Subclasses set `name`, `label` and implement `propose` (and, when they keep
+    state, `start`, `rollback`, `check_invariant`, `save`/`restore`)."""
+
+    name: ClassVar[str] = ""
+    label: ClassVar[str] = ""  # a few words for views: "independent draft model"
+    wants_target_features: ClassVar[bool] = False
+    cache: SpecvizCache | None = None
+
+    def start(self, prompt_ids: list[int], prefill_features: torch.Tensor | None) -> None:
+        """Prepare for a new sequence whose prompt is `prompt_ids` (the target's prefill gave
+        `prefill_features` [n-1, H] when `wants_target_features`)."""
+
+    def propose(self, committed: list[int], k: int, distribution: Distribution, greedy: bool,
+                generator: torch.Generator) -> Drafts:
+        raise NotImplementedError
+
+    def observe_verify(self, features: torch.Tensor | None) -> None:
+        """The target's features [k+1, H] for the verify inputs [x_n, d_1..d_k]."""
+
+    def rollback(self, committed: list[int], n: int) -> None:
+        """The cycle that started at committed length n has committed; restore the invariant."""
+
+    def check_invariant(self, committed: list[int]) -> float | None:
+        """Max |difference| of the proposer's cache against a fresh recomputation (None: no cache)."""
+        return None
+
+    def snapshot(self, num_committed: int) -> CacheSnapshot | None:
+        return None if self.cache is None else self.cache.snapshot(num_committed)
+
+    def drain_events(self) -> list[CacheEvent]:
+        return [] if self.cache is None else self.cache.drain_events()
+
+    def save(self) -> Any:
+        """Small state to restore if a cycle fails half-way."""
+        return None if self.cache is None else self.cache.get_seq_length()
+
+    def restore(self, saved: Any) -> None:
+        if self.cache is not None and self.cache.get_seq_length() > saved:
+            self.cache.truncate(saved, "rollback")
+        self.drain_events()
+
+    def fork(self) -> Proposer:
+        """An independent copy at the current state (caches copied, models shared)."""
+        twin = copy.copy(self)
+        if self.cache is not None:
+            twin.cache = copy.deepcopy(self.cache)
+        return twin
+
+
+def sample_from(probs: torch.Tensor, greedy: bool, generator: torch.Generator) -> int:
+    """Draw the draft token from the distribution it will be scored with."""
+    from .. import sampling
+
+    return sampling.greedy_token(probs) if greedy else sampling.sample(probs, generator)

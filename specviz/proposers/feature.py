@@ -1,0 +1,160 @@
+"""The feature-head proposer (EAGLE-style): draft from the target's own hidden states.
+
+Write F[p] for the target's feature at position p (the input of its output head when x at
+position p was fed) -- 0-based positions here, as in the caches. The head's cache entry p holds the
+K/V of the pair (F[p], x[p+1]); its output predicts F[p+1], whose logits give the token at p+2.
+
+With committed x[0..n-1] (n tokens), the target cache holds positions 0..n-2, so real features
+exist for F[0..n-2] only (from the prefill and earlier verify passes). One cycle:
+
+* **catch-up** -- feed every pair the head lacks, (F[p], x[p+1]) for p = m..n-2: all from real
+  features; the last one, (F[n-2], x[n-1]), yields q_1 and d_1;
+* **draft** -- d_2..d_K come from feeding the head its *own predicted* feature: (G[n-1], d_1),
+  (G[n], d_2), ... Those entries rest on a guess, so they are provisional even if every draft is
+  accepted;
+* **verify** -- the target's pass over [x_n, d_1..d_K] returns the real F[n-1..n+K-1] (caught on
+  the way into its output head: no second forward);
+* **rollback** -- truncate the head's cache to n-1 entries (those built from real features) and
+  keep the real features of the committed positions; the next catch-up re-feeds the newly
+  committed pairs from real features. So the head lags the committed sequence by as many tokens
+  as the last cycle committed, and its cache always equals a fresh head prefill over
+  (F[0], x[1]) .. (F[m-1], x[m]) -- which `check_invariant` verifies against features from a
+  fresh target prefill.
+
+With a one-token prompt there is no feature yet: the first cycle proposes nothing (a plain
+target step) and the head starts from the features that step produces.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+
+from ..config import DecodeConfig
+from ..feature_head import FeatureHead
+from ..kv import create_cache
+from ..runtime import model_device
+from .base import Distribution, Drafts, Proposer, sample_from
+
+
+class FeatureProposer(Proposer):
+    name = "feature"
+    label = "feature head (EAGLE-style)"
+    wants_target_features = True
+
+    def __init__(self, head: FeatureHead, target: Any, config: DecodeConfig, max_context: int) -> None:
+        self.head, self.target, self.config, self.max_context = head, target, config, max_context
+        self.features: torch.Tensor | None = None  # real F[0..L-1], L = the target cache's length
+        self.verify_features: torch.Tensor | None = None
+        self.num_real = 0  # head entries built from real features (the rest are provisional)
+
+    def start(self, prompt_ids: list[int], prefill_features: torch.Tensor | None) -> None:
+        cfg = self.config
+        self.cache = create_cache(self.head.decoder, cfg.cache_layout, page_size=cfg.page_size,
+                                  policy=cfg.free_policy, max_len=self.max_context, num_blocks=cfg.num_blocks)
+        hidden = self.head.layer_config.hidden_size
+        empty = torch.zeros(0, hidden, device=model_device(self.target), dtype=self.head.fuse.weight.dtype)
+        self.features = empty if prefill_features is None else prefill_features.to(empty.dtype)
+        # Prefill the pairs (F[p], x[p+1]) for p = 0..n-3: the last real pair is left for the
+        # first cycle's catch-up, whose output gives q_1 (as the draft model's catch-up does).
+        num_prefill = max(0, len(prompt_ids) - 2)
+        if num_prefill:
+            self._feed(self.features[:num_prefill], prompt_ids[1 : num_prefill + 1], "prefill")
+        self.num_real = num_prefill
+        self.cache.drain_events()
+
+    @torch.inference_mode()
+    def _feed(self, features: torch.Tensor, tokens: list[int], phase: str) -> torch.Tensor:
+        """Append the pairs (features[i], tokens[i]) to the head's cache; predicted features [T, H]."""
+        cache = self.cache
+        start = cache.get_seq_length()
+        cache.reserve(tokens, phase)
+        try:
+            ids = torch.tensor([tokens], dtype=torch.long, device=features.device)
+            return self.head(features[None], ids, cache=cache)[0]
+        except BaseException:
+            cache.truncate(start, phase)
+            raise
+
+    @torch.inference_mode()
+    def propose(self, committed: list[int], k: int, distribution: Distribution, greedy: bool,
+                generator: torch.Generator) -> Drafts:
+        n = len(committed)
+        m = self.cache.get_seq_length()
+        if n < 2:  # no target feature exists yet: nothing to draft from
+            return Drafts([], [], [], "no target feature yet (one-token context): a plain target step")
+        if m > n - 2:  # the entry that yields q_1 must be (re)computed this cycle
+            self.cache.truncate(n - 2, "draft")
+            m = n - 2
+        # catch-up: the real pairs (F[p], x[p+1]) for p = m..n-2
+        predicted = self._feed(self.features[m : n - 1], committed[m + 1 : n], "draft")[-1:]  # [1, H]
+        self.num_real = n - 1
+        tokens: list[int] = []
+        probs: list[torch.Tensor] = []
+        for i in range(k):
+            q = distribution(self.head.full_logits(predicted)[0])
+            token = sample_from(q, greedy, generator)
+            tokens.append(token)
+            probs.append(q)
+            if i < k - 1:  # the next pair rests on the head's own prediction, not on the target
+                predicted = self._feed(predicted, [token], "draft")
+        note = (f"caught up on {n - 1 - m} pair(s) from the target's real features; "
+                f"drafts 2..{k} were fed the head's predicted features") if k > 1 else (
+                f"caught up on {n - 1 - m} pair(s) from the target's real features")
+        return Drafts(tokens, probs, list(range(m + 1, n)), note)
+
+    def observe_verify(self, features: torch.Tensor | None) -> None:
+        self.verify_features = features
+
+    def rollback(self, committed: list[int], n: int) -> None:
+        # Keep the real features of positions 0..n'-2 (what the target cache keeps).
+        known = self.features if self.verify_features is None else torch.cat([self.features, self.verify_features])
+        self.features = known[: len(committed) - 1]
+        self.verify_features = None
+        keep = min(self.num_real, len(committed) - 1)  # entries built from real features only
+        if self.cache.get_seq_length() > keep:
+            self.cache.truncate(keep, "rollback")
+        self.num_real = self.cache.get_seq_length()
+
+    def snapshot(self, num_committed: int):
+        # "Committed" for the head means built from real features, whatever the drafts' fate.
+        return self.cache.snapshot(min(self.num_real, self.cache.get_seq_length()))
+
+    def save(self) -> Any:
+        return (self.cache.get_seq_length(), self.features, self.num_real)
+
+    def restore(self, saved: Any) -> None:
+        length, self.features, self.num_real = saved
+        self.verify_features = None
+        super().restore(length)
+
+    def fork(self) -> Proposer:
+        twin = copy.copy(self)
+        twin.cache = copy.deepcopy(self.cache)
+        return twin
+
+    @torch.inference_mode()
+    def check_invariant(self, committed: list[int]) -> float | None:
+        """Max |difference| between the head's cache and a fresh head prefill over pairs whose
+        features come from a fresh target prefill of the committed sequence."""
+        from transformers import DynamicCache
+
+        m = self.cache.get_seq_length()
+        if m == 0:
+            return 0.0
+        ids = torch.tensor([committed[: m + 1]], dtype=torch.long, device=model_device(self.target))
+        caught: list[torch.Tensor] = []
+        hook = self.target.get_output_embeddings().register_forward_hook(lambda _m, a, _o: caught.append(a[0]))
+        try:
+            self.target(input_ids=ids[:, :m])
+        finally:
+            hook.remove()
+        fresh_features = caught[0][0].to(self.head.fuse.weight.dtype)  # [m, H]
+        reference = DynamicCache()
+        self.head(fresh_features[None], ids[:, 1 : m + 1], cache=reference)
+        keys, values = self.cache.dense_kv(0)
+        ref = reference.layers[0]
+        return max((keys - ref.keys).abs().max().item(), (values - ref.values).abs().max().item())
+

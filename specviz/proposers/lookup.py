@@ -1,0 +1,58 @@
+"""Prompt-lookup drafting: no weights, no cache -- guess that the text repeats itself.
+
+When a model rewrites, quotes, continues a list or edits code, the next tokens often already
+appear earlier in the context. Prompt lookup (HF `prompt_lookup_num_tokens`, vLLM's
+`NgramProposer`) takes the last n committed tokens (n from `max_ngram` down to `min_ngram`),
+finds their most recent earlier occurrence in the context, and proposes the (up to K) tokens that
+followed it there.
+
+The proposal is deterministic, so each q_i is one-hot on d_i. The acceptance test becomes
+u <= p_i(d_i) (the target keeps a guessed token exactly as often as it would have produced it),
+and after a rejection the residual max(0, p - q) is p with d_j removed, renormalised. When
+nothing matches there is no proposal and the cycle is one plain target step.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .base import Distribution, Drafts, Proposer
+
+
+def find_continuation(tokens: list[int], k: int, max_ngram: int, min_ngram: int) -> tuple[list[int], int, int]:
+    """(up to k tokens that followed, n, start): the most recent earlier occurrence, at `start`,
+    of the longest suffix n-gram (max_ngram >= n >= min_ngram) of `tokens`; ([], 0, -1) if none."""
+    for n in range(min(max_ngram, len(tokens) - 1), min_ngram - 1, -1):
+        suffix = tokens[-n:]
+        # candidate starts, newest first; the suffix itself (start len-n) is not a match
+        for start in range(len(tokens) - n - 1, -1, -1):
+            if tokens[start : start + n] == suffix:
+                return tokens[start + n : start + n + k], n, start
+    return [], 0, -1
+
+
+class LookupProposer(Proposer):
+    name = "lookup"
+    label = "prompt lookup (n-gram)"
+
+    def __init__(self, vocab_size: int, device: torch.device, max_ngram: int = 3, min_ngram: int = 1) -> None:
+        self.vocab_size, self.device = vocab_size, device
+        self.max_ngram, self.min_ngram = max_ngram, min_ngram
+
+    def propose(self, committed: list[int], k: int, distribution: Distribution, greedy: bool,
+                generator: torch.Generator) -> Drafts:
+        tokens, n, start = find_continuation(committed, k, self.max_ngram, self.min_ngram)
+        probs = []
+        for token in tokens:
+            q = torch.zeros(self.vocab_size, device=self.device)
+            q[token] = 1.0  # deterministic proposal: q is one-hot
+            probs.append(q)
+        if tokens:
+            end = len(committed) - 1
+            note = (f"the last {n} token(s) (positions {end - n + 1}..{end}) also occur at positions "
+                    f"{start}..{start + n - 1}; proposing the {len(tokens)} token(s) that followed there "
+                    f"(positions {start + n}..{start + n + len(tokens) - 1})")
+        else:
+            note = (f"no earlier occurrence of the last {self.min_ngram}..{self.max_ngram} token(s): "
+                    "no proposal, this cycle is one plain target step")
+        return Drafts(tokens, probs, [], note)
