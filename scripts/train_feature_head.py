@@ -1,0 +1,279 @@
+"""Train the EAGLE-style feature head of the embedded default pair (``assets/feature_head``).
+
+Data: ``scripts/feature_data.py`` shards -- the target's own generations on ``assets/prompts``
+(half greedy, half sampled at T=1) with its post-norm features F and log-sum-exp at every position.
+
+The head sees the pair (F[p], x[p+1]) at entry p and predicts F[p+1]; its (trimmed) output head
+gives q for token x[p+2]. Two losses, as in EAGLE (Li et al. 2024):
+
+* **distribution**: soft cross-entropy toward the target's exact distribution
+  p = exp(W F[p+1] - lse[p+1]) restricted to the candidate vocabulary S (the mass outside S is a
+  constant the head cannot reach: q = 0 there, and the residual restores it at decode time);
+* **feature**: smooth-L1 between the predicted and the real F[p+1] -- what the head feeds itself
+  when it drafts a second token.
+
+Robustness levers: Gaussian noise on the input features, and an **unrolled second pass** in which
+a random half of the input features are replaced by the head's own predictions (what drafting
+beyond d_1 looks like), so later drafts are trained on the inputs they really get.
+
+Sub-commands (seeded, resumable, progress logged; a GPU is used when present):
+
+    python scripts/train_feature_head.py train --minutes 40   # resumes from work-data/feature/ckpt
+    python scripts/train_feature_head.py export                 # fp16 safetensors -> assets/feature_head
+
+The evaluation (acceptance, tokens per cycle, alpha, cost, speed) runs through the real decoder:
+``python -m bench.proposers`` (see docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT))
+
+from feature_data import DATA, WORK  # noqa: E402
+from train_draft import load_target, log, pick_device  # noqa: E402
+
+from specviz.feature_head import FeatureHead, _layer_config, target_fingerprint  # noqa: E402
+
+CKPT = WORK / "ckpt"
+EXPORT = ROOT / "assets" / "feature_head"
+SEED = 0
+VAL_EVERY = 50  # prompt_index % VAL_EVERY == 0 -> validation
+
+
+# ----------------------------------------------------------------------------------------------
+# data
+
+
+def load_rows(seen: set[str], rows: list[dict]) -> int:
+    """Append the rows of shards not seen yet; returns how many shards were new."""
+    new = 0
+    for path in sorted(DATA.glob("shard-*.pt")):
+        if path.name in seen:
+            continue
+        try:
+            shard = torch.load(path)
+        except Exception:  # a shard being written right now: next time
+            continue
+        seen.add(path.name)
+        rows.extend(shard["rows"])
+        new += 1
+    return new
+
+
+@torch.no_grad()
+def candidate_vocab(target, rows: list[dict], size: int, eos_ids: list[int], max_rows: int = 400) -> list[int]:
+    """The `size` tokens with the most target probability mass over generated positions (as
+    FR-Spec's frequency ranking, but from the exact distributions: a token the target often
+    gives 20 % without sampling it still counts), plus EOS."""
+    weight = target.get_output_embeddings().weight
+    mass = torch.zeros(weight.shape[0], device=weight.device)
+    for r in random.Random(SEED).sample(rows, min(max_rows, len(rows))):
+        start = max(0, r["num_prompt"] - 1)
+        feats = r["feats"][start:].to(weight.device, weight.dtype)
+        mass += torch.exp(feats @ weight.T - r["lse"][start:, None].to(weight.device)).float().sum(0)
+    mass[list(eos_ids)] = float("inf")
+    return sorted(mass.topk(size).indices.tolist())
+
+
+def make_batch(rows: list[dict], device: torch.device):
+    """Right-padded [B, T] ids, [B, T, H] features, [B, T] lse, [B, T] loss mask.
+
+    Entry p predicts F[p+1] and token p+2, so it is trained where p+1 >= num_prompt - 1 (the
+    prediction of the first generated token onward) and p+2 < T.
+    """
+    width = max(len(r["ids"]) for r in rows)
+    hidden = rows[0]["feats"].shape[1]
+    b = len(rows)
+    ids = torch.zeros(b, width, dtype=torch.long)
+    feats = torch.zeros(b, width, hidden)
+    lse = torch.zeros(b, width)
+    attn = torch.zeros(b, width, dtype=torch.long)
+    mask = torch.zeros(b, width, dtype=torch.bool)
+    for i, r in enumerate(rows):
+        t = len(r["ids"])
+        ids[i, :t] = r["ids"].long()
+        feats[i, :t] = r["feats"].float()
+        lse[i, :t] = r["lse"]
+        attn[i, :t] = 1
+        mask[i, max(0, r["num_prompt"] - 2) : t - 2] = True
+    return ids.to(device), feats.to(device), lse.to(device), attn.to(device), mask.to(device)
+
+
+# ----------------------------------------------------------------------------------------------
+# model and loss
+
+
+def init_head(target, vocab: list[int], copy_last_layer: bool = False) -> FeatureHead:
+    """A head whose fusion starts as 'pass the feature through' and whose decoder layer starts
+    small and random (so the first prediction is about the input feature itself), or as a copy
+    of the target's last layer. Its final norm starts as the target's."""
+    torch.manual_seed(SEED)
+    head = FeatureHead(_layer_config(target), target_fingerprint(target), vocab, info={"trained": True})
+    head.bind(target)
+    with torch.no_grad():
+        if copy_last_layer:
+            head.decoder.layers[0].load_state_dict(target.model.layers[-1].state_dict())
+        head.decoder.norm.weight.copy_(target.model.norm.weight)
+        hidden = head.layer_config.hidden_size
+        head.fuse.weight.normal_(0, 0.01)
+        head.fuse.weight[:, :hidden] += torch.eye(hidden)
+    return head
+
+
+def losses(head: FeatureHead, ids, feats, lse, attn, mask, noise: float, unroll: bool):
+    """Distribution and feature losses (and step-1 agreement) for one batch."""
+    noisy = feats + noise * feats.std() * torch.randn_like(feats) if noise else feats
+    # entry p: input (F[p], x[p+1]) -> predicts F[p+1]; trained where mask[p]
+    inputs_f, inputs_x = noisy[:, :-1], ids[:, 1:]
+    target_f, target_lse = feats[:, 1:], lse[:, 1:]
+    m = mask[:, :-1]
+    pred = head(inputs_f, inputs_x, attention_mask=attn[:, 1:])  # [B, T-1, H]
+    with torch.no_grad():
+        p = torch.exp(head.candidate_logits(target_f[m]) - target_lse[m, None])  # [N, |S|] target probs on S
+    out = {}
+    total = 0.0
+    for name, predicted in [("step1", pred)] + ([("step2", None)] if unroll else []):
+        if predicted is None:  # unrolled: half the inputs are the head's own predictions
+            use_pred = torch.rand(m.shape, device=m.device) < 0.5
+            shifted = torch.cat([inputs_f[:, :1], pred[:, :-1]], dim=1)  # prediction of F[p] for entry p
+            mixed = torch.where(use_pred[..., None], shifted, inputs_f)
+            predicted = head(mixed, inputs_x, attention_mask=attn[:, 1:])
+        logq = torch.log_softmax(head.candidate_logits(predicted[m]).float(), dim=-1)
+        cls = -(p * logq).sum(-1).mean()
+        reg = F.smooth_l1_loss(predicted[m], target_f[m])
+        total = total + cls + reg
+        with torch.no_grad():
+            q = logq.exp()
+            out[f"{name}_agree"] = (q.argmax(-1) == p.argmax(-1)).float().mean().item()
+            out[f"{name}_alpha"] = torch.minimum(p, q).sum(-1).mean().item()
+            out[f"{name}_cls"], out[f"{name}_reg"] = cls.item(), reg.item()
+    return total, out
+
+
+# ----------------------------------------------------------------------------------------------
+# commands
+
+
+def save_ckpt(state: dict) -> None:
+    CKPT.mkdir(parents=True, exist_ok=True)
+    tmp = CKPT / "latest.tmp"
+    torch.save(state, tmp)
+    os.replace(tmp, CKPT / "latest.pt")
+
+
+def cmd_train(args: argparse.Namespace) -> None:
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(SEED)
+    device = pick_device()
+    target, _tok = load_target(device)
+    rows: list[dict] = []
+    seen: set[str] = set()
+    load_rows(seen, rows)
+    ckpt_path = CKPT / "latest.pt"
+    state = torch.load(ckpt_path) if ckpt_path.exists() else None
+    vocab = state["vocab"] if state else candidate_vocab(target, rows, args.vocab, [int(target.config.eos_token_id)])
+    head = init_head(target, vocab)
+    head.train().requires_grad_(True)
+    opt = torch.optim.AdamW(head.parameters(), lr=args.lr, weight_decay=0.0, betas=(0.9, 0.95))
+    step, spent = 0, 0.0
+    if state:
+        head.load_state_dict(state["head"])
+        opt.load_state_dict(state["opt"])
+        step, spent = state["step"], state["spent"]
+        log(f"resumed at step {step} ({spent / 60:.1f} min spent)")
+    budget = args.minutes * 60
+    rng = random.Random(SEED + step)
+    t_last_ckpt = time.time()
+    log(f"{len(rows)} sequences from {len(seen)} shards; vocabulary |S| = {len(vocab)}; budget {args.minutes} min")
+    while spent < budget:
+        t0 = time.time()
+        if step % 50 == 0 and load_rows(seen, rows):
+            log(f"now {len(rows)} sequences from {len(seen)} shards")
+        train_rows = [r for r in rows if r["prompt_index"] % VAL_EVERY]
+        batch = make_batch(rng.sample(train_rows, min(args.batch, len(train_rows))), device)
+        frac = spent / budget
+        lr = args.lr * min(1.0, (step + 1) / 10) * max(0.05, 1 - frac)  # warm-up, then linear decay to the deadline
+        for group in opt.param_groups:
+            group["lr"] = lr
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16):
+            loss, stats = losses(head, *batch, noise=args.noise, unroll=args.unroll)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
+        opt.step()
+        step += 1
+        spent += time.time() - t0
+        if step % 5 == 0:
+            log(f"step {step} lr {lr:.2e} " + " ".join(f"{k} {v:.3f}" for k, v in stats.items())
+                + f" ({spent / 60:.1f}/{args.minutes} min)")
+        if time.time() - t_last_ckpt > 120 or spent >= budget:
+            if step % 1 == 0:
+                val = validate(head, rows, device)
+                log("validation " + " ".join(f"{k} {v:.3f}" for k, v in val.items()))
+            save_ckpt({"head": head.state_dict(), "opt": opt.state_dict(), "step": step, "spent": spent,
+                       "vocab": vocab, "args": vars(args)})
+            t_last_ckpt = time.time()
+    log(f"done: {step} steps, {spent / 60:.1f} min")
+
+
+@torch.no_grad()
+def validate(head: FeatureHead, rows: list[dict], device: torch.device, limit: int = 48) -> dict:
+    val_rows = [r for r in rows if r["prompt_index"] % VAL_EVERY == 0][:limit]
+    if not val_rows:
+        return {}
+    head.eval()
+    torch.manual_seed(SEED)
+    _, stats = losses(head, *make_batch(val_rows, device), noise=0.0, unroll=True)
+    head.train()
+    return stats
+
+
+def cmd_export(args: argparse.Namespace) -> None:
+    device = torch.device("cpu")
+    target, _tok = load_target(device)
+    state = torch.load(CKPT / "latest.pt")
+    head = init_head(target, state["vocab"])
+    head.load_state_dict(state["head"])
+    head.info.update({
+        "trained": True,
+        "steps": state["step"],
+        "train_minutes": round(state["spent"] / 60, 1),
+        "train_args": state["args"],
+        "vocab_size": len(state["vocab"]),
+    })
+    head.save(args.out)
+    log(f"exported to {args.out}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    tr = sub.add_parser("train")
+    tr.add_argument("--minutes", type=float, default=40)
+    tr.add_argument("--batch", type=int, default=16)
+    tr.add_argument("--lr", type=float, default=1e-3)
+    tr.add_argument("--vocab", type=int, default=8192)
+    tr.add_argument("--noise", type=float, default=0.05)
+    tr.add_argument("--unroll", action=argparse.BooleanOptionalAction, default=True)
+    tr.add_argument("--threads", type=int, default=2)
+    tr.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=False, help="bfloat16 autocast (slower than float32 on this CPU)")
+    ex = sub.add_parser("export")
+    ex.add_argument("--out", type=Path, default=EXPORT)
+    args = ap.parse_args()
+    {"train": cmd_train, "export": cmd_export}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()
