@@ -2,7 +2,7 @@
 
     python -m specviz walk --prompt "Explain KV caches." --k 5 --temperature 0.8 --cycles 8 \
         --layout paged --page-size 4 [--policy free|keep] [--seed N] [--json FILE] \
-        [--target ID_OR_DIR --draft ID_OR_DIR | --tiny]
+        [--proposer draft|feature|lookup] [--target ID_OR_DIR --draft ID_OR_DIR | --tiny]
 
 For every cycle it prints what the decoder actually did, with positions and numbers: the
 catch-up tokens fed to the draft, each proposal with q, p, the ratio min(1, p/q), the uniform
@@ -20,7 +20,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from .config import DecodeConfig
+from . import models
+from .config import PROPOSERS, DecodeConfig
 from .errors import SpecvizError
 from .trace import CacheSnapshot, CycleTrace, TokenProb
 
@@ -47,9 +48,15 @@ def _layout_line(snap: CacheSnapshot) -> str:
 def format_cycle(trace: CycleTrace) -> str:
     """The walk-through of one cycle, as plain text."""
     n, k = trace.context_len, trace.k
-    out = [f"=== cycle {trace.cycle}: n = {n} committed tokens, K = {k}, temperature {trace.temperature:g} ==="]
+    out = [f"=== cycle {trace.cycle}: n = {n} committed tokens, K = {k}, temperature {trace.temperature:g}, "
+           f"proposer {trace.proposer} ==="]
     catch = " ".join(f"'{_show(t.text)}'@{t.position}" for t in trace.catch_up)
-    out.append(f"draft   catch-up: feeds {len(trace.catch_up)} token(s) it lacks: {catch}")
+    if trace.proposer == "feature":
+        out.append(f"draft   catch-up: the head is fed {len(trace.catch_up)} pair(s) (target feature at p-1, token at p): {catch}")
+    elif trace.proposer == "draft":
+        out.append(f"draft   catch-up: feeds {len(trace.catch_up)} token(s) it lacks: {catch}")
+    if trace.proposer_note:
+        out.append(f"draft   {trace.proposer_note}")
     for d in trace.drafts:
         line = (
             f"draft   d{d.index} = '{_show(d.text)}' (id {d.token_id}, position {d.position}): "
@@ -62,10 +69,13 @@ def format_cycle(trace: CycleTrace) -> str:
             forced = " [FORCED: what-if mode]" if d.forced else ""
             line += f", {u} -> {d.verdict.upper()}{forced}"
         out.append(line)
-    out.append(
-        f"verify  target ran ONE pass over {k + 1} inputs (x_n and d1..d{k}) at positions {n - 1}..{n + k - 1}"
-        f" -> {k + 1} distributions p_1..p_{k + 1}"
-    )
+    if k:
+        out.append(
+            f"verify  target ran ONE pass over {k + 1} inputs (x_n and d1..d{k}) at positions {n - 1}..{n + k - 1}"
+            f" -> {k + 1} distributions p_1..p_{k + 1}"
+        )
+    else:
+        out.append(f"verify  no proposal: the target ran one plain step over x_n at position {n - 1} -> p_1")
     if trace.rejected_at is not None:
         c = trace.corrected_token
         assert c is not None
@@ -85,8 +95,9 @@ def format_cycle(trace: CycleTrace) -> str:
     for role, events in (("target", trace.target_events), ("draft", trace.draft_events)):
         for e in events:
             out.append(f"{role:7s} [{e.phase}] {e.describe()}")
-        if trace.snapshots:
-            out.append(f"{role:7s} after rollback: {_layout_line(getattr(trace.snapshot('rollback'), role))}")
+        snap = getattr(trace.snapshot("rollback"), role) if trace.snapshots else None
+        if snap is not None:
+            out.append(f"{role:7s} after rollback: {_layout_line(snap)}")
     if trace.invariant_max_abs_diff is not None:
         diffs = ", ".join(f"{r} {v:.2e}" for r, v in trace.invariant_max_abs_diff.items())
         out.append(f"check   cache vs fresh prefill, max |diff|: {diffs}")
@@ -98,14 +109,14 @@ def format_cycle(trace: CycleTrace) -> str:
 
 
 def _load_pair(args: argparse.Namespace, progress: Callable[[str, float | None], None]) -> Any:
-    from . import models, tiny
+    from . import tiny
 
     if args.tiny:
         return tiny.build_tiny_pair(seed=args.seed)
     if args.target or args.draft:
         if not (args.target and args.draft):
             raise SpecvizError("give both --target and --draft (or neither, for the default pair)")
-        return models.load_pair(target=args.target, draft=args.draft, progress=progress)
+        return models.load_pair(target=args.target, draft=args.draft, progress=progress, feature_head=args.feature_head)
     return models.load_default_pair(progress=progress)
 
 
@@ -130,6 +141,7 @@ def walk(args: argparse.Namespace, out: TextIO) -> int:
 
     pair = _load_pair(args, progress)
     cfg = DecodeConfig(
+        proposer=args.proposer or models.preferred_proposer(pair),
         k=args.k,
         temperature=args.temperature,
         top_k=args.top_k,
@@ -144,7 +156,8 @@ def walk(args: argparse.Namespace, out: TextIO) -> int:
     dec = SpeculativeDecoder(pair, cfg)
     ids = encode_prompt(pair.tokenizer, args.prompt, chat=not args.raw)
     dec.start(ids)
-    print(f"prompt: {len(ids)} tokens; target {pair.target_name}, draft {pair.draft_name}", file=out)
+    print(f"prompt: {len(ids)} tokens; target {pair.target_name}, proposer {cfg.proposer} "
+          f"({dec.proposer.label if cfg.proposer != 'draft' else pair.draft_name})", file=out)
     traces = []
     for _ in range(args.cycles):
         if dec.finished:
@@ -186,6 +199,9 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--target", help="target model: hub id, local directory or .gguf file")
     w.add_argument("--draft", help="draft model: hub id, local directory or .gguf file")
     w.add_argument("--tiny", action="store_true", help="random tiny pair (smoke run, no model files)")
+    w.add_argument("--proposer", choices=list(PROPOSERS),
+                   help="who drafts: draft model, feature head or prompt lookup (default: the pair's best)")
+    w.add_argument("--feature-head", help="a saved feature head directory for --target/--draft pairs")
     return parser
 
 

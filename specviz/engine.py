@@ -360,6 +360,7 @@ class SpeculativeDecoder:
                     forced=forced is not None,
                     draft_top=self._top(q, cfg) if record else (),
                     target_top=self._top(p, cfg) if record else (),
+                    overlap=float(sampling.expected_acceptance(p, q)),
                 )
             )
         return steps, num_accepted

@@ -640,6 +640,13 @@ def attach_feature_head(pair: ModelPair, head: Any) -> ModelPair:
     return dataclasses.replace(pair, feature_head=bound)
 
 
+def preferred_proposer(pair: ModelPair) -> str:
+    """The proposer the app and CLI open on: the trained feature head when the pair has one (on
+    the default pair it is the better learned proposer, see docs/benchmarks.md), else the draft."""
+    head = pair.feature_head
+    return "feature" if head is not None and head.info.get("trained") else "draft"
+
+
 def default_feature_head_dir() -> Path:
     return Path(os.environ.get("SPECVIZ_FEATURE_HEAD_DIR", Path(__file__).resolve().parent.parent / "assets" / "feature_head"))
 

@@ -74,6 +74,9 @@ def build_tiny_pair(seed: int = 0, noise: float = 0.04, with_eos: bool = False) 
             param.add_(torch.randn(param.shape, generator=gen) * noise * param.std())
     for model in (target, draft):
         model.requires_grad_(False)
+    from .feature_head import FeatureHead
+
     return ModelPair(
-        target=target, draft=draft, tokenizer=tokenizer, target_name="tiny-target", draft_name="tiny-draft"
+        target=target, draft=draft, tokenizer=tokenizer, target_name="tiny-target", draft_name="tiny-draft",
+        feature_head=FeatureHead.random(target, seed=seed),
     )

@@ -143,6 +143,8 @@ class DraftStep:
     forced: bool  # True when what-if mode forced the outcome (breaks exactness)
     draft_top: tuple[TokenProb, ...]
     target_top: tuple[TokenProb, ...]
+    # sum_x min(p_i(x), q_i(x)): the probability that a draft sampled from q_i passes (alpha_i)
+    overlap: float | None = None
 
 
 @dataclass(frozen=True)
