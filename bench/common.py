@@ -50,6 +50,11 @@ class Settings:
     memory_tokens: int = 96  # new tokens of the long run that measures fragmentation
     profile_cycles: int = 6
     warmup_tokens: int = 6
+    proposer_prompts: int = 6  # held-out prompts for the proposer comparison
+    proposer_max_new: int = 64
+    proposer_ks: tuple[int, ...] = (1, 2, 3, 4, 6)
+    proposer_rounds: int = 1
+    quality_k: int = 4  # K of the acceptance / tokens-per-cycle / alpha bounds
 
     @staticmethod
     def full() -> Settings:
@@ -71,6 +76,9 @@ class Settings:
             memory_tokens=24,
             profile_cycles=2,
             warmup_tokens=2,
+            proposer_prompts=2,
+            proposer_max_new=16,
+            proposer_ks=(2, 4),
         )
 
     @staticmethod
@@ -93,6 +101,10 @@ class Settings:
             memory_tokens=8,
             profile_cycles=1,
             warmup_tokens=1,
+            proposer_prompts=1,
+            proposer_max_new=6,
+            proposer_ks=(2,),
+            quality_k=2,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -110,7 +122,8 @@ def load_prompts(tokenizer: Any, n: int) -> list[list[int]]:
         if line.strip():
             row = json.loads(line)
             by_id[row["id"]] = row["prompt"]
-    texts = [by_id[i] for i in PROMPT_IDS if i in by_id] or list(by_id.values())
+    # the four benchmark prompts first, then the other held-out prompts in file order
+    texts = [by_id[i] for i in PROMPT_IDS if i in by_id] + [t for i, t in by_id.items() if i not in PROMPT_IDS]
     return [encode(tokenizer, text) for text in texts[:n]]
 
 

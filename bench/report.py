@@ -86,6 +86,7 @@ def goals(r: dict[str, Any]) -> list[dict[str, Any]]:
             step < 300,
             f"{step:.0f} ms (cycle {_med(k4['cycle_ms']):.0f} ms + figures {_med(k4['figures_ms']):.0f} ms)",
         )
+    add_proposer_goals(r.get("proposers") or {}, add)
     vals = lockstep_vals("paged_over_contiguous")
     if vals:
         worst = max(vals, key=vals.get)
@@ -97,6 +98,87 @@ def goals(r: dict[str, Any]) -> list[dict[str, Any]]:
             f"worst {worst}: {vals[worst]:.3f}x; all: " + ", ".join(f"{k} {v:.3f}x" for k, v in vals.items()),
         )
     return out
+
+
+def _best_learned(pr: dict[str, Any]) -> str | None:
+    """The learned proposer (draft or feature) with the higher T=0 acceptance at quality K."""
+    k = pr.get("quality_k")
+    rates = {p: (pr["greedy"].get(f"{p}_K{k}_T0") or {}).get("acceptance_rate") for p in ("draft", "feature")
+             if p in pr.get("proposers", [])}
+    rates = {p: v for p, v in rates.items() if v is not None}
+    return max(rates, key=rates.get) if rates else None
+
+
+def _best_speed(pr: dict[str, Any], proposers: tuple[str, ...]) -> dict[str, Any] | None:
+    rows = [row for row in pr.get("rows", []) if row["proposer"] in proposers and row["measured_speedup"] is not None]
+    return max(rows, key=lambda row: row["measured_speedup"]) if rows else None
+
+
+def add_proposer_goals(pr: dict[str, Any], add: Any) -> None:
+    """The bounds of the proposers issue, for the better learned proposer."""
+    best = _best_learned(pr)
+    if best is None:
+        return
+    k = pr["quality_k"]
+    g = pr["greedy"][f"{best}_K{k}_T0"]
+    acc, tpc = g["acceptance_rate"], g["tokens_per_cycle"]
+    add(f"better learned proposer ({best}), K={k}, T=0: acceptance", ">= 0.65", acc, acc >= 0.65,
+        f"{acc:.3f} (accepted ÷ tested drafts)")
+    add(f"better learned proposer ({best}), K={k}, T=0: tokens per cycle", ">= 2.5", tpc, tpc >= 2.5, f"{tpc:.2f}")
+    alpha = (pr["sampled"].get(best) or {}).get("alpha")
+    if alpha is not None:
+        add(f"better learned proposer ({best}), K={k}, T=1: α = E[Σ min(p,q)]", ">= 0.55", alpha, alpha >= 0.55,
+            f"{alpha:.3f} over all drafted positions (depth 1: {pr['sampled'][best]['alpha_by_depth'].get(1, float('nan')):.3f})")
+    c = ((pr["cost"].get(best) or {}).get("c") or {}).get("median")
+    if c is not None:
+        add(f"one draft step of {best} ÷ one target step", "<= 0.08", c, c <= 0.08, f"c = {c:.3f}")
+    fast = _best_speed(pr, tuple(pr.get("proposers", [])))
+    if fast:
+        add("best proposer and K at T=0 vs the target's plain greedy generate", ">= 1.3x", fast["measured_speedup"],
+            fast["measured_speedup"] >= 1.3,
+            f"{fast['proposer']} K={fast['K']}: {fast['measured_speedup']:.2f}x (median of per-prompt ratios; "
+            f"pooled {_f(fast['pooled_speedup'])}x)")
+
+
+def proposers_markdown(pr: dict[str, Any]) -> list[str]:
+    k = pr["quality_k"]
+    L = [
+        "## Proposers: draft model vs feature head vs prompt lookup",
+        "",
+        "Same held-out prompts, same threads, contiguous cache, interleaved with the target's own plain greedy "
+        "`generate` (the speed baseline). Acceptance = accepted ÷ tested drafts; α = mean Σ min(p, q) over "
+        "every drafted position at T=1; c = one draft step ÷ one target decode step (same context, interleaved); "
+        "v(K) = verify ms ÷ target step ms; predicted = E(α, K) / (K·c + v(K)).",
+        "",
+        f"### Quality at K={k}",
+        "",
+        "| proposer | T=0 acceptance | T=0 tokens/cycle | T=1 α (all depths) | α by depth | T=1 acceptance | c |",
+        "|---|---:|---:|---:|---|---:|---:|",
+    ]
+    for p in pr["proposers"]:
+        g = pr["greedy"].get(f"{p}_K{k}_T0", {})
+        a = pr["sampled"].get(p, {})
+        depth = ", ".join(f"{d}: {v:.2f}" for d, v in (a.get("alpha_by_depth") or {}).items())
+        c = ((pr["cost"].get(p) or {}).get("c") or {}).get("median")
+        L.append(f"| {p} | {_f(g.get('acceptance_rate'), '.3f')} | {_f(g.get('tokens_per_cycle'))} | "
+                 f"{_f(a.get('alpha'), '.3f')} | {depth} | {_f(a.get('acceptance_rate'), '.3f')} | "
+                 f"{_f(c, '.3f', '0 (no model)')} |")
+    L += ["", "### Cost of one draft step", "", "| proposer | draft step ms | target step ms | c |", "|---|---:|---:|---:|"]
+    for p, c in pr["cost"].items():
+        L.append(f"| {p} | {_rng(c['draft_step_ms'])} | {_rng(c['target_step_ms'])} | {_rng(c['c'], '.3f')} |")
+    L += ["", "### Speed at T=0 against the target's plain greedy `generate`", "",
+          "| proposer | K | acceptance | tokens/cycle | v(K) | predicted with v(K) | measured (median, per prompt) "
+          "| pooled | same text as greedy |",
+          "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for row in pr["rows"]:
+        L.append(f"| {row['proposer']} | {row['K']} | {_f(row['acceptance_rate'], '.3f')} | {_f(row['tokens_per_cycle'])} | "
+                 f"{_f(row['verify_cost'])} | {_f(row['predicted_speedup_verify_cost'])}x | "
+                 f"{_f(row['measured_speedup'])}x | {_f(row['pooled_speedup'])}x | {row['same_text_as_greedy']} |")
+    base = (pr["greedy"].get("hf_greedy") or {}).get("tokens_per_s")
+    if base:
+        L += ["", f"Target's plain greedy `generate`: {_rng(base, '.1f')} tokens/s."]
+    L.append("")
+    return L
 
 
 def markdown(r: dict[str, Any]) -> str:
@@ -256,6 +338,9 @@ def markdown(r: dict[str, Any]) -> str:
                 f"(K={b['predicted_k_verify_cost']} with v(K))."
             )
         L.append("")
+
+    if r.get("proposers"):
+        L += proposers_markdown(r["proposers"])
 
     app = r.get("app_step")
     if app:

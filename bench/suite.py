@@ -16,10 +16,10 @@ from typing import Any
 
 import torch
 
-from . import app_step, lockstep, memory, paging, profiling, report, theory, threads, throughput
+from . import app_step, lockstep, memory, paging, profiling, proposers, report, theory, threads, throughput
 from .common import Log, Settings, load_prompts, machine, peak_rss_mb
 
-SECTIONS = ("throughput", "lockstep", "theory", "app_step", "paging", "memory", "profile")
+SECTIONS = ("throughput", "lockstep", "theory", "proposers", "app_step", "paging", "memory", "profile")
 
 
 def run_suite(
@@ -50,6 +50,7 @@ def run_suite(
             "device": str(next(pair.target.parameters()).device),
         },
         "draft_file": _draft_file() if pair_name == "default" else None,
+        "feature_head": (getattr(pair, "feature_head", None).info if getattr(pair, "feature_head", None) is not None else None),
         "settings": settings.to_dict(),
         "prompt_tokens": [len(p) for p in prompts],
         "machine": machine(),
@@ -80,6 +81,10 @@ def run_suite(
         t0 = time.perf_counter()
         results["theory"] = theory.run(pair, prompts, results["throughput"], settings, log)
         mark("theory", t0)
+    if "proposers" in sections:
+        t0 = time.perf_counter()
+        results["proposers"] = proposers.run(pair, load_prompts(pair.tokenizer, settings.proposer_prompts), settings, log)
+        mark("proposers", t0)
     if "app_step" in sections:
         t0 = time.perf_counter()
         baseline = (results.get("theory") or {}).get("cost", {}).get("target_ms_per_token", {}).get("median")
