@@ -131,7 +131,7 @@ def add_proposer_goals(pr: dict[str, Any], add: Any) -> None:
             f"{alpha:.3f} over all drafted positions (depth 1: {pr['sampled'][best]['alpha_by_depth'].get(1, float('nan')):.3f})")
     c = ((pr["cost"].get(best) or {}).get("c") or {}).get("median")
     if c is not None:
-        add(f"one draft step of {best} ÷ one target step", "<= 0.08", c, c <= 0.08, f"c = {c:.3f}")
+        add(f"one draft step of the better learned proposer ({best}) ÷ one target step", "<= 0.08", c, c <= 0.08, f"c = {c:.3f}")
     fast = _best_speed(pr, tuple(pr.get("proposers", [])))
     if fast:
         add("best proposer and K at T=0 vs the target's plain greedy generate", ">= 1.3x", fast["measured_speedup"],

@@ -23,11 +23,17 @@ def test_bench_suite_end_to_end_on_tiny_pair(tmp_path):
     )
 
     data = json.loads((tmp_path / "benchmarks.json").read_text())
-    for section in ("throughput", "lockstep", "theory", "app_step", "paging", "memory"):
+    for section in ("throughput", "lockstep", "theory", "proposers", "app_step", "paging", "memory"):
         assert section in data, section
     assert "profile" in SECTIONS and data["profile"]["torch_ops"]
     assert data["throughput"]["samples"] and data["theory"]["rows"]
-    assert {g["goal"] for g in results["goals"]} and len(results["goals"]) == 5
+    # 5 engine goals + the proposer bounds (acceptance, tokens/cycle, alpha, cost, speed)
+    assert len(results["goals"]) == 10, [g["goal"] for g in results["goals"]]
+    assert sum("proposer" in g["goal"] for g in results["goals"]) == 5
+    prop = data["proposers"]
+    assert set(prop["proposers"]) == {"draft", "feature", "lookup"}
+    assert {row["proposer"] for row in prop["rows"]} == {"draft", "feature", "lookup"}
+    assert all(row["same_text_as_greedy"] for row in prop["rows"])  # T=0 output is the target's greedy text
     assert all(isinstance(g["met"], bool) for g in results["goals"])
     assert data["threads"]["chosen"] == 1
 
@@ -36,6 +42,7 @@ def test_bench_suite_end_to_end_on_tiny_pair(tmp_path):
         "## Goals",
         "## 1. Decoding throughput",
         "## 2. Against theory",
+        "## Proposers: draft model vs feature head vs prompt lookup",
         "## 3. App step latency",
         "## 4. Paged-cache cost",
         "## 5. Memory",
