@@ -26,7 +26,7 @@ PROPOSERS = ("draft", "feature", "lookup")  # who guesses the drafts (specviz.pr
 
 # Fields that may change between cycles without restarting the decoder.
 LIVE_FIELDS = frozenset(
-    {"k", "temperature", "top_k", "top_p", "forced_outcomes", "check_invariant", "max_new_tokens", "top_n",
+    {"k", "temperature", "top_k", "top_p", "draft_confidence", "forced_outcomes", "check_invariant", "max_new_tokens", "top_n",
      "instrument"}
 )
 
@@ -37,6 +37,10 @@ class DecodeConfig:
     proposer: Literal["draft", "feature", "lookup"] = "draft"
     lookup_max_ngram: int = 3  # prompt lookup: longest suffix n-gram matched first
     lookup_min_ngram: int = 1  # ... and the shortest tried before giving up
+    # Adaptive K (HF's assistant_confidence_threshold): stop drafting once the proposer's most
+    # likely next token has probability below this. 0 = off (always K drafts). Exact either way:
+    # how many drafts are proposed depends only on the proposer, never on the target.
+    draft_confidence: float = 0.0
     temperature: float = 1.0  # 0 = greedy
     top_k: int = 0  # 0 = off
     top_p: float = 1.0  # 1 = off
@@ -70,6 +74,8 @@ class DecodeConfig:
             raise ConfigError(
                 f"lookup n-gram sizes need 1 <= min <= max <= 64, got {self.lookup_min_ngram}..{self.lookup_max_ngram}"
             )
+        if not _finite(self.draft_confidence) or not 0 <= self.draft_confidence < 1:
+            raise ConfigError(f"draft_confidence must be in [0, 1) (0 = off), got {self.draft_confidence!r}")
         if not _finite(self.temperature) or self.temperature < 0:
             raise ConfigError(f"temperature must be a finite number >= 0 (0 = greedy), got {self.temperature!r}")
         if not isinstance(self.top_k, int) or self.top_k < 0:

@@ -248,7 +248,8 @@ class SpeculativeDecoder:
         if record:
             snaps.append(self._phase_snapshot(s, "start", n))
         proposed = s.proposer.propose(
-            s.committed, k, lambda logits: self._distribution(logits, cfg), cfg.greedy, s.generators["draft"]
+            s.committed, k, lambda logits: self._distribution(logits, cfg), cfg.greedy, s.generators["draft"],
+            cfg.draft_confidence,
         )
         drafts, draft_probs = proposed.tokens, proposed.probs
         k = len(drafts)  # a proposer may propose fewer (lookup without a match: none)

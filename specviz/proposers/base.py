@@ -61,7 +61,9 @@ class Proposer:
         `prefill_features` [n-1, H] when `wants_target_features`)."""
 
     def propose(self, committed: list[int], k: int, distribution: Distribution, greedy: bool,
-                generator: torch.Generator) -> Drafts:
+                generator: torch.Generator, min_confidence: float = 0.0) -> Drafts:
+        """Up to k drafts; with min_confidence > 0, stop before a draft whose distribution's top
+        probability is below it (adaptive K; at least one draft is always proposed)."""
         raise NotImplementedError
 
     def observe_verify(self, features: torch.Tensor | None) -> None:
@@ -95,6 +97,15 @@ class Proposer:
         if self.cache is not None:
             twin.cache = copy.deepcopy(self.cache)
         return twin
+
+
+def confident_enough(logits: torch.Tensor, index: int, min_confidence: float) -> bool:
+    """Adaptive K: keep drafting d_index (1-based) unless the proposer's own (unprocessed)
+    softmax gives its most likely token less than min_confidence -- measured before temperature,
+    so that it also works at T=0, where the processed q is one-hot."""
+    if index == 1 or min_confidence <= 0:
+        return True
+    return float(torch.softmax(logits.float(), dim=-1).max()) >= min_confidence
 
 
 def sample_from(probs: torch.Tensor, greedy: bool, generator: torch.Generator) -> int:

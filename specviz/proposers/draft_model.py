@@ -15,7 +15,7 @@ import torch
 
 from ..config import DecodeConfig
 from ..runtime import forward, max_abs_kv_diff, open_cache
-from .base import Distribution, Drafts, Proposer, sample_from
+from .base import Distribution, Drafts, Proposer, confident_enough, sample_from
 
 
 class DraftModelProposer(Proposer):
@@ -29,7 +29,7 @@ class DraftModelProposer(Proposer):
         self.cache = open_cache(self.draft, self.config, self.max_context, prompt_ids)
 
     def propose(self, committed: list[int], k: int, distribution: Distribution, greedy: bool,
-                generator: torch.Generator) -> Drafts:
+                generator: torch.Generator, min_confidence: float = 0.0) -> Drafts:
         cache = self.cache
         first = cache.get_seq_length()
         catch_up = committed[first:]
@@ -38,6 +38,8 @@ class DraftModelProposer(Proposer):
         logits = forward(self.draft, cache, catch_up, "draft", last_only=True)[-1]  # [V]
         for i in range(k):
             q = distribution(logits)
+            if not confident_enough(logits, i + 1, min_confidence):
+                break
             token = sample_from(q, greedy, generator)
             tokens.append(token)
             probs.append(q)

@@ -36,7 +36,7 @@ from ..config import DecodeConfig
 from ..feature_head import FeatureHead
 from ..kv import create_cache
 from ..runtime import model_device
-from .base import Distribution, Drafts, Proposer, sample_from
+from .base import Distribution, Drafts, Proposer, confident_enough, sample_from
 
 
 class FeatureProposer(Proposer):
@@ -80,7 +80,7 @@ class FeatureProposer(Proposer):
 
     @torch.inference_mode()
     def propose(self, committed: list[int], k: int, distribution: Distribution, greedy: bool,
-                generator: torch.Generator) -> Drafts:
+                generator: torch.Generator, min_confidence: float = 0.0) -> Drafts:
         n = len(committed)
         m = self.cache.get_seq_length()
         if n < 2:  # no target feature exists yet: nothing to draft from
@@ -94,15 +94,20 @@ class FeatureProposer(Proposer):
         tokens: list[int] = []
         probs: list[torch.Tensor] = []
         for i in range(k):
-            q = distribution(self.head.full_logits(predicted)[0])
+            logits = self.head.full_logits(predicted)[0]  # [V], -inf outside a trimmed vocabulary
+            q = distribution(logits)
+            if not confident_enough(logits, i + 1, min_confidence):
+                break
             token = sample_from(q, greedy, generator)
             tokens.append(token)
             probs.append(q)
             if i < k - 1:  # the next pair rests on the head's own prediction, not on the target
                 predicted = self._feed(predicted, [token], "draft")
-        note = (f"caught up on {n - 1 - m} pair(s) from the target's real features; "
-                f"drafts 2..{k} were fed the head's predicted features") if k > 1 else (
-                f"caught up on {n - 1 - m} pair(s) from the target's real features")
+        note = f"caught up on {n - 1 - m} pair(s) from the target's real features"
+        if len(tokens) > 1:
+            note += f"; drafts 2..{len(tokens)} were drafted from the head's own predicted features"
+        if len(tokens) < k:
+            note += f"; stopped after {len(tokens)} of {k} drafts (next top probability below {min_confidence:g})"
         return Drafts(tokens, probs, list(range(m + 1, n)), note)
 
     def observe_verify(self, features: torch.Tensor | None) -> None:
@@ -113,7 +118,7 @@ class FeatureProposer(Proposer):
         known = self.features if self.verify_features is None else torch.cat([self.features, self.verify_features])
         self.features = known[: len(committed) - 1]
         self.verify_features = None
-        keep = min(self.num_real, len(committed) - 1)  # entries built from real features only
+        keep = len(committed) - 1  # entries built from real features only
         if self.cache.get_seq_length() > keep:
             self.cache.truncate(keep, "rollback")
         self.num_real = self.cache.get_seq_length()

@@ -40,7 +40,7 @@ class LookupProposer(Proposer):
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
 
     def propose(self, committed: list[int], k: int, distribution: Distribution, greedy: bool,
-                generator: torch.Generator) -> Drafts:
+                generator: torch.Generator, min_confidence: float = 0.0) -> Drafts:
         tokens, n, start = find_continuation(committed, k, self.max_ngram, self.min_ngram)
         probs = []
         for token in tokens:
