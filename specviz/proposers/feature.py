@@ -118,7 +118,7 @@ class FeatureProposer(Proposer):
         known = self.features if self.verify_features is None else torch.cat([self.features, self.verify_features])
         self.features = known[: len(committed) - 1]
         self.verify_features = None
-        keep = len(committed) - 1  # entries built from real features only
+        keep = min(self.num_real, len(committed) - 1)  # entries built from real features only
         if self.cache.get_seq_length() > keep:
             self.cache.truncate(keep, "rollback")
         self.num_real = self.cache.get_seq_length()
