@@ -257,6 +257,74 @@ def cmd_export(args: argparse.Namespace) -> None:
     log(f"exported to {args.out}")
 
 
+def cmd_card(args: argparse.Namespace) -> None:
+    """assets/feature_head/README.md from the exported head's info and docs/benchmarks.json."""
+    import json
+
+    meta = json.loads((args.out / "config.json").read_text())
+    info, layer = meta["info"], meta["layer_config"]
+    bench_path = ROOT / "docs" / "benchmarks.json"
+    pr = json.loads(bench_path.read_text()).get("proposers") if bench_path.exists() else None
+    size_mb = (args.out / "model.safetensors").stat().st_size / 1e6
+    data_rows = sum(len(torch.load(p)["rows"]) for p in sorted(DATA.glob("shard-*.pt"))) if DATA.exists() else None
+    lines = [
+        "# specviz feature head for SmolLM2-135M-Instruct (EAGLE-style)",
+        "",
+        "A one-layer draft head that reads the target's own final hidden states (`specviz/feature_head.py`,",
+        "`specviz/proposers/feature.py`). Input at entry p: the target's post-norm feature F[p] and the",
+        "target's embedding of token p+1, fused by a linear map; one Llama decoder layer of the target's width",
+        f"({layer['hidden_size']} wide, {layer['num_attention_heads']} query / {layer['num_key_value_heads']} KV heads, "
+        f"MLP {layer['intermediate_size']}) with its own one-layer KV cache; output: a predicted F[p+1] that",
+        f"the target's frozen output head turns into logits over a trimmed vocabulary of {info.get('vocab_size')} tokens",
+        "(the tokens with the most target probability mass on target-generated text; q = 0 elsewhere, the",
+        "residual restores those tokens exactly).",
+        "",
+        f"- File: `model.safetensors`, float16, {size_mb:.1f} MB (the target's embedding and output head are",
+        "  borrowed at load time, not stored); `config.json` holds the layer config, the vocabulary subset",
+        "  is in the safetensors file, and a fingerprint of the target refuses any other model.",
+        f"- Training: {info.get('steps')} steps, {info.get('train_minutes')} CPU-minutes on a shared 2-core CPU "
+        f"(settings {info.get('train_args')}); data: {data_rows} target generations (half greedy, half sampled at",
+        "  T=1) on `assets/prompts/train.jsonl`, with the target's features (`scripts/feature_data.py`).",
+        "- Loss: soft cross-entropy toward the target's exact distribution on the subset + smooth-L1 on the",
+        "  predicted feature; Gaussian feature noise; an unrolled second pass where half the input features",
+        "  are the head's own predictions.",
+        "",
+        "## Reproduce",
+        "",
+        "```bash",
+        "python scripts/feature_data.py --workers 2 --worker 0 &   # and --worker 1: target generations + features",
+        "python scripts/feature_data.py --workers 2 --worker 1",
+        f"python scripts/train_feature_head.py train --minutes {info.get('train_args', {}).get('minutes', 40)}",
+        "python scripts/train_feature_head.py export && python scripts/train_feature_head.py card",
+        "bash scripts/bench.sh   # measures every proposer side by side -> docs/benchmarks.md",
+        "```",
+        "",
+        "The run that produced this file was interrupted and resumed (resumable checkpoints; thread count",
+        "changed from 1 to 2 when data generation stopped), so a rerun lands close to, not exactly on, these numbers.",
+        "",
+    ]
+    if pr:
+        k = pr["quality_k"]
+        lines += [f"## Measured (held-out prompts, `docs/benchmarks.md`, K={k})", "",
+                  "| proposer | T=0 acceptance | T=0 tokens/cycle | T=1 α | c (draft step ÷ target step) |",
+                  "|---|---:|---:|---:|---:|"]
+        for p in pr["proposers"]:
+            g = pr["greedy"].get(f"{p}_K{k}_T0", {})
+            a = pr["sampled"].get(p, {})
+            c = ((pr["cost"].get(p) or {}).get("c") or {}).get("median")
+            fmt = lambda x, f=".3f": "—" if x is None else format(x, f)  # noqa: E731
+            lines.append(f"| {p} | {fmt(g.get('acceptance_rate'))} | {fmt(g.get('tokens_per_cycle'), '.2f')} | "
+                         f"{fmt(a.get('alpha'))} | {fmt(c)} |")
+        best = max((r for r in pr["rows"] if r["measured_speedup"] is not None), key=lambda r: r["measured_speedup"],
+                   default=None)
+        if best:
+            lines += ["", f"Best speed at T=0: {best['proposer']} at K={best['K']}, {best['measured_speedup']:.2f}x the "
+                      "target's plain greedy `generate` (median of per-prompt ratios)."]
+        lines += ["", "Bounds of the issue and whether they are met: see the Goals table of docs/benchmarks.md.", ""]
+    (args.out / "README.md").write_text("\n".join(lines))
+    log(f"wrote {args.out / 'README.md'}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -271,8 +339,10 @@ def main() -> None:
     tr.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=False, help="bfloat16 autocast (slower than float32 on this CPU)")
     ex = sub.add_parser("export")
     ex.add_argument("--out", type=Path, default=EXPORT)
+    cd = sub.add_parser("card")
+    cd.add_argument("--out", type=Path, default=EXPORT)
     args = ap.parse_args()
-    {"train": cmd_train, "export": cmd_export}[args.cmd](args)
+    {"train": cmd_train, "export": cmd_export, "card": cmd_card}[args.cmd](args)
 
 
 if __name__ == "__main__":
