@@ -9,7 +9,7 @@ import json
 
 import pytest
 import torch
-from engine_helpers import make_pair
+from engine_helpers import LAYOUT_CASES, TOL, assert_invariant, make_pair
 
 from specviz import DecodeConfig, SpeculativeDecoder
 from specviz.autoregressive import AutoregressiveDecoder
@@ -24,7 +24,6 @@ from specviz.errors import (
 from specviz.trace import CYCLE_PHASES, CycleTrace
 
 PROMPT = [3, 17, 42, 5, 9, 28, 11]
-TOL = 1e-4  # float32 noise between incremental and one-shot attention
 
 
 @pytest.fixture(scope="module")
@@ -36,20 +35,7 @@ def run_cycles(dec: SpeculativeDecoder, cycles: int) -> list[CycleTrace]:
     return [dec.step() for _ in range(cycles) if not dec.finished]
 
 
-def assert_invariant(dec: SpeculativeDecoder) -> None:
-    n = len(dec.committed)
-    assert dec.target_cache.get_seq_length() == n - 1, "target cache must hold committed minus newest"
-    assert dec.draft_cache.get_seq_length() <= n - 1
-    diffs = dec.check_invariant()
-    assert diffs["target"] < TOL and diffs["draft"] < TOL, diffs
-
-
 # --------------------------------------------------------------------------- cache invariant
-
-
-LAYOUT_CASES = [("contiguous", 16, "free")] + [
-    ("paged", page, policy) for page in (1, 3, 16) for policy in ("free", "keep")
-]
 
 
 @pytest.mark.parametrize("k", [1, 3, 8])
