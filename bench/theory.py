@@ -3,7 +3,7 @@
 With per-token acceptance rate α and draft/target cost ratio c, one cycle of draft length K
 commits E = (1 − α^(K+1)) / (1 − α) tokens on average and costs K·c + 1 target-forward
 equivalents, so the predicted speedup over autoregressive decoding is E / (K·c + 1)
-(Leviathan et al. 2023, §3.3–3.4; DESIGN §1).
+(Leviathan et al. 2023, §3.3–3.4; docs/design.md §1).
 
 * α is measured two ways. *Direct*: both models score the target's own generations (the
   baseline's output) in one teacher-forced pass each, and α = mean over positions of

@@ -1,6 +1,6 @@
 """specviz: watch exact speculative decoding happen, with a real decoder underneath.
 
-Public API (DESIGN §4):
+Public API (docs/design.md §4):
 
     pair = specviz.load_default_pair()                 # offline embedded default pair
     pair = specviz.load_pair(target=..., draft=...)    # any HF pair (ids, dirs, GGUF files)

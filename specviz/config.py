@@ -1,6 +1,6 @@
 """Configuration of a speculative decoding run, as a frozen dataclass.
 
-`DecodeConfig` holds every knob of DESIGN §4. It is immutable: to change K or the temperature
+`DecodeConfig` holds every knob of docs/design.md §4. It is immutable: to change K or the temperature
 between cycles, build a new config with `dataclasses.replace(cfg, k=8)` (or `cfg.replace(k=8)`)
 and hand it to `SpeculativeDecoder.update_config`; the decoder checks it before using it, so a
 bad value leaves the running decoder untouched.

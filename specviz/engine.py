@@ -1,6 +1,6 @@
 """The speculative decoder, one cycle at a time, and the plain autoregressive baseline.
 
-A cycle (DESIGN §1) is layered as in gpt-fast: `_draft -> _verify -> _accept -> _resolve ->
+A cycle (docs/design.md §1) is layered as in gpt-fast: `_draft -> _verify -> _accept -> _resolve ->
 _rollback`, each a short method, and `step()` runs them and returns a `CycleTrace`.
 
 The cache invariant ("last token separate", as in llama.cpp, HF and gpt-fast): at the start of a

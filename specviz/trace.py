@@ -1,7 +1,7 @@
 """Typed, JSON-serialisable records of one speculative-decoding cycle.
 
 A `CycleTrace` is everything the decoder did in one draft → verify → accept → resolve →
-rollback cycle (DESIGN §1, §5), recorded as plain frozen dataclasses of ints, floats and
+rollback cycle (docs/design.md §1, §5), recorded as plain frozen dataclasses of ints, floats and
 strings: no tensors, so the visualiser, the CLI and the JSON export never touch torch.
 
 Terminology (as in vLLM's rejection sampler):
@@ -13,7 +13,7 @@ Terminology (as in vLLM's rejection sampler):
 Cache bookkeeping is recorded as `CacheEvent`s (what happened) and `CacheSnapshot`s (the layout
 after each phase), for the target and the draft cache alike.
 
-Positions are 0-based indices into the committed sequence: the token `x_i` of DESIGN §1 sits at
+Positions are 0-based indices into the committed sequence: the token `x_i` of docs/design.md §1 sits at
 position `i - 1`, so a cache of length L holds K/V for positions `0 .. L-1`.
 """
 
@@ -164,7 +164,7 @@ class PhaseSnapshot:
 
 @dataclass(frozen=True)
 class CycleTrace:
-    """Everything one cycle did. See DESIGN §5."""
+    """Everything one cycle did. See docs/design.md §5."""
 
     cycle: int  # 0-based cycle index
     context_len: int  # n: committed length when the cycle started

@@ -48,7 +48,7 @@ def make_pair(
 
 
 def assert_invariant(decoder, tol: float = TOL) -> None:
-    """DESIGN §1/§1b after a cycle: the target cache holds the committed sequence minus its newest
+    """docs/design.md §1/§1b after a cycle: the target cache holds the committed sequence minus its newest
     token, the proposer's cache (if it has one) holds a prefix of it, and both equal a fresh
     prefill (for a feature head: over features from a fresh target prefill)."""
     n = len(decoder.committed)

@@ -1,7 +1,7 @@
 """Every proposer (draft model, feature head, prompt lookup) keeps decoding exact.
 
 Whoever proposes the drafts, the target's verify / accept / resolve / rollback never change
-(DESIGN §1b), so for each proposer: greedy decoding equals the target's own `generate`; the
+(docs/design.md §1b), so for each proposer: greedy decoding equals the target's own `generate`; the
 target's cache, and the proposer's own cache where it has one, equal a fresh prefill after every
 cycle; bad input is a clear error that leaves the decoder as it was. Exactness by chi-square for
 the feature head and prompt lookup is in test_exactness.py; loading heads from disk in

@@ -5,7 +5,7 @@ already processed, so that a new token attends to them without recomputing them.
 sequence (batch 1) the cache of one layer is conceptually a `[1, H_kv, L, D]` pair of tensors
 (`H_kv` key/value heads, `D` head dim), and all layers share the same valid length `L`.
 
-Speculative decoding needs three operations on that length (DESIGN §1):
+Speculative decoding needs three operations on that length (docs/design.md §1):
 
 * **reserve + append** — before each forward the engine calls `reserve(token_ids, phase)`; the
   cache makes room for `len(token_ids)` positions `L .. L+n-1` *atomically* (it checks capacity
@@ -29,7 +29,7 @@ through a block table, vLLM style). Everything else is here: `SpecvizCache` subc
 Every change is recorded as a `CacheEvent` (drained by the engine into the cycle trace), and
 `snapshot()` gives a tensor-free picture of the layout for the visualiser.
 
-This package is the only place in specviz that imports `transformers.cache_utils` (DESIGN §3).
+This package is the only place in specviz that imports `transformers.cache_utils` (docs/design.md §3).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Proposers: who guesses the K draft tokens (DESIGN §1b). See `base.py` for the interface.
+"""Proposers: who guesses the K draft tokens (docs/design.md §1b). See `base.py` for the interface.
 
     draft    an independent small LM with its own KV cache      (draft_model.py)
     feature  an EAGLE-style head on the target's hidden states   (feature.py)
