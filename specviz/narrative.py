@@ -9,6 +9,26 @@ listed in `MISCONCEPTIONS`.
 Conventions used in the text: the committed sequence is x_1 … x_n; positions shown in the views
 are 0-based, so x_i sits at position i−1. K/V for the newest committed token x_n is *not* in the
 target cache at the start of a cycle ("last token separate"): it is computed by the verify pass.
+
+Who proposed (`trace.proposer`, DESIGN §1b) changes only the draft phase and the proposer's own
+rollback; verify, the acceptance test, the residual, the bonus token and the target's rollback
+read the same for every proposer. The proposer-specific sentences:
+
+* **draft model** — feeds the committed tokens it lacks, then each draft but the last;
+* **feature head** (EAGLE-style) — entry p of its one-layer cache pairs the target's feature at
+  position p with the token at p+1. Catch-up entries come from the target's *real* features; the
+  entries fed while drafting d_2 … d_K come from the head's own *predicted* features, so rollback
+  always drops them, even when their drafts were accepted;
+* **prompt lookup** — copies what followed an earlier n-gram (the trace's `proposer_note` says
+  which); q is one-hot and there is no cache.
+
+A cycle with no proposal (k = 0: lookup found no match, or a feature head without any target
+feature yet) is one plain target step: one token "generated" from p_1, nothing to test.
+
+Cache lengths, entries and positions are quoted from the trace itself (its snapshots, events and
+draft records), not from a formula that assumes how the cache ought to have moved: the text must
+stay true when the bookkeeping is wrong, so that it exposes the bug instead of hiding it. Where a
+formula of DESIGN §1 is taught (n+K−1, K−j+1), the recorded value stands next to it.
 """
 
 from __future__ import annotations
@@ -16,8 +36,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .trace import CacheEvent, CacheSnapshot, CycleTrace
+from .trace import CacheEvent, CacheSnapshot, CycleTrace, DraftStep
 from .viz.style import fmt_p
+
+PROPOSER_NAMES = {"draft": "draft model", "feature": "feature head", "lookup": "prompt lookup"}
 
 
 @dataclass(frozen=True)
@@ -62,6 +84,23 @@ MISCONCEPTIONS: tuple[Misconception, ...] = (
         "draft over-proposes (q > p) is sometimes rejected even if it is the target's favourite, and p, "
         "q must both be the *processed* distributions (temperature, top-k, top-p) sampling really uses.",
     ),
+    Misconception(
+        "EAGLE-style drafting (a feature head on the target's hidden states) changes how drafts are verified.",
+        "It changes only **who proposes**. The head reads the target's hidden states (its features) and "
+        "keeps a one-layer cache whose entry p pairs the feature at position p with the token at p+1. The "
+        "entries it builds from its own *predicted* features while drafting d_2 … d_K are **always rolled "
+        "back**, even when those drafts are accepted; the next cycle rebuilds them from the target's real "
+        "features. The acceptance test u ≤ min(1, p/q), the residual, the bonus token and the target's "
+        "rollback are exactly the same as with a draft model.",
+    ),
+    Misconception(
+        "A weak proposer (an untrained head, prompt lookup, a small vocabulary) makes the output less exact.",
+        "Exactness holds with **any** proposer, even an untrained head: the test and the residual make "
+        "every emitted token distributed as p. A poor proposer only costs speed (fewer accepted drafts). "
+        "Prompt lookup's q is one-hot, so a copied token is kept with probability p(d) and the residual is "
+        "p without d. A head with a *trimmed vocabulary* has q = 0 outside its subset: it never drafts those "
+        "tokens, and at a rejection the residual max(0, p − q) = p there restores their full probability.",
+    ),
 )
 
 
@@ -83,13 +122,30 @@ def _blocks(snap: CacheSnapshot) -> str:
     return f"block_table {list(snap.block_table)}, {snap.num_free_blocks} free blocks"
 
 
-def prefill_markdown(num_prompt: int, target_len: int, draft_len: int) -> str:
+def prefill_markdown(num_prompt: int, target_len: int, draft_len: int | None, proposer: str = "draft") -> str:
+    """The state after prefill; `draft_len` is the proposer's cache length (None: it has no cache)."""
+    if proposer == "feature":
+        who = (
+            f"The target processed x_1 … x_(n−1): its cache holds **{target_len}** positions, and the same pass "
+            f"gave the target's features at those positions. The feature head's one-layer cache holds "
+            f"**{draft_len}** entries, each a pair (target feature at position p, token at position p+1), all "
+            "built from real features; the pair that yields q_1 is fed by the first cycle's catch-up."
+        )
+    elif proposer == "lookup" or draft_len is None:
+        who = (
+            f"The target processed x_1 … x_(n−1): its cache holds **{target_len}** positions. Prompt lookup "
+            "keeps **no cache**: it only searches the token ids."
+        )
+    else:
+        who = (
+            f"Both models processed x_1 … x_(n−1): the target cache holds **{target_len}** positions and the "
+            f"draft cache **{draft_len}**."
+        )
     return (
-        f"**Prefill.** The prompt has n = {num_prompt} tokens (positions 0–{num_prompt - 1}). Both models "
-        f"processed x_1 … x_(n−1): the target cache holds **{target_len}** positions and the draft cache "
-        f"**{draft_len}**. The newest token x_n (position {num_prompt - 1}) deliberately has no K/V yet — it "
+        f"**Prefill.** The prompt has n = {num_prompt} tokens (positions 0–{num_prompt - 1}). {who} The newest "
+        f"token x_n (position {num_prompt - 1}) deliberately has no K/V in the target yet — it "
         'is the first input of the first cycle ("last token separate", as in llama.cpp, HF and gpt-fast). '
-        "Press **Next phase** to watch the draft propose."
+        f"Press **Next phase** to watch the {PROPOSER_NAMES.get(proposer, proposer)} propose."
     )
 
 
@@ -112,97 +168,225 @@ def phase_markdown(trace: CycleTrace, phase: str) -> str:
     return text
 
 
+def _note(tr: CycleTrace) -> str:
+    """The proposer's own sentence about this cycle, capitalised (empty when it said nothing)."""
+    note = tr.proposer_note.strip()
+    return note[:1].upper() + note[1:] + ("" if note.endswith(".") else ".") if note else ""
+
+
+def _entries(lo: int, hi: int) -> str:
+    """Cache entries lo..hi (inclusive) in words."""
+    return f"entry {lo}" if lo == hi else f"entries {lo}–{hi}"
+
+
+def _proposals(tr: CycleTrace) -> str:
+    return ", ".join(f"d{d.index} = {_tok(d.text)} (q = {fmt_p(d.draft_prob)})" for d in tr.drafts)
+
+
+# ---- start ----------------------------------------------------------------------------------
+
+
 def _start(tr: CycleTrace) -> str:
     n = tr.context_len
     snap = tr.snapshot("start")
-    lag = n - 1 - snap.draft.seq_len
-    return (
+    held = f"positions 0–{n - 2}" if n > 1 else "no position"
+    head = (
         f"**Cycle {tr.cycle} starts** with n = {n} committed tokens (positions 0–{n - 1}). Invariant: the "
-        f"target cache holds K/V for positions 0–{n - 2} (length **{snap.target.seq_len}** = n−1); the newest "
-        f"token x_n at position {n - 1} has no K/V yet. The draft cache has length **{snap.draft.seq_len}**"
-        + (f", {lag} behind the target: it must catch up first." if lag > 0 else ".")
-        + f" K = {tr.k}, temperature {tr.temperature:g}."
+        f"target cache holds K/V for {held} (length **{snap.target.seq_len}** = n−1); the newest "
+        f"token x_n at position {n - 1} has no K/V yet. "
     )
+    if snap.draft is None:
+        who = "Prompt lookup keeps **no cache**: it only searches the committed token ids."
+    elif tr.proposer == "feature":
+        lacking = snap.target.seq_len - snap.draft.seq_len  # real features exist for every target position
+        who = (
+            f"The feature head's cache holds **{snap.draft.seq_len}** entries (pairs of the target's feature at "
+            f"position p and the token at p+1, all from real features); the target has real features for "
+            f"{snap.target.seq_len} positions, so "
+            + (f"the head lacks {lacking} pair(s) and catches up on them first." if lacking > 0 else "it lacks none.")
+        )
+    else:
+        lag = n - 1 - snap.draft.seq_len
+        who = f"The draft cache has length **{snap.draft.seq_len}**" + (
+            f", {lag} behind the target: it must catch up first." if lag > 0 else "."
+        )
+    k = f" K = {tr.k}" + (" (no proposal this cycle: a plain target step)" if tr.k == 0 else "")
+    return head + who + k + f", temperature {tr.temperature:g}."
+
+
+# ---- draft ----------------------------------------------------------------------------------
 
 
 def _draft(tr: CycleTrace) -> str:
+    target_len = tr.snapshot("draft").target.seq_len
+    if tr.k == 0:
+        body = _no_proposal(tr)
+    elif tr.proposer == "feature":
+        body = _draft_feature(tr)
+    elif tr.proposer == "lookup":
+        body = (
+            f"**Prompt lookup proposes.** No model runs and no cache is written. {_note(tr)} A copy is "
+            f"deterministic, so each q_i is **one-hot** (q = 1 on the copied token): {_proposals(tr)}."
+        )
+    else:
+        body = _draft_model(tr)
+    return body + f" The target has not run yet (length still {target_len})."
+
+
+def _no_proposal(tr: CycleTrace) -> str:
+    why = _note(tr) or "The proposer proposed nothing."
+    return (
+        f"**No proposal this cycle.** {why} The cycle is one **plain target step**: the target will run over "
+        "x_n alone, and its p_1 gives the next token — nothing to accept or reject."
+    )
+
+
+def _draft_model(tr: CycleTrace) -> str:
     n, k = tr.context_len, tr.k
     snap = tr.snapshot("draft")
     fed = ", ".join(_tok(t.text) for t in tr.catch_up) or "nothing"
-    proposals = ", ".join(f"d{d.index} = {_tok(d.text)} (q = {fmt_p(d.draft_prob)})" for d in tr.drafts)
     return (
         f"**Draft proposes.** The draft first feeds its catch-up token(s) {fed} "
         f"({len(tr.catch_up)} token{'s' if len(tr.catch_up) != 1 else ''}; two only after a fully accepted "
         f"cycle), then samples each proposal from its own processed distribution q_i and feeds it to get "
-        f"the next: {proposals}. d{k} is sampled but **never fed**, so the draft cache ends at length "
-        f"n+K−1 = {n + k - 1} (recorded: **{snap.draft.seq_len}**); the draft's new entries are provisional. "
-        f"The target has not run yet (length still {snap.target.seq_len})."
+        f"the next: {_proposals(tr)}. d{k} is sampled but **never fed**, so the draft cache ends at length "
+        f"n+K−1 = {n + k - 1} (recorded: **{snap.draft.seq_len}**); the draft's new entries are provisional."
     )
+
+
+def _draft_feature(tr: CycleTrace) -> str:
+    k = tr.k
+    before, head = tr.snapshot("start").draft, tr.snapshot("draft").draft
+    real, total = head.num_committed, head.seq_len
+    pairs = ", ".join(f"(feature@{t.position - 1}, {_tok(t.text)}@{t.position})" for t in tr.catch_up) or "none"
+    text = (
+        f"**Feature head proposes.** Catch-up: the head is fed {len(tr.catch_up)} pair(s) built from the "
+        f"target's **real** features — {pairs} — the entries its cache lacked; the output of the last one gives "
+        f"q_1, from which d1 is sampled."
+    )
+    if total > real:
+        text += (
+            f" Then d2 … d{k} come from feeding the head its **own predicted** feature together with the previous "
+            f"draft: {_entries(real, total - 1)} rest on a guess, not on the target, so they are provisional — "
+            "**even if their drafts are accepted** they are dropped at rollback."
+        )
+    return text + (
+        f" d{k} is sampled but never fed. Proposals: {_proposals(tr)}. Head cache {before.seq_len} → "
+        f"**{total}** entries ({real} from real features + {total - real} from predicted features)."
+    )
+
+
+# ---- verify ---------------------------------------------------------------------------------
 
 
 def _verify(tr: CycleTrace) -> str:
     n, k = tr.context_len, tr.k
     before, after = tr.snapshot("draft").target, tr.snapshot("verify").target
-    inputs = ", ".join(["x_n"] + [f"d{d.index}" for d in tr.drafts])
     ev = _events(tr.target_events, "verify")
-    return (
+    events = f" Cache events: {'; '.join(ev)}." if ev else ""
+    if k == 0:
+        return (
+            f"**Target runs a plain step.** No drafts to verify: ONE forward pass over x_n alone at position "
+            f"{n - 1}. Its K/V is appended: target cache length {before.seq_len} → **{after.seq_len}** "
+            f"({_blocks(after)}). The logits give p_1, the distribution of the next token.{events}"
+        )
+    inputs = ", ".join(["x_n"] + [f"d{d.index}" for d in tr.drafts])
+    last = tr.drafts[-1].position
+    text = (
         f"**Target verifies.** ONE forward pass over the K+1 = {k + 1} inputs [{inputs}] at positions "
-        f"{n - 1}–{n + k - 1}. Their K/V are appended **provisionally**: target cache length "
+        f"{n - 1}–{last}. Their K/V are appended **provisionally**: target cache length "
         f"{before.seq_len} → **{after.seq_len}** ({_blocks(after)}). The logits give K+1 = {k + 1} "
-        f"distributions p_1 … p_{k + 1}: p_i scores d_i, and p_{k + 1} is ready for a bonus token."
-        + (f" Cache events: {'; '.join(ev)}." if ev else "")
+        f"distributions p_1 … p_{k + 1}: p_i scores d_i, and p_{k + 1} is ready for a bonus token.{events}"
     )
+    if tr.proposer == "feature":
+        text += (
+            f" The same pass hands the feature head the target's **real** features at positions {n - 1}–{last} "
+            "(no second forward): those of the committed positions replace the head's guesses next cycle."
+        )
+    elif tr.proposer == "lookup":
+        text += " Each q_i is one-hot, so min(1, p_i(d_i)/q_i(d_i)) is simply p_i(d_i)."
+    return text
+
+
+# ---- accept ---------------------------------------------------------------------------------
 
 
 def _accept(tr: CycleTrace) -> str:
+    if tr.k == 0:
+        return (
+            "**Nothing to test.** No drafts were proposed this cycle: no u is drawn, nothing is accepted or "
+            "rejected. The next token comes straight from p_1."
+        )
     greedy = tr.temperature == 0
-    lines = []
-    for d in tr.drafts:
-        if d.verdict == "untested":
-            lines.append(f"- d{d.index} {_tok(d.text)}: **never tested** (an earlier draft was rejected)")
-            continue
-        if greedy:
-            test = "equals argmax p" if d.verdict == "accepted" else "differs from argmax p"
-            lines.append(f"- d{d.index} {_tok(d.text)}: {test} → **{d.verdict}**")
-            continue
-        if d.u is None:  # forced by what-if mode: no draw decided it
-            test = "outcome forced"
-        else:
-            test = f"u = {fmt_p(d.u)} {'≤' if d.verdict == 'accepted' else '>'} {fmt_p(d.ratio)}"
-        lines.append(
-            f"- d{d.index} {_tok(d.text)}: p = {fmt_p(d.target_prob)}, q = {fmt_p(d.draft_prob)}, "
-            f"min(1, p/q) = {fmt_p(d.ratio)}; {test} → **{d.verdict}**{' (forced)' if d.forced else ''}"
+    lines = [_test_line(d, greedy) for d in tr.drafts]
+    if greedy:
+        rule = "Greedy (T = 0): accept d_i iff it is the target's argmax. "
+    elif tr.proposer == "lookup":
+        rule = (
+            "Draw u_i ~ U(0,1); q_i is one-hot (prompt lookup), so accept d_i iff u_i ≤ p_i(d_i): the target "
+            "keeps a copied token exactly as often as it would have produced it. "
         )
-    head = (
-        "**Acceptance, left to right.** "
-        + (
-            "Greedy (T = 0): accept d_i iff it is the target's argmax. "
-            if greedy
-            else "Draw u_i ~ U(0,1); accept d_i iff u_i ≤ min(1, p_i(d_i)/q_i(d_i)). "
-        )
-        + "The first rejection ends the streak."
-    )
+    else:
+        rule = "Draw u_i ~ U(0,1); accept d_i iff u_i ≤ min(1, p_i(d_i)/q_i(d_i)). "
+    head = "**Acceptance, left to right.** " + rule + "The first rejection ends the streak."
     tail = f"\n\nResult: **{tr.num_accepted} of {tr.k} accepted**" + (
         f", first rejection at d{tr.rejected_at}." if tr.rejected_at else " — every draft passed."
     )
     return head + "\n\n" + "\n".join(lines) + tail
 
 
+def _test_line(d: DraftStep, greedy: bool) -> str:
+    if d.verdict == "untested":
+        return f"- d{d.index} {_tok(d.text)}: **never tested** (an earlier draft was rejected)"
+    if greedy:
+        test = "equals argmax p" if d.verdict == "accepted" else "differs from argmax p"
+        return f"- d{d.index} {_tok(d.text)}: {test} → **{d.verdict}**"
+    if d.u is None:  # forced by what-if mode: no draw decided it
+        test = "outcome forced"
+    else:
+        test = f"u = {fmt_p(d.u)} {'≤' if d.verdict == 'accepted' else '>'} {fmt_p(d.ratio)}"
+    return (
+        f"- d{d.index} {_tok(d.text)}: p = {fmt_p(d.target_prob)}, q = {fmt_p(d.draft_prob)}, "
+        f"min(1, p/q) = {fmt_p(d.ratio)}; {test} → **{d.verdict}**{' (forced)' if d.forced else ''}"
+    )
+
+
+# ---- resolve --------------------------------------------------------------------------------
+
+
 def _resolve(tr: CycleTrace) -> str:
     n = tr.context_len
+    if tr.k == 0:
+        g = tr.emitted[0] if tr.emitted else None
+        prob = next((tp.prob for tp in tr.bonus_top if g and tp.token_id == g.token_id), None)
+        how = "argmax p_1 (greedy)" if tr.temperature == 0 else "a sample from p_1"
+        return (
+            f"**One generated token.** With no drafts there is neither a corrected nor a bonus token: "
+            f"{_tok(g.text) if g else '?'} is {how}"
+            + (f" (probability {fmt_p(prob)})" if prob is not None else "")
+            + (f", placed at position {g.position}" if g else "")
+            + f" — exactly one step of plain autoregressive decoding. The cycle commits {len(tr.emitted)} token "
+            f"(kind *{g.kind if g else 'generated'}*)."
+        )
     if tr.rejected_at is not None:
         j = tr.rejected_at
         c = tr.corrected_token
-        how = (
-            "argmax p_j (greedy)" if tr.temperature == 0 else f"a sample from the residual norm(max(0, p_{j} − q_{j}))"
-        )
+        if tr.temperature == 0:
+            how = f"argmax p_{j} (greedy)"
+        elif tr.proposer == "lookup":
+            how = (
+                f"a sample from the residual norm(max(0, p_{j} − q_{j})) — with a one-hot q_{j} that is p_{j} "
+                f"with d{j} removed, renormalised"
+            )
+        else:
+            how = f"a sample from the residual norm(max(0, p_{j} − q_{j}))"
         ctext = _tok(c.text) if c else "?"
         prob = next((tp.prob for tp in tr.residual_top if c and tp.token_id == c.token_id), None)
         return (
             f"**Corrected token.** d{j} was rejected, so the corrected token {ctext} is {how}"
             + (f" (residual probability {fmt_p(prob)})" if prob is not None else "")
-            + f", placed at position {n + j - 1}. **No bonus token** after a rejection. The cycle commits "
-            f"j = {j} token(s): {', '.join(_tok(e.text) + ' (' + e.kind + ')' for e in tr.emitted)}."
+            + f", placed at position {c.position if c else n + j - 1}. **No bonus token** after a rejection. The "
+            f"cycle commits j = {j} token(s): {', '.join(_tok(e.text) + ' (' + e.kind + ')' for e in tr.emitted)}."
         )
     b = tr.bonus_token
     prob = next((tp.prob for tp in tr.bonus_top if b and tp.token_id == b.token_id), None)
@@ -211,18 +395,26 @@ def _resolve(tr: CycleTrace) -> str:
         f"{_tok(b.text) if b else '?'} is sampled from p_{tr.k + 1}"
         + (f" (probability {fmt_p(prob)})" if prob is not None else "")
         + f" — the verify pass computed it for free. The cycle commits K+1 = {tr.k + 1} tokens "
-        f"(positions {n}–{n + tr.k})."
+        + (
+            f"(recorded: {len(tr.emitted)}, positions {tr.emitted[0].position}–{tr.emitted[-1].position})."
+            if tr.emitted
+            else "(recorded: none)."
+        )
     )
 
 
+# ---- rollback -------------------------------------------------------------------------------
+
+
 def _rollback(tr: CycleTrace) -> str:
-    n, k = tr.context_len, tr.k
+    k = tr.k
     before = tr.snapshot("resolve")
     after = tr.snapshot("rollback")
-    new_n = n + len(tr.emitted)
+    new_n = tr.context_len + len(tr.emitted)
     t_ev = _events(tr.target_events, "rollback")
-    d_ev = _events(tr.draft_events, "rollback")
-    if tr.rejected_at is not None:
+    if k == 0:
+        what = "removes nothing: the one entry the plain step appended belongs to x_n, which is committed"
+    elif tr.rejected_at is not None:
         j = tr.rejected_at
         what = (
             f"drops the K/V of d{j} … d{k} (K−j+1 = {k - j + 1} entries): they belong to tokens that are "
@@ -241,23 +433,82 @@ def _rollback(tr: CycleTrace) -> str:
         )
     else:
         mech = "Contiguous buffer: the write pointer rewinds; stale values stay in memory until overwritten."
-    lag = (new_n - 1) - after.draft.seq_len
+    if k == 0 and not t_ev:
+        mech = ""
+    name = PROPOSER_NAMES.get(tr.proposer, "draft")
     return (
         f"**Rollback & commit.** The target cache goes {before.target.seq_len} → **{after.target.seq_len}**; it "
-        f"{what}. The draft cache goes {before.draft.seq_len} → **{after.draft.seq_len}**"
-        + (f" — one short of the target, because d{k} was never fed; it catches up next cycle." if lag > 0 else ".")
-        + f" {mech}"
-        + (f"\n\nTarget: {'; '.join(t_ev)}." if t_ev else "")
-        + (f" Draft: {'; '.join(d_ev)}." if d_ev else "")
-        + f"\n\nCommitted length is now n = {new_n}; the target cache holds n−1 = {after.target.seq_len} "
-        "positions — exactly what a plain autoregressive decoder would hold, so the next cycle computes the "
-        "same p."
+        f"{what}."
+        + (f" {mech}" if mech else "")
+        + (f" Target: {'; '.join(t_ev)}." if t_ev else "")
+        + "\n\n"
+        + _proposer_rollback(tr, before.draft, after.draft, after.target.seq_len)
+        + (
+            f"\n\nCommitted length is now n = {new_n}; the target cache holds n−1 = {after.target.seq_len} "
+            "positions — exactly what a plain autoregressive decoder would hold, so the next cycle computes the "
+            "same p."
+        )
         + (
             " Invariant check (max |ΔK/V| vs a fresh prefill): "
-            + ", ".join(f"{m} {v:.2e}" for m, v in tr.invariant_max_abs_diff.items())
+            + ", ".join(f"{name if m == 'draft' else m} {v:.2e}" for m, v in tr.invariant_max_abs_diff.items())
             + "."
             if tr.invariant_max_abs_diff
             else ""
         )
         + (f"\n\n**Generation finished:** {tr.finish_reason}." if tr.finish_reason else "")
     )
+
+
+def _proposer_rollback(
+    tr: CycleTrace, before: CacheSnapshot | None, after: CacheSnapshot | None, target_len: int
+) -> str:
+    """What the proposer's own cache did at rollback, from the recorded snapshots and events."""
+    if before is None or after is None:
+        return "Prompt lookup keeps no cache: only the target rolls back."
+    d_ev = _events(tr.draft_events, "rollback")
+    if tr.proposer == "feature":
+        return _feature_rollback(tr, before, after, target_len, d_ev)
+    lag = target_len - after.seq_len
+    return (
+        f"The draft cache goes {before.seq_len} → **{after.seq_len}**"
+        + (f" — one short of the target, because d{tr.k} was never fed; it catches up next cycle." if lag > 0 else ".")
+        + (f" Draft: {'; '.join(d_ev)}." if d_ev else "")
+    )
+
+
+def _feature_rollback(
+    tr: CycleTrace, before: CacheSnapshot, after: CacheSnapshot, target_len: int, d_ev: list[str]
+) -> str:
+    """The lesson of the feature head: entries built from predicted features never survive."""
+    lo, hi = before.num_committed, before.seq_len - 1  # entries built from the head's predicted features
+    text = (
+        f"The feature head's cache goes {before.seq_len} → **{after.seq_len}**: it keeps only the entries "
+        "built from the target's real features."
+    )
+    if hi >= lo:
+        # Entry p pairs a feature with the token at p+1: entry p was built for the draft at position p+1.
+        kept = [d for d in tr.drafts if d.verdict == "accepted" and lo <= d.position - 1 <= hi]
+        one = lo == hi
+        text += (
+            f" {_entries(lo, hi).capitalize()} {'was' if one else 'were'} built from the head's own **predicted** "
+            f"features and {'is' if one else 'are'} dropped"
+        ) + (
+            f" **even though** {', '.join(f'd{d.index}' for d in kept)} "
+            f"{'was' if len(kept) == 1 else 'were'} accepted: a guessed feature is not the target's, and the "
+            "verify pass has just produced the real ones."
+            if kept
+            else "."
+        )
+    else:
+        text += " No entry rested on a predicted feature this cycle, so nothing of the head's is dropped."
+    lag = target_len - after.seq_len
+    text += (
+        f" The head now lags the target cache by **{lag}** entr{'y' if lag == 1 else 'ies'} "
+        f"(this cycle committed {len(tr.emitted)} token(s))"
+        + (
+            f": next cycle's catch-up feeds {_entries(after.seq_len, target_len - 1)} from real features."
+            if lag > 0
+            else "."
+        )
+    )
+    return text + (f" Feature head: {'; '.join(d_ev)}." if d_ev else "")

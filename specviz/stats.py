@@ -15,6 +15,13 @@ accepted lengths and acceptance by position from real traces; `cost_ratio` estim
 traces' timings; `measured_speedup` compares the traces' wall time per token with a plain
 autoregressive run of the same target. Cycles forced by what-if mode are excluded: their
 outcomes were not decided by the acceptance test.
+
+A cycle with no proposal (k = 0: prompt lookup found no match) is a plain target step: it tests
+nothing, so it leaves α alone and stays out of the accepted-length histogram, but it counts as a
+cycle that committed one token. The theory then mixes the two kinds of cycle by their measured
+shares: E = s·(1 − α^(K+1))/(1 − α) + (1 − s)·1, at cost s·(K·c + 1) + (1 − s), with s the
+share of cycles that proposed and K their mean draft length. With s = 1 these are the formulas
+above.
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ class AcceptanceStats:
     mean_k: float
     forced_cycles: int = 0
     k_values: tuple[int, ...] = field(default_factory=tuple)
+    plain_cycles: int = 0  # cycles with no proposal (k = 0): one plain target step each
 
     @property
     def alpha(self) -> float:
@@ -73,6 +81,8 @@ def acceptance_stats(traces: Sequence[CycleTrace]) -> AcceptanceStats:
     tested = accepted = 0
     ratio_sum = 0.0
     for t in used:
+        if t.k == 0:  # nothing proposed: not "0 accepted", just a plain step
+            continue
         hist[t.num_accepted] += 1
         for d in t.drafts:
             if d.verdict == "untested":
@@ -95,6 +105,7 @@ def acceptance_stats(traces: Sequence[CycleTrace]) -> AcceptanceStats:
         mean_k=sum(t.k for t in used) / len(used) if used else 0.0,
         forced_cycles=len(traces) - len(used),
         k_values=tuple(sorted({t.k for t in used})),
+        plain_cycles=sum(1 for t in used if t.k == 0),
     )
 
 
@@ -132,11 +143,17 @@ class SpeedupReport:
 
 
 def measured_speedup(traces: Sequence[CycleTrace], baseline_ms_per_token: float | None) -> SpeedupReport:
-    """Theory (Leviathan formula with measured α, K, c) next to the measured wall-time speedup."""
+    """Theory (Leviathan formula with measured α, K, c) next to the measured wall-time speedup.
+
+    Plain cycles (k = 0) enter the theory by their share, as the module docstring says."""
     st = acceptance_stats(traces)
     used = [t for t in traces if not t.forced]
     c = cost_ratio(used)
-    k = round(st.mean_k) if st.cycles else 0
+    proposing = [t for t in used if t.k > 0]
+    k = round(sum(t.k for t in proposing) / len(proposing)) if proposing else 0
+    share = len(proposing) / len(used) if used else 0.0  # s: the share of cycles that proposed
+    expected = share * expected_tokens_per_cycle(st.alpha, k) + (1.0 - share) if used else 0.0
+    theory = expected / (share * (k * c + 1.0) + (1.0 - share)) if (k and c is not None) else None
     spec_ms = sum(cycle_ms(t) for t in used)
     spec_per_token = spec_ms / st.tokens if st.tokens else 0.0
     measured = baseline_ms_per_token / spec_per_token if baseline_ms_per_token and spec_per_token > 0 else None
@@ -144,9 +161,9 @@ def measured_speedup(traces: Sequence[CycleTrace], baseline_ms_per_token: float 
         alpha=st.alpha,
         k=st.mean_k,
         c=c,
-        expected_tokens_per_cycle=expected_tokens_per_cycle(st.alpha, k) if k else 0.0,
+        expected_tokens_per_cycle=expected,
         measured_tokens_per_cycle=st.tokens_per_cycle,
-        theoretical_speedup=expected_speedup(st.alpha, k, c) if (k and c is not None) else None,
+        theoretical_speedup=theory,
         spec_ms_per_token=spec_per_token,
         baseline_ms_per_token=baseline_ms_per_token,
         measured_speedup=measured,
@@ -161,12 +178,14 @@ def cycle_rows(traces: Sequence[CycleTrace]) -> list[dict[str, object]]:
             {
                 "cycle": t.cycle,
                 "n": t.context_len,
+                "proposer": t.proposer,
                 "K": t.k,
                 "T": t.temperature,
                 "accepted": t.num_accepted,
                 "rejected at": t.rejected_at if t.rejected_at is not None else "—",
                 "committed": "".join(e.text for e in t.emitted),
                 "last token": t.emitted[-1].kind if t.emitted else "—",
+                "note": "no proposal: plain target step" if t.k == 0 else "",
                 "forced": "what-if" if t.forced else "",
                 "ms": round(cycle_ms(t), 1),
             }

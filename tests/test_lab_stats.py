@@ -123,3 +123,99 @@ def test_exactness_lab_on_tiny_pair():
     # Loose sanity bound: with 40 samples over ~13 buckets TV is well below 0.5 for an exact sampler.
     assert res.tv_spec[-1] < 0.5 and res.tv_target[-1] < 0.5
     lab_figure(res)
+
+
+# ---- proposers (DESIGN §1b): the narrative on real traces from the tiny pair -------------------
+
+
+def _real(proposer: str, prompt: str, cycles: int = 1, **config):
+    import specviz
+
+    pair = specviz.build_tiny_pair(seed=0)
+    cfg = specviz.DecodeConfig(proposer=proposer, page_size=4, **{"k": 4, **config})
+    dec = specviz.SpeculativeDecoder(pair, cfg)
+    dec.start(pair.tokenizer.encode(prompt))
+    return [dec.step() for _ in range(cycles)]
+
+
+def test_narrative_feature_head_drops_predicted_entries_even_when_accepted():
+    # Force all four drafts through, so the predicted-feature entries belong to ACCEPTED drafts.
+    forced = tuple((i, True) for i in range(1, 5))
+    first, second = _real("feature", "hello world", 2, forced_outcomes=forced)
+    assert first.num_accepted == 4 and [e.kind for e in first.emitted][-1] == "bonus"
+    resolve, rollback = first.snapshot("resolve"), first.snapshot("rollback")
+    lo, hi = resolve.draft.num_committed, resolve.draft.seq_len - 1  # the recorded predicted entries
+    assert hi - lo + 1 == 3  # d2..d4 were fed predicted features (d4's entry is never made)
+    text = narrative.phase_markdown(first, "rollback")
+    assert f"The feature head's cache goes {resolve.draft.seq_len} → **{rollback.draft.seq_len}**" in text
+    assert f"Entries {lo}–{hi} were built from the head's own **predicted** features and are dropped" in text
+    assert "**even though** d1, d2, d3 were accepted" in text
+    lag = rollback.target.seq_len - rollback.draft.seq_len
+    assert lag == len(first.emitted) == 5  # the head lags by the tokens this cycle committed
+    assert f"lags the target cache by **{lag}** entries (this cycle committed 5 token(s))" in text
+    draft = narrative.phase_markdown(first, "draft")
+    assert "**real** features" in draft and f"entries {lo}–{hi} rest on a guess" in draft
+    # The next cycle catches up on those 5 pairs from real features, recorded as its catch-up.
+    assert len(second.catch_up) == 5
+    assert "fed 5 pair(s) built from the target's **real** features" in narrative.phase_markdown(second, "draft")
+
+
+def test_narrative_feature_head_after_a_rejection():
+    (tr,) = _real("feature", "abcabcabcab", temperature=0.0)
+    assert tr.rejected_at == 1  # an untrained head: the target disagrees at once
+    resolve = tr.snapshot("resolve").draft
+    text = narrative.phase_markdown(tr, "rollback")
+    assert f"Entries {resolve.num_committed}–{resolve.seq_len - 1} were built from the head's own" in text
+    assert "even though" not in text  # no accepted draft lost an entry
+    assert "The draft cache" not in text and "one short of the target" not in text
+
+
+def test_narrative_prompt_lookup():
+    (tr,) = _real("lookup", "abcabcabcab", k=3)
+    assert tr.k == 3 and tr.proposer_note
+    draft = narrative.phase_markdown(tr, "draft")
+    assert tr.proposer_note[1:] in draft and "**one-hot**" in draft and "no cache is written" in draft
+    assert "Prompt lookup keeps **no cache**" in narrative.phase_markdown(tr, "start")
+    assert "u_i ≤ p_i(d_i)" in narrative.phase_markdown(tr, "accept")
+    assert "Prompt lookup keeps no cache: only the target rolls back." in narrative.phase_markdown(tr, "rollback")
+    if tr.rejected_at and tr.temperature > 0:
+        assert f"p_{tr.rejected_at} with d{tr.rejected_at} removed" in narrative.phase_markdown(tr, "resolve")
+    pre = narrative.prefill_markdown(11, 10, None, "lookup")
+    assert "keeps **no cache**" in pre and "draft cache" not in pre
+
+
+def test_narrative_plain_target_step():
+    (tr,) = _real("lookup", "abcdefghij")  # nothing repeats: no proposal
+    assert tr.k == 0
+    texts = {p: narrative.phase_markdown(tr, p) for p in CYCLE_PHASES}
+    assert "No proposal this cycle" in texts["draft"] and "No earlier occurrence" in texts["draft"]
+    before, after = tr.snapshot("draft").target.seq_len, tr.snapshot("verify").target.seq_len
+    assert "ONE forward pass over x_n alone" in texts["verify"] and f"{before} → **{after}**" in texts["verify"]
+    assert "Nothing to test" in texts["accept"] and "Result:" not in texts["accept"]
+    g = tr.emitted[0]
+    assert "One generated token" in texts["resolve"] and f"placed at position {g.position}" in texts["resolve"]
+    assert "Bonus token" not in texts["resolve"] and "Corrected token" not in texts["resolve"]
+    assert "removes nothing" in texts["rollback"] and "K−j+1" not in texts["rollback"]
+
+
+def test_misconceptions_cover_proposers():
+    md = narrative.misconceptions_markdown()
+    for needle in (
+        "reads the target's hidden states",
+        "**always rolled back**",
+        "Exactness holds with **any** proposer, even an untrained head",
+        "trimmed vocabulary",
+        "max(0, p − q) = p",
+    ):
+        assert needle in md
+
+
+def test_stats_with_plain_steps_mix_the_theory_by_share():
+    _, traces = demo_traces(accepted_counts=(None, 2, None, 4), k=4, proposer="lookup")
+    st = stats.acceptance_stats(traces)
+    assert st.plain_cycles == 2 and st.cycles == 4
+    assert st.accepted_hist == (0, 0, 1, 0, 1)  # plain steps are not "0 accepted"
+    assert st.tested == 3 + 4 and st.accepted == 6
+    rep = stats.measured_speedup(traces, None)
+    want = 0.5 * stats.expected_tokens_per_cycle(6 / 7, 4) + 0.5
+    assert rep.expected_tokens_per_cycle == pytest.approx(want)

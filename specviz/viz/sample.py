@@ -5,6 +5,10 @@ it — target cache `n-1 → n+K → n+j-1`, draft cache catch-up then `→ n+K-
 allocated on demand and freed (or kept) on rollback — with made-up probabilities. The figures,
 the narrative and the statistics can therefore be developed, demonstrated and tested without
 loading a model; the real engine produces the same record types.
+
+`proposer="lookup"` simulates prompt lookup: no proposer cache (the snapshots' `draft` is None)
+and one-hot q (q = 1 on each copied token, so min(1, p/q) = p). An accepted count of None makes
+that cycle propose nothing (k = 0): the target takes one plain step and the token is "generated".
 """
 
 from __future__ import annotations
@@ -132,7 +136,7 @@ def _top(rng: random.Random, first: int, first_prob: float, n: int = 5) -> tuple
 
 
 def demo_traces(
-    accepted_counts: Sequence[int] = (3, 5, 0, 2),
+    accepted_counts: Sequence[int | None] = (3, 5, 0, 2),
     k: int = 5,
     prompt_len: int = 10,
     layout: str = "paged",
@@ -140,38 +144,50 @@ def demo_traces(
     policy: str = "free",
     temperature: float = 1.0,
     seed: int = 0,
+    proposer: str = "draft",
 ) -> tuple[list[int], list[CycleTrace]]:
-    """(prompt ids, traces) for cycles whose accepted counts are `accepted_counts` (K = all)."""
+    """(prompt ids, traces) for cycles whose accepted counts are `accepted_counts` (K = all;
+    None = no proposal that cycle)."""
+    if proposer not in ("draft", "lookup"):  # a feature head's bookkeeping is not simulated here
+        raise ValueError(f"demo_traces simulates the 'draft' and 'lookup' proposers, not {proposer!r}")
     rng = random.Random(seed)
     prompt = [rng.randrange(50) for _ in range(prompt_len)]
     committed = list(prompt)
     num_blocks = 64
+    lookup = proposer == "lookup"
     target = _SimCache(layout, page_size, num_blocks, policy)
-    draft = _SimCache(layout, page_size, num_blocks, policy)
+    draft = None if lookup else _SimCache(layout, page_size, num_blocks, policy)
     target.append(committed[:-1], "prefill")
-    draft.append(committed[:-1], "prefill")
+    if draft is not None:
+        draft.append(committed[:-1], "prefill")
     traces: list[CycleTrace] = []
-    for cycle, n_acc in enumerate(accepted_counts):
-        target.events, draft.events = [], []
+    for cycle, count in enumerate(accepted_counts):
+        k_here = 0 if count is None else k
+        n_acc = count or 0
+        target.events = []
+        if draft is not None:
+            draft.events = []
         n = len(committed)
         snaps: list[PhaseSnapshot] = []
 
         def snap(phase: str, committed_len: int, out: list[PhaseSnapshot] = snaps) -> None:
-            out.append(PhaseSnapshot(phase, target.snapshot(committed_len), draft.snapshot(committed_len)))
+            proposer_snap = draft.snapshot(committed_len) if draft is not None else None
+            out.append(PhaseSnapshot(phase, target.snapshot(committed_len), proposer_snap))
 
         snap("start", n)
-        catch_up_start = draft.seq_len
-        catch_up = committed[catch_up_start:]
-        proposals = [rng.randrange(50) for _ in range(k)]
-        draft.append(catch_up + proposals[:-1], "draft")
+        catch_up_start = draft.seq_len if draft is not None else n
+        catch_up = committed[catch_up_start:] if k_here else []
+        proposals = [rng.randrange(50) for _ in range(k_here)]
+        if draft is not None and k_here:
+            draft.append(catch_up + proposals[:-1], "draft")
         snap("draft", n)
         target.append([committed[-1]] + proposals, "verify")
         snap("verify", n)
         steps: list[DraftStep] = []
         for i, tok in enumerate(proposals, start=1):
-            q = rng.uniform(0.2, 0.9)
+            q = 1.0 if lookup else rng.uniform(0.2, 0.9)  # lookup: one-hot q on the copied token
             if i <= n_acc:
-                p, verdict = q * rng.uniform(0.7, 1.5), "accepted"
+                p, verdict = q * rng.uniform(0.7 if not lookup else 0.3, 1.5), "accepted"
             elif i == n_acc + 1:
                 p, verdict = q * rng.uniform(0.05, 0.5), "rejected"
             else:
@@ -195,7 +211,7 @@ def demo_traces(
                     u,
                     verdict,
                     False,  # type: ignore[arg-type]
-                    _top(rng, tok, q),
+                    (TokenProb(tok, 1.0, _text(tok)),) if lookup else _top(rng, tok, q),
                     _top(rng, tok, p),
                 )
             )
@@ -203,18 +219,19 @@ def demo_traces(
         emitted = [EmittedToken(t, _text(t), n + i, "accepted") for i, t in enumerate(proposals[:n_acc])]
         residual_top: tuple[TokenProb, ...] = ()
         bonus_top: tuple[TokenProb, ...] = ()
-        if n_acc < k:
+        if n_acc < k_here:
             corrected = (proposals[n_acc] + 11) % 50
             residual_top = _top(rng, corrected, 0.55)
             emitted.append(EmittedToken(corrected, _text(corrected), n + n_acc, "corrected"))
-        else:
+        else:  # all accepted (a bonus from p_{K+1}), or no proposal (a token generated from p_1)
             bonus = rng.randrange(50)
             bonus_top = _top(rng, bonus, 0.4)
-            emitted.append(EmittedToken(bonus, _text(bonus), n + k, "bonus"))
+            emitted.append(EmittedToken(bonus, _text(bonus), n + k_here, "bonus" if k_here else "generated"))
         snap("resolve", n + n_acc)
         new_committed = committed + [e.token_id for e in emitted]
         target.truncate(n + n_acc, "rollback")
-        draft.truncate(min(draft.seq_len, n + n_acc), "rollback")
+        if draft is not None:
+            draft.truncate(min(draft.seq_len, n + n_acc), "rollback")
         # A real cache's rollback overwrites nothing: committed positions keep their K/V, and the
         # corrected/bonus token (the new x_n) gets its K/V when it is fed next cycle.
         snap("rollback", len(new_committed))
@@ -223,21 +240,29 @@ def demo_traces(
             CycleTrace(
                 cycle=cycle,
                 context_len=n,
-                k=k,
+                k=k_here,
                 temperature=temperature,
                 top_k=0,
                 top_p=1.0,
                 catch_up=tuple(EmittedToken(t, _text(t), catch_up_start + i, "prompt") for i, t in enumerate(catch_up)),
                 drafts=tuple(steps),
                 num_accepted=n_acc,
-                rejected_at=None if n_acc == k else n_acc + 1,
+                rejected_at=None if n_acc == k_here else n_acc + 1,
                 residual_top=residual_top,
                 bonus_top=bonus_top,
                 emitted=tuple(emitted),
                 target_events=tuple(target.events),
-                draft_events=tuple(draft.events),
+                draft_events=tuple(draft.events) if draft is not None else (),
                 snapshots=tuple(snaps),
-                timings_ms={"draft": 8.0 * k, "verify": 60.0, "accept": 0.3, "resolve": 0.2, "rollback": 0.1},
+                timings_ms={
+                    "draft": 0.0 if lookup else 8.0 * k_here,
+                    "verify": 60.0,
+                    "accept": 0.3,
+                    "resolve": 0.2,
+                    "rollback": 0.1,
+                },
+                proposer=proposer,
+                proposer_note=("no earlier occurrence of the last n-gram: no proposal" if not k_here else ""),
             )
         )
         committed = new_committed
