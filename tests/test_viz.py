@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -198,3 +199,139 @@ def test_proposals_show_a_draft_sampled_outside_the_top_list():
     assert list(fig.layout.yaxis.ticktext)[-1] == "other"
     assert "rare" in fig.data[0].text[4][0]
     assert (fig.data[1].x[0], fig.data[1].y[0]) == (0, 4)  # the outline marks it there
+
+
+# ---- proposers (DESIGN §1b): real traces from the tiny pair --------------------------------------
+
+
+@functools.cache
+def _tiny_pair():
+    import specviz
+
+    return specviz.build_tiny_pair(seed=0)
+
+
+def real_traces(proposer: str, prompt: str, cycles: int, **config):
+    """(decoder, traces) of `cycles` real cycles of the tiny pair with `proposer`."""
+    import specviz
+
+    pair = _tiny_pair()
+    cfg = specviz.DecodeConfig(proposer=proposer, page_size=4, max_new_tokens=64, **{"k": 3, **config})
+    dec = specviz.SpeculativeDecoder(pair, cfg)
+    dec.start(pair.tokenizer.encode(prompt))
+    return dec, [dec.step() for _ in range(cycles)]
+
+
+def plain_step(proposer: str):
+    """A real cycle with no proposal: lookup on a prompt of distinct characters (nothing repeats),
+    or a feature head on a one-token prompt (no target feature exists yet)."""
+    dec, (tr,) = real_traces(proposer, "abcdefghij" if proposer == "lookup" else "a", 1)
+    assert tr.k == 0 and tr.drafts == () and [e.kind for e in tr.emitted] == ["generated"]
+    return dec, tr
+
+
+def _annotations(fig) -> list[str]:
+    return [a.text for a in fig.layout.annotations]
+
+
+@pytest.mark.parametrize("layout", ["paged", "contiguous"])
+def test_lookup_kv_figure_has_no_draft_panel_and_says_so(layout):
+    dec, (tr,) = real_traces("lookup", "abcabcabcab", 1, cache_layout=layout)
+    assert tr.k == 3 and all(s.draft is None for s in tr.snapshots)
+    for phase in CYCLE_PHASES:
+        fig = kv.kv_figure(tr, dec.token_text, phase)
+        spec = fig.to_dict()
+        assert "xaxis2" not in spec["layout"]  # no second grid at all
+        assert {t.get("xaxis") for t in spec["data"] if t.get("xaxis")} == {"x"}
+        assert [f.name for f in fig.frames] == list(CYCLE_PHASES)
+        assert all(list(f.traces) == [0, 1, 2] for f in fig.frames)  # frames animate the target only
+        texts = _annotations(fig)
+        assert any("Prompt lookup keeps no draft cache" in t for t in texts)
+        assert not any("Draft model cache" in t or "Feature head cache" in t for t in texts)
+        assert "prompt lookup: no cache" in texts[2]
+    if layout == "contiguous":  # drawn alone, the buffer takes the width the proposer's panel would have had
+        assert fig.layout.xaxis.domain[1] > kv.HALF
+        assert len(next(f for f in fig.frames if f.name == "start").data[0].x) % kv.CONTIGUOUS_ROW_ALONE == 0
+    # Before the first cycle: the prefill frame has no proposer snapshot either.
+    prefill = kv.kv_figure_from_frames(
+        [kv.prefill_frame(tr.snapshot("start").target, None)], dec.token_text, "prefill", proposer="lookup"
+    )
+    assert any("no draft cache" in t for t in _annotations(prefill)) and len(prefill.frames[0].data) == 3
+
+
+def test_kv_panel_is_captioned_by_proposer():
+    dec, (tr,) = real_traces("draft", "hello world", 1)
+    assert _annotations(kv.kv_figure(tr, dec.token_text, "draft"))[1].startswith("<b>Draft model cache</b>")
+    dec, (tr,) = real_traces("feature", "abcabcabcab", 1, k=4)
+    fig = kv.kv_figure(tr, dec.token_text, "draft")
+    heading = _annotations(fig)[1]
+    assert "Feature head cache (1 layer: pairs of target feature + next token)" in heading
+    head = tr.snapshot("draft").draft
+    # d2..dK were fed the head's PREDICTED features: K-1 entries, drawn provisional.
+    assert head.seq_len - head.num_committed == tr.k - 1 == 3
+    assert f"({head.num_committed} from real features + 3 from predicted features)" in heading
+    assert _states(fig, "draft", 3).count("provisional") == 3
+    assert _states(fig, "rollback", 3).count("provisional") == 0
+    hovers = next(f for f in fig.frames if f.name == "draft").data[3].hovertext
+    assert any("the head's predicted feature" in h for h in hovers)
+    assert any("the target's real feature" in h for h in hovers)
+
+
+@pytest.mark.parametrize("proposer", ["lookup", "feature"])
+def test_a_cycle_without_proposal_renders_in_every_view(proposer):
+    from specviz import narrative, stats
+    from specviz.viz import statistics
+
+    dec, tr = plain_step(proposer)
+    prompt = dec.committed[: tr.context_len]
+    for phase in CYCLE_PHASES:
+        kv.kv_figure(tr, dec.token_text, phase).to_json()
+        chips = tokens.strip_chips(prompt, [tr], dec.token_text, 0, phase)
+        assert "pending" not in {c.kind for c in chips}
+        tokens.strip_html(chips)
+        assert narrative.phase_markdown(tr, phase)
+    assert [c.kind for c in tokens.strip_chips(prompt, [tr], dec.token_text, 0, "rollback")][-1] == "generated"
+    assert "generated (no proposal)" in tokens.strip_html([])
+    assert proposals.proposals_figure(tr).layout.title.text.startswith("Draft proposals: none this cycle")
+    for tested in (False, True):
+        assert acceptance.acceptance_figure(tr, tested).layout.title.text.startswith("Acceptance: nothing to test")
+    assert distributions.pq_figure(tr, 1).layout.title.text.startswith("p vs q: no proposal")
+    resolve = distributions.resolve_figure(tr)
+    token = tr.emitted[0]
+    assert f"token {token.text!r} generated from p1" in resolve.layout.title.text
+    assert list(resolve.data[0].y) == [tp.prob for tp in tr.bonus_top]  # p_1, as recorded
+    assert distributions.residual_figure(tr).layout.title.text.startswith("No rejection")
+    st = stats.acceptance_stats([tr])
+    assert (st.cycles, st.plain_cycles, st.tested, sum(st.accepted_hist)) == (1, 1, 0, 0)
+    report = stats.measured_speedup([tr], baseline_ms_per_token=10.0)
+    assert report.expected_tokens_per_cycle == 1.0  # a plain step commits exactly one token
+    statistics.stats_figure(st, report).to_json()
+    statistics.speedup_figure(report).to_json()
+    assert stats.cycle_rows([tr])[0]["note"] == "no proposal: plain target step"
+
+
+def test_lookup_one_hot_q_in_proposals_and_acceptance():
+    dec, (tr,) = real_traces("lookup", "abcabcabcab", 1)
+    assert tr.k == 3 and all(d.draft_prob == 1.0 and len(d.draft_top) == 1 for d in tr.drafts)
+    fig = proposals.proposals_figure(tr)
+    assert list(fig.layout.yaxis.ticktext) == ["#1"]  # one row: q is one-hot, nothing else to list
+    assert "one-hot" in fig.layout.title.text
+    acc = acceptance.acceptance_figure(tr)
+    assert list(acc.data[0].y) == [d.target_prob for d in tr.drafts]  # min(1, p/1) = p
+    assert "accept d_i iff u_i ≤ p_i(d_i)" in acc.layout.title.text
+    assert "one-hot" in distributions.pq_figure(tr, 1).layout.title.text
+    if tr.rejected_at and tr.temperature > 0:
+        assert "without d" in distributions.residual_figure(tr).layout.title.text
+
+
+def test_demo_traces_simulate_lookup_and_plain_steps():
+    prompt, traces = demo_traces(accepted_counts=(None, 2, 5), k=4, proposer="lookup")
+    plain, rej, full = traces
+    assert plain.k == 0 and [e.kind for e in plain.emitted] == ["generated"]
+    assert all(s.draft is None for t in traces for s in t.snapshots)
+    assert all(d.draft_prob == 1.0 for d in rej.drafts) and full.bonus_token is not None
+    for tr in traces:
+        for phase in CYCLE_PHASES:
+            kv.kv_figure(tr, demo_token_text, phase)
+    with pytest.raises(ValueError):
+        demo_traces(proposer="feature")

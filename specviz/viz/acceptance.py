@@ -8,6 +8,10 @@ whatever their ratio. At temperature 0 there is no draw: d_i is accepted iff it 
 
 Before the tests run (the verify phase) the bars are shown alone: the ratios are known as soon as
 the target's single forward pass has produced p_1..p_K.
+
+The test is the same whoever proposed (DESIGN §1b). With prompt lookup q_i is one-hot, so the bar
+min(1, p/q) is simply p_i(d_i): a copied token survives exactly as often as the target would have
+produced it. A cycle with no proposal (k = 0) has nothing to test and says so.
 """
 
 from __future__ import annotations
@@ -15,11 +19,14 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from ..trace import CycleTrace
-from .style import KIND_COLORS, U_COLOR, base_layout, esc, show_token
+from .style import KIND_COLORS, U_COLOR, base_layout, empty_figure, esc, no_proposal_subtitle, show_token
 
 
 def acceptance_figure(trace: CycleTrace, tested: bool = True) -> go.Figure:
+    if not trace.drafts:
+        return empty_figure("Acceptance: nothing to test", no_proposal_subtitle(trace.proposer_note))
     greedy = trace.temperature == 0
+    lookup = trace.proposer == "lookup"
     xs = [f"d{d.index} {esc(show_token(d.text, 10))}" for d in trace.drafts]
     colors, patterns, labels, hovers = [], [], [], []
     for d in trace.drafts:
@@ -36,6 +43,8 @@ def acceptance_figure(trace: CycleTrace, tested: bool = True) -> go.Figure:
             f"d{d.index} = {esc(repr(d.text))} (token {d.token_id}, position {d.position})<br>"
             f"q={d.draft_prob:.4f} p={d.target_prob:.4f} min(1,p/q)={d.ratio:.4f}"
             + (f"<br>u={d.u:.4f}" if d.u is not None and tested else "")
+            # alpha_i: the chance that a draft drawn from q_i passes, whichever token was drawn
+            + (f"<br>α_i = Σ min(p, q) = {d.overlap:.4f}" if d.overlap is not None else "")
         )
     fig = go.Figure(
         go.Bar(
@@ -81,9 +90,18 @@ def acceptance_figure(trace: CycleTrace, tested: bool = True) -> go.Figure:
         )
     elif tested:
         title = "Acceptance tests, left to right"
-        subtitle = "accept d_i iff u_i ≤ min(1, p_i(d_i) / q_i(d_i)); the first rejection ends the streak"
+        subtitle = (
+            "q is one-hot (prompt lookup): accept d_i iff u_i ≤ p_i(d_i); the first rejection ends the streak"
+            if lookup
+            else "accept d_i iff u_i ≤ min(1, p_i(d_i) / q_i(d_i)); the first rejection ends the streak"
+        )
     else:
-        title, subtitle = "min(1, p/q) per draft", "known as soon as the verify pass returns p; the tests run next"
+        title = "min(1, p/q) per draft"
+        subtitle = (
+            "q is one-hot (prompt lookup), so the bar is p_i(d_i); the tests run next"
+            if lookup
+            else "known as soon as the verify pass returns p; the tests run next"
+        )
     if trace.forced:
         title += " — <span style='color:#b91c1c'>WHAT-IF: forced, not exact</span>"
     fig.update_layout(**base_layout(title, 340, subtitle))

@@ -7,7 +7,12 @@
 * `residual_figure`: at the first rejection j, the corrected token is drawn from
   norm(max(0, p_j − q_j)) — the residual — and never from p_j itself. No bonus token follows.
 * `bonus_figure`: when all K drafts pass, the target's forward pass already produced p_{K+1}
-  (it scored K+1 inputs), so one extra token is sampled from it for free.
+  (it scored K+1 inputs), so one extra token is sampled from it for free. In a cycle with no
+  proposal (k = 0) the same p_1 gives the one *generated* token of a plain target step.
+* `resolve_figure`: whichever of the two the cycle needed.
+
+With prompt lookup q is one-hot on the copied token: the p-vs-q chart shows a single q bar of 1,
+and the residual max(0, p − q) is p with that one token removed, renormalised.
 """
 
 from __future__ import annotations
@@ -15,13 +20,28 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from ..trace import CycleTrace, TokenProb
-from .style import BONUS_COLOR, DRAFT_COLOR, RESIDUAL_COLOR, TARGET_COLOR, base_layout, esc, fmt_p, show_token
+from .style import (
+    BONUS_COLOR,
+    DRAFT_COLOR,
+    KIND_COLORS,
+    RESIDUAL_COLOR,
+    TARGET_COLOR,
+    base_layout,
+    empty_figure,
+    esc,
+    fmt_p,
+    no_proposal_subtitle,
+    show_token,
+)
 
 
 def pq_figure(trace: CycleTrace, index: int, tested: bool = True) -> go.Figure:
     """p_i vs q_i at 1-based draft position `index` over the union of both top-N lists.
 
-    With `tested=False` (the verify phase) the draft's verdict is not revealed yet."""
+    With `tested=False` (the verify phase) the draft's verdict is not revealed yet. A cycle without
+    that draft (k = 0: no proposal) gets an empty figure saying so."""
+    if not 1 <= index <= len(trace.drafts):
+        return empty_figure("p vs q: no proposal this cycle", no_proposal_subtitle(trace.proposer_note))
     d = trace.drafts[index - 1]
     p = {tp.token_id: tp for tp in d.target_top}
     q = {tp.token_id: tp for tp in d.draft_top}
@@ -70,7 +90,7 @@ def pq_figure(trace: CycleTrace, index: int, tested: bool = True) -> go.Figure:
             f"p{index} vs q{index} at position {d.position}",
             340,
             f"d{index} = {esc(repr(d.text))}: p = {fmt_p(d.target_prob)}, q = {fmt_p(d.draft_prob)}, "
-            f"min(1, p/q) = {fmt_p(d.ratio)}",
+            f"min(1, p/q) = {fmt_p(d.ratio)}" + (" — q one-hot (prompt lookup)" if trace.proposer == "lookup" else ""),
         )
     )
     fig.update_layout(barmode="group", bargap=0.25)
@@ -121,6 +141,8 @@ def residual_figure(trace: CycleTrace) -> go.Figure:
     )
     greedy = trace.temperature == 0
     how = f"argmax p{j} (greedy)" if greedy else f"sampled from the residual norm(max(0, p{j} − q{j}))"
+    if trace.proposer == "lookup" and not greedy:
+        how = f"q{j} is one-hot: the residual is p{j} without d{j}, renormalised"
     if corrected.token_id in [tp.token_id for tp in items]:
         fig.add_annotation(
             x=_name(next(tp for tp in items if tp.token_id == corrected.token_id)),
@@ -141,8 +163,16 @@ def residual_figure(trace: CycleTrace) -> go.Figure:
     return fig
 
 
+def resolve_figure(trace: CycleTrace) -> go.Figure:
+    """What the resolve phase sampled from: the residual after a rejection, else p_{K+1} (or p_1)."""
+    return residual_figure(trace) if trace.rejected_at is not None else bonus_figure(trace)
+
+
 def bonus_figure(trace: CycleTrace) -> go.Figure:
-    """p_{K+1} with the bonus token highlighted (only when all K drafts were accepted)."""
+    """p_{K+1} with the bonus token highlighted (only when all K drafts were accepted); with no
+    drafts at all (k = 0), p_1 with the one generated token of the plain target step."""
+    if not trace.drafts:
+        return _plain_step_figure(trace)
     bonus = trace.bonus_token
     if bonus is None:
         return _empty("A draft was rejected: no bonus token this cycle.")
@@ -170,6 +200,35 @@ def bonus_figure(trace: CycleTrace) -> go.Figure:
     return fig
 
 
+def _plain_step_figure(trace: CycleTrace) -> go.Figure:
+    """No proposal: the target's p_1 (recorded in `bonus_top`) and the token generated from it."""
+    token = next((e for e in trace.emitted if e.kind == "generated"), None)
+    items = list(trace.bonus_top)
+    if token is None or not items:
+        return _empty("No proposal this cycle: the target took one plain step.")
+    names = [_name(tp) for tp in items]
+    colors = [KIND_COLORS["generated"] if tp.token_id == token.token_id else "#e5e7eb" for tp in items]
+    fig = go.Figure(
+        go.Bar(
+            x=names,
+            y=[tp.prob for tp in items],
+            name="p1",
+            marker=dict(color=colors, line=dict(color="#6b7280", width=1)),
+            hovertemplate="p=%{y:.4f}<extra></extra>",
+        )
+    )
+    how = "argmax p1 (greedy)" if trace.temperature == 0 else "sampled from p1"
+    fig.update_layout(
+        **base_layout(
+            f"No proposal: token {esc(repr(token.text))} generated from p1",
+            340,
+            f"{how} at position {token.position} — a plain target step: no test, no residual, no bonus",
+        )
+    )
+    fig.update_yaxes(title="probability", gridcolor="#eef0f4", rangemode="tozero")
+    return fig
+
+
 def _name(tp: TokenProb) -> str:
     return f"{esc(show_token(tp.text, 10))} <span style='font-size:9px'>#{tp.token_id}</span>"
 
@@ -189,8 +248,4 @@ def _note_missing(fig: go.Figure) -> None:
 
 
 def _empty(message: str) -> go.Figure:
-    fig = go.Figure()
-    fig.update_layout(**base_layout(message, 160))
-    fig.update_xaxes(visible=False)
-    fig.update_yaxes(visible=False)
-    return fig
+    return empty_figure(message)

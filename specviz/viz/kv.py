@@ -13,6 +13,12 @@ What the picture teaches (DESIGN §1, §2):
   draft's own forward passes, not yet known to survive), *stale* slots (past the valid length:
   the values are still in memory and will be overwritten), free slots. Slots that changed in the
   phase shown are outlined.
+* the right panel is the *proposer's* cache (DESIGN §1b): a draft model's full cache, or an
+  EAGLE-style feature head's one-layer cache, whose entry p pairs the target's feature at
+  position p with the token at position p+1. For the head "committed" means *built from the
+  target's real features*; entries built from the head's own predicted features stay provisional
+  and are always truncated at rollback, even when their drafts were accepted. Prompt lookup keeps
+  no cache at all: the target is drawn alone, full width, with a caption saying so.
 
 Each cycle's figure carries one plotly frame per phase of `CYCLE_PHASES` (start, draft, verify,
 accept, resolve, rollback) with a play button and a phase slider, so the provisional append, the
@@ -33,6 +39,7 @@ from .style import FONT, PHASE_TITLES, SLOT_COLORS, SLOT_ORDER, SLOT_TEXT_COLORS
 
 TokenText = Callable[[int], str]
 CONTIGUOUS_ROW = 16  # slots per drawn row of a contiguous buffer
+CONTIGUOUS_ROW_ALONE = 32  # ... when the target is drawn alone (no proposer cache): twice as wide
 MAX_ROWS = 40  # rows drawn per model; longer caches show their most recent rows
 ROW_PX = 26  # vertical pitch of the grid (the figure's height is set from it)
 CELL_PX = 23  # side of a slot's square marker
@@ -44,16 +51,28 @@ TAG_COLS = 1.9  # width (in slots) of the row-tag column left of each grid
 # between phases (a heatmap can only jump, and vanishes during a transition).
 TRANSITION_MS = 550
 FRAME_MS = 1300
+HALF, WHOLE = 0.47, 0.97  # the most of the figure's width one grid may take: beside another, or alone
+
+# The proposer's panel, by `CycleTrace.proposer`. Prompt lookup has none: `NO_CACHE` replaces it.
+PANEL_TITLES = {
+    "draft": "Draft model cache",
+    "feature": "Feature head cache (1 layer: pairs of target feature + next token)",
+}
+PANEL_SHORT = {"draft": "draft", "feature": "feature head", "lookup": "prompt lookup"}
+NO_CACHE = (
+    "<b>Prompt lookup keeps no draft cache</b><br><span style='font-size:11px'>it copies what followed an "
+    "earlier match of the last n-gram:<br>no model runs, nothing to write or roll back</span>"
+)
 
 
-def _share(width: int) -> float:
-    """The fraction of the figure's width one grid of `width` slot columns gets."""
-    return min(0.47, (width + TAG_COLS) * COL_PX / ASSUMED_WIDTH_PX)
+def _share(width: int, cap: float = HALF) -> float:
+    """The fraction of the figure's width one grid of `width` slot columns gets (at most `cap`)."""
+    return min(cap, (width + TAG_COLS) * COL_PX / ASSUMED_WIDTH_PX)
 
 
-def _cell_px(width: int) -> int:
+def _cell_px(width: int, cap: float = HALF) -> int:
     """Marker side for a grid: CELL_PX, or smaller when many columns (page 32/64) share the width."""
-    pitch = _share(width) * ASSUMED_WIDTH_PX / (width + TAG_COLS)
+    pitch = _share(width, cap) * ASSUMED_WIDTH_PX / (width + TAG_COLS)
     return int(max(6, min(CELL_PX, pitch - 3)))
 
 
@@ -65,17 +84,25 @@ class _Grid:
     width: int  # columns = slots per row
     rows: tuple[int, ...]  # physical block index (paged) / buffer row index (contiguous) per drawn row
     hidden_rows: int  # rows not drawn (cap on height)
+    cap: float = HALF  # the most of the figure's width this grid may take
+    entries: bool = False  # a feature head's cache: slot p holds the pair (feature p, token p+1)
+
+    @property
+    def cell_px(self) -> int:
+        return _cell_px(self.width, self.cap)
 
 
-def _grid_for(snaps: Sequence[CacheSnapshot]) -> _Grid:
+def _grid_for(snaps: Sequence[CacheSnapshot], alone: bool = False, entries: bool = False) -> _Grid:
+    """The grid for one model's snapshots; `alone` = no other panel beside it (full width)."""
     first = snaps[0]
+    cap = WHOLE if alone else HALF
     if first.layout == "paged":
         width = first.page_size
         touched = max(-(-len(s.slot_positions) // width) for s in snaps)
         in_use = max((max(s.block_table, default=-1) for s in snaps), default=-1) + 1
         n_rows = max(touched, in_use, 1)
     else:
-        width = CONTIGUOUS_ROW
+        width = CONTIGUOUS_ROW_ALONE if alone else CONTIGUOUS_ROW
         extent = max(max(len(s.slot_positions), s.seq_len + 1) for s in snaps)
         n_rows = max(-(-extent // width), 1)
     rows = tuple(range(n_rows))
@@ -88,7 +115,7 @@ def _grid_for(snaps: Sequence[CacheSnapshot]) -> _Grid:
         else:
             rows = tuple(range(n_rows - MAX_ROWS, n_rows))
         hidden = n_rows - len(rows)
-    return _Grid(first.layout, width, rows, hidden)
+    return _Grid(first.layout, width, rows, hidden, cap, entries)
 
 
 @dataclass(frozen=True)
@@ -102,7 +129,7 @@ class _Cells:
 
 def _cells(snap: CacheSnapshot, grid: _Grid, token_text: TokenText) -> _Cells:
     states, labels, hovers = [], [], []
-    cell = _cell_px(grid.width)
+    cell = grid.cell_px
     limit = 0 if cell < 18 else (5 if grid.width <= 8 else 4)  # what fits the slot at 9 px (0: no labels)
     for row in grid.rows:
         for col in range(grid.width):
@@ -117,7 +144,14 @@ def _cells(snap: CacheSnapshot, grid: _Grid, token_text: TokenText) -> _Cells:
             else:
                 raw = token_text(tok)
                 labels.append(esc(show_token(raw, limit)) if limit else "")
-                hovers.append(f"slot {slot} · <b>{state}</b><br>position {pos} · token {tok} {esc(repr(raw))}")
+                if grid.entries:  # the head's entry p: what it was built from, not a single token
+                    source = {"committed": "the target's real feature", "provisional": "the head's predicted feature"}
+                    hovers.append(
+                        f"slot {slot} · <b>{state}</b><br>entry {pos}: {source.get(state, 'a feature')} at position "
+                        f"{pos}<br>+ token at position {pos + 1}: {tok} {esc(repr(raw))}"
+                    )
+                else:
+                    hovers.append(f"slot {slot} · <b>{state}</b><br>position {pos} · token {tok} {esc(repr(raw))}")
     return _Cells(tuple(states), tuple(labels), tuple(hovers))
 
 
@@ -150,11 +184,22 @@ def _pointer_xy(snap: CacheSnapshot, grid: _Grid) -> tuple[float | None, float |
     return float(offset), float(grid.rows.index(row))
 
 
-def _summary(name: str, snap: CacheSnapshot) -> str:
-    """The subplot heading: lengths, and for paged caches the block table and free blocks."""
+def _summary(name: str, snap: CacheSnapshot, entries: bool = False) -> str:
+    """The subplot heading: lengths, and for paged caches the block table and free blocks.
+
+    For a feature head (`entries`) the split is by what each entry was built from: the target's
+    real features ("committed") or the head's own predicted features ("provisional")."""
     provisional = snap.seq_len - snap.num_committed
-    head = f"<b>{name}</b> · length {snap.seq_len}"
-    head += f" ({snap.num_committed} committed + {provisional} provisional)" if provisional else " (all committed)"
+    # A long panel name (the feature head's) takes a line of its own: half the figure is ~490 px.
+    head = f"<b>{name}</b>" + (" · " if len(name) <= 30 else "<br>") + f"length {snap.seq_len}"
+    if entries:
+        head += (
+            f" ({snap.num_committed} from real features + {provisional} from predicted features)"
+            if provisional
+            else " (all from real features)"
+        )
+    else:
+        head += f" ({snap.num_committed} committed + {provisional} provisional)" if provisional else " (all committed)"
     if snap.layout == "paged":
         table = ", ".join(str(b) for b in snap.block_table[-8:])
         if len(snap.block_table) > 8:
@@ -221,20 +266,29 @@ def frames_for_trace(trace: CycleTrace) -> list[KVFrame]:
 
 
 def kv_figure(trace: CycleTrace, token_text: TokenText, phase: str = "rollback") -> go.Figure:
-    """Target and draft caches for one cycle, shown at `phase`, with one frame per phase."""
-    return kv_figure_from_frames(frames_for_trace(trace), token_text, phase, cycle=trace.cycle)
+    """Target and proposer caches for one cycle, shown at `phase`, with one frame per phase."""
+    return kv_figure_from_frames(frames_for_trace(trace), token_text, phase, cycle=trace.cycle, proposer=trace.proposer)
 
 
 def kv_figure_from_frames(
-    frames: Sequence[KVFrame], token_text: TokenText, phase: str, cycle: int | None = None
+    frames: Sequence[KVFrame],
+    token_text: TokenText,
+    phase: str,
+    cycle: int | None = None,
+    proposer: str = "draft",
 ) -> go.Figure:
     """The general form: any sequence of KVFrames (the app uses a single "prefill" frame before
-    the first cycle). The figure's initial data is the frame named `phase`."""
+    the first cycle). The figure's initial data is the frame named `phase`. `proposer` names the
+    right panel; when the frames carry no proposer snapshot (prompt lookup) the target is drawn
+    alone, full width, and a caption stands where the proposer's panel would be."""
     names = [f.phase for f in frames]
     current = names.index(phase) if phase in names else len(names) - 1
-    t_grid = _grid_for([f.snapshot.target for f in frames])
-    d_grid = _grid_for([f.snapshot.draft for f in frames])
-    n_rows = max(len(t_grid.rows), len(d_grid.rows))
+    has_draft = all(f.snapshot.draft is not None for f in frames)
+    entries = proposer == "feature"
+    t_grid = _grid_for([f.snapshot.target for f in frames], alone=not has_draft)
+    d_grid = _grid_for([f.snapshot.draft for f in frames], entries=entries) if has_draft else None
+    n_rows = max(len(t_grid.rows), len(d_grid.rows) if d_grid else 0)
+    short = PANEL_SHORT.get(proposer, proposer)
 
     memo: dict[int, _Cells] = {}
 
@@ -248,10 +302,9 @@ def kv_figure_from_frames(
     # validation of 6 frames × 2 grids of slots costs far more than drawing them.
     def traces_for(frame: KVFrame, prev: KVFrame | None) -> list[dict]:
         out: list[dict] = []
-        pairs = (
-            (t_grid, frame.snapshot.target, prev.snapshot.target if prev else None, ""),
-            (d_grid, frame.snapshot.draft, prev.snapshot.draft if prev else None, "2"),
-        )
+        pairs = [(t_grid, frame.snapshot.target, prev.snapshot.target if prev else None, "")]
+        if d_grid is not None:
+            pairs.append((d_grid, frame.snapshot.draft, prev.snapshot.draft if prev else None, "2"))
         for grid, snap, before, axis in pairs:
             now = cells(snap, grid)
             was = cells(before, grid) if before is not None else now
@@ -270,7 +323,7 @@ def kv_figure_from_frames(
                     mode="markers+text",
                     marker=dict(
                         symbol="square",
-                        size=_cell_px(grid.width),
+                        size=grid.cell_px,
                         color=fills,
                         line=dict(color=["#111827" if c else f for c, f in zip(changed, fills, strict=True)], width=2),
                     ),
@@ -316,18 +369,28 @@ def kv_figure_from_frames(
                     yaxis=f"y{axis}",
                 )
             )
-        return out  # indices 0-2: target slots, pointer, row tags; 3-5: the same for the draft
+        return out  # indices 0-2: target slots, pointer, row tags; 3-5: the same for the proposer
+
+    n_traces = 3 * (2 if d_grid is not None else 1)
 
     def annotations_for(frame: KVFrame) -> list[dict]:
+        """Always three: the target's heading, the proposer's heading (or the no-cache caption),
+        and the phase's events line (the frames replace exactly these three)."""
         snap = frame.snapshot
         title = PHASE_TITLES.get(frame.phase, frame.phase)
         cyc = f"Cycle {cycle} · " if cycle is not None else ""
+        if d_grid is not None:
+            right = _panel_header(_summary(PANEL_TITLES.get(proposer, "Draft cache"), snap.draft, entries), x=0.53)
+            second = f"{short}: {esc(frame.draft_events)}"
+        else:
+            # Top right, clear of the target's heading whatever the target grid's width.
+            right = dict(_panel_header(NO_CACHE, x=1.0), xanchor="right", align="right", font=dict(color="#6b7280"))
+            second = f"{short}: no cache"
         return [
             _panel_header(_summary("Target cache", snap.target), x=0.0),
-            _panel_header(_summary("Draft cache", snap.draft), x=0.53),
+            right,
             dict(
-                text=f"<b>{cyc}{esc(title)}</b> — target: {esc(frame.target_events)}<br>"
-                f"draft: {esc(frame.draft_events)}",
+                text=f"<b>{cyc}{esc(title)}</b> — target: {esc(frame.target_events)}<br>{second}",
                 x=0.0,
                 y=0.0,
                 xref="paper",
@@ -372,14 +435,13 @@ def kv_figure_from_frames(
 
     def axes(grid: _Grid, left: float) -> tuple[dict, dict]:
         # Each grid gets the share of the width its columns need, so slots keep a square-ish pitch.
-        share = _share(grid.width)
+        share = _share(grid.width, grid.cap)
         hidden = dict(showgrid=False, zeroline=False, showticklabels=False, ticks="", showline=False, fixedrange=True)
         x = dict(domain=[left, left + share], range=[-0.5 - TAG_COLS, grid.width - 0.5], **hidden)
         y = dict(range=[n_rows - 0.5, -0.9], **hidden)
         return x, y
 
     x1, y1 = axes(t_grid, 0.0)
-    x2, y2 = axes(d_grid, 0.53)
     layout = base_layout("", height)
     layout.update(
         margin=dict(l=28, r=10, t=top, b=bottom),
@@ -387,11 +449,12 @@ def kv_figure_from_frames(
         annotations=annotations_for(frames[current]),
         xaxis=x1,
         yaxis=y1,
-        xaxis2=x2,
-        yaxis2=dict(anchor="x2", **y2),
         # When the app redraws this chart for the next phase, plotly.js tweens the change too.
         transition=dict(duration=TRANSITION_MS, easing="cubic-in-out"),
     )
+    if d_grid is not None:
+        x2, y2 = axes(d_grid, 0.53)
+        layout.update(xaxis2=x2, yaxis2=dict(anchor="x2", **y2))
     if animated:
         step_args = dict(
             mode="immediate",
@@ -452,7 +515,7 @@ def kv_figure_from_frames(
                 )
             ],
         )
-    hidden_rows = max(t_grid.hidden_rows, d_grid.hidden_rows)
+    hidden_rows = max(t_grid.hidden_rows, d_grid.hidden_rows if d_grid else 0)
     if hidden_rows:
         layout["annotations"] = layout["annotations"] + [
             dict(
@@ -475,7 +538,7 @@ def kv_figure_from_frames(
                 dict(
                     name=f.phase,
                     data=traces_for(f, frames[i - 1] if i else None),
-                    traces=list(range(6)),
+                    traces=list(range(n_traces)),
                     layout=dict(annotations=annotations_for(f) + layout["annotations"][3:]),
                 )
                 for i, f in enumerate(frames)
@@ -485,14 +548,27 @@ def kv_figure_from_frames(
     )
 
 
-def prefill_frame(target: CacheSnapshot, draft: CacheSnapshot) -> KVFrame:
-    """A single frame for the state after prefill, before any cycle has run."""
-    return KVFrame("prefill", PhaseSnapshot("prefill", target, draft), "prefill of the prompt", "prefill of the prompt")
+def prefill_frame(target: CacheSnapshot, draft: CacheSnapshot | None) -> KVFrame:
+    """A single frame for the state after prefill, before any cycle has run (`draft` None: the
+    proposer keeps no cache)."""
+    return KVFrame(
+        "prefill",
+        PhaseSnapshot("prefill", target, draft),
+        "prefill of the prompt",
+        "prefill of the prompt" if draft is not None else "",
+    )
 
 
 def _panel_header(text: str, x: float) -> dict:
     """A left-aligned caption sitting on top of one cache's panel (paper coordinates)."""
     return dict(
-        text=text, x=x, y=1.0, xref="paper", yref="paper", xanchor="left", yanchor="bottom",
-        showarrow=False, align="left",
+        text=text,
+        x=x,
+        y=1.0,
+        xref="paper",
+        yref="paper",
+        xanchor="left",
+        yanchor="bottom",
+        showarrow=False,
+        align="left",
     )

@@ -4,6 +4,10 @@ Column i is draft position i. Its cells are the top-N tokens of q_i (the draft's
 distribution — after temperature / top-k / top-p, the one d_i was actually sampled from) with
 their probabilities; the sampled token d_i is outlined. d_i is a *sample*, not the argmax: at
 temperature > 0 it is often not the top cell.
+
+Who proposed changes what q_i is (DESIGN §1b): a draft model's or a feature head's softmax, or,
+for prompt lookup, a one-hot q on the copied token (one row, q = 1: a copy is not a sample). A
+cycle with no proposal (k = 0) gets an empty figure that says why, in the proposer's words.
 """
 
 from __future__ import annotations
@@ -11,14 +15,24 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from ..trace import CycleTrace
-from .style import DRAFT_COLOR, base_layout, esc, fmt_p, show_token
+from .style import DRAFT_COLOR, base_layout, empty_figure, esc, fmt_p, no_proposal_subtitle, show_token
+
+SUBTITLES = {
+    "draft": "top {n} of each q_i (K = {k}); the sampled token is outlined — a sample, not the argmax",
+    "feature": "top {n} of each q_i from the feature head (K = {k}); the sampled token is outlined",
+    "lookup": "prompt lookup copies tokens from the context (K = {k}): each q_i is one-hot, q = 1 on d_i",
+}
 
 
 def proposals_figure(trace: CycleTrace, top_n: int = 6) -> go.Figure:
     k = len(trace.drafts)
+    if k == 0:
+        return empty_figure("Draft proposals: none this cycle", no_proposal_subtitle(trace.proposer_note))
+    # Rows actually filled: top_n, or fewer when every q lists fewer tokens (one-hot lookup: one).
+    depth = max(1, max(len(d.draft_top[:top_n]) for d in trace.drafts))
     # A draft sampled from outside q's top-N (a flat q) gets an extra bottom row of its own.
     outside = any(all(tp.token_id != d.token_id for tp in d.draft_top[:top_n]) for d in trace.drafts)
-    n_rows = top_n + (1 if outside else 0)
+    n_rows = depth + (1 if outside else 0)
     z: list[list[float | None]] = [[None] * k for _ in range(n_rows)]
     text = [[""] * k for _ in range(n_rows)]
     hover = [[""] * k for _ in range(n_rows)]
@@ -33,7 +47,7 @@ def proposals_figure(trace: CycleTrace, top_n: int = 6) -> go.Figure:
             )
         rank = next((r for r, tp in enumerate(rows) if tp.token_id == d.token_id), None)
         if rank is None:
-            rank = top_n
+            rank = depth
             z[rank][col] = d.draft_prob
             text[rank][col] = f"{esc(show_token(d.text, 9))}<br>{fmt_p(d.draft_prob)}"
             hover[rank][col] = f"d{d.index} = {esc(repr(d.text))}: outside q's top {top_n}"
@@ -71,7 +85,7 @@ def proposals_figure(trace: CycleTrace, top_n: int = 6) -> go.Figure:
         **base_layout(
             "Draft proposals: d_i ~ q_i",
             110 + 44 * n_rows,
-            f"top {top_n} of each q_i (K = {k}); the sampled token is outlined — a sample, not the argmax",
+            SUBTITLES.get(trace.proposer, SUBTITLES["draft"]).format(n=top_n, k=k),
         )
     )
     fig.update_xaxes(
@@ -84,7 +98,7 @@ def proposals_figure(trace: CycleTrace, top_n: int = 6) -> go.Figure:
     fig.update_yaxes(
         tickmode="array",
         tickvals=list(range(n_rows)),
-        ticktext=[f"#{r + 1}" for r in range(top_n)] + (["other"] if outside else []),
+        ticktext=[f"#{r + 1}" for r in range(depth)] + (["other"] if outside else []),
         autorange="reversed",
         showgrid=False,
     )

@@ -5,6 +5,9 @@
   al. it is flat at α; in practice later positions are often harder;
 * theory vs measurement: expected tokens per cycle (1 − α^(K+1))/(1 − α) as a function of K for the
   measured α, with the measured point, and the expected against the measured speedup.
+
+Cycles with no proposal (k = 0, prompt lookup without a match) test nothing: they are left out of
+the histogram and counted in the title as plain target steps (see `specviz.stats`).
 """
 
 from __future__ import annotations
@@ -91,6 +94,8 @@ def stats_figure(st: AcceptanceStats, report: SpeedupReport | None = None) -> go
         f"{st.cycles} cycles · α = {st.alpha:.3f} ({st.accepted}/{st.tested} tested drafts accepted) · "
         f"{st.tokens_per_cycle:.2f} tokens/cycle"
     )
+    if st.plain_cycles:
+        title += f" · {st.plain_cycles} plain step(s) without a proposal"
     if st.forced_cycles:
         title += f" · {st.forced_cycles} forced (what-if) cycle(s) excluded"
     fig.update_layout(**base_layout(title, 330))

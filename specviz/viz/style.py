@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import html
 
+import plotly.graph_objects as go
+
 # Cache slot states (CacheSnapshot.slot_state).
 SLOT_COLORS: dict[str, str] = {
     "free": "#eef0f4",
@@ -109,3 +111,18 @@ def base_layout(title: str, height: int, subtitle: str = "") -> dict:
         showlegend=True,
         legend=dict(orientation="h", yanchor="bottom", y=1.01, xanchor="right", x=1.0),
     )
+
+
+def empty_figure(title: str, subtitle: str = "", height: int = 160) -> go.Figure:
+    """A figure with a title and no axes: what a view shows when its cycle has nothing to draw
+    (no proposal, no rejection, no bonus), so the page keeps its shape and says why."""
+    fig = go.Figure()
+    fig.update_layout(**base_layout(title, height, subtitle))
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return fig
+
+
+def no_proposal_subtitle(note: str) -> str:
+    """Why a cycle proposed nothing (the proposer's own words) for an empty figure's subtitle."""
+    return esc(note.strip() or "the proposer proposed nothing: the target took one plain step")

@@ -5,7 +5,8 @@ the first rejection; the *bonus* token sampled from p_{K+1} when every draft pas
 cycle is in flight its drafts are shown as pending chips (amber, dashed) after the committed
 text; once the acceptance tests ran they turn green (accepted), red (rejected) or grey (never
 tested, because an earlier draft was rejected). Hovering a chip shows its id, position and
-probabilities.
+probabilities. A cycle with no proposal (k = 0) shows no pending chips: its one token is
+*generated* from p_1 by a plain target step.
 
 This view is HTML rather than plotly: text has to wrap like text.
 """
@@ -63,6 +64,8 @@ def strip_chips(
 
 def _emitted_chip(tr: CycleTrace, token_id: int, text: str, position: int, kind: str) -> Chip:
     tip = f"{kind} token {token_id} · position {position} · cycle {tr.cycle}"
+    if kind == "generated":
+        tip += " · no proposal: a plain target step"
     for d in tr.drafts:
         if d.position == position and d.token_id == token_id and kind == "accepted":
             tip += f" · q={d.draft_prob:.3f} p={d.target_prob:.3f}"
@@ -84,6 +87,7 @@ _LEGEND = (
     ("accepted", "accepted draft"),
     ("corrected", "corrected (residual)"),
     ("bonus", "bonus (p_K+1)"),
+    ("generated", "generated (no proposal)"),
     ("pending", "pending draft"),
     ("rejected", "rejected"),
     ("untested", "never tested"),
