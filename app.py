@@ -9,7 +9,9 @@ This file is Streamlit only: layout, widgets, session state and cached model loa
 lives in the engine (`specviz.SpeculativeDecoder` computes a whole cycle per `step()` and returns
 a `CycleTrace`); all pictures are pure functions of traces in `specviz.viz`; all explanations come
 from `specviz.narrative`. The app *reveals* a recorded cycle phase by phase, and history
-navigation replays recorded traces — nothing is recomputed.
+navigation replays recorded traces — nothing is recomputed. Who proposes the drafts (a draft
+model, an EAGLE-style feature head, or prompt lookup: DESIGN §1b) is a sidebar setting that opens
+on `preferred_proposer(pair)` and restarts the run when changed, like the cache settings.
 
 State discipline: every click computes the new immutable `Session` first and assigns it to the
 browser session's `Holder` in one statement, under the session's lock, so an error (or a click
@@ -37,6 +39,7 @@ from specviz import narrative
 from specviz.config import DecodeConfig
 from specviz.errors import SpecvizError
 from specviz.lab import LabResult, run_exactness_lab
+from specviz.models import preferred_proposer
 from specviz.stats import acceptance_stats, cycle_rows, measured_speedup
 from specviz.trace import CYCLE_PHASES, CacheSnapshot, CycleTrace, traces_to_json
 from specviz.viz import acceptance, distributions, exactness, kv, proposals, statistics, tokens
@@ -46,6 +49,12 @@ PAIR_LABELS = {
     "default": "Default: SmolLM2-135M-Instruct + trained draft",
     "tiny": "Tiny random pair (instant; for demos of the mechanics)",
     "custom": "Custom: hub ids or local directories",
+}
+# Who guesses the K drafts (DESIGN §1b); the selector opens on `preferred_proposer(pair)`.
+PROPOSER_LABELS = {
+    "draft": "Draft model (a small LM)",
+    "feature": "Feature head (EAGLE-style)",
+    "lookup": "Prompt lookup (n-gram copy)",
 }
 DEFAULT_PROMPT = "Explain in two sentences why the sky is blue."
 EXAMPLES_FILE = Path(__file__).parent / "assets" / "prompts" / "examples.json"
@@ -134,7 +143,7 @@ class Session:
     pair: Any
     dec: Any  # specviz.SpeculativeDecoder
     prompt_ids: tuple[int, ...]
-    prefill: tuple[CacheSnapshot, CacheSnapshot]
+    prefill: tuple[CacheSnapshot, CacheSnapshot | None]  # target, proposer (None: prompt lookup keeps no cache)
     traces: tuple[CycleTrace, ...] = ()
     revealed: int = 0  # furthest step of the timeline shown so far
     view: int = 0  # the step shown now (0 = after prefill; 5c+p = cycle c, phase p)
@@ -171,7 +180,8 @@ def new_session(key: tuple, pair: Any, cfg: DecodeConfig, prompt: str, chat: boo
     dec = specviz.SpeculativeDecoder(pair, cfg)
     dec.start(ids)
     n = len(dec.committed)
-    prefill = (dec.target_cache.snapshot(n), dec.draft_cache.snapshot(n))
+    # The proposer's own snapshot: None for prompt lookup; a feature head marks its real-feature entries.
+    prefill = (dec.target_cache.snapshot(n), dec.proposer.snapshot(n))
     return Session(key, pair, dec, tuple(ids), prefill, notices=(notice,) if notice else ())
 
 
@@ -215,8 +225,10 @@ def advance_cycle(sess: Session) -> Session:
 # ---------------------------------------------------------------- widgets -> config -----------
 
 
-def sidebar() -> tuple[str, str, str, str, bool, DecodeConfig, bool]:
-    """All controls. Returns (pair kind, target, draft, prompt, chat, config, what-if on)."""
+def sidebar() -> tuple[str, str, str, str, bool, DecodeConfig, bool, Any]:
+    """All controls. Returns (pair kind, target, draft, prompt, chat, config, what-if on, proposer
+    slot): the proposer selector needs the loaded pair, so `main` fills the slot afterwards and sets
+    `config.proposer`."""
     ss = st.session_state
     with st.sidebar:
         st.markdown("### :material/visibility: specviz")
@@ -229,6 +241,7 @@ def sidebar() -> tuple[str, str, str, str, bool, DecodeConfig, bool]:
             draft = st.text_input(
                 "Draft (hub id or directory)", key="custom_draft", placeholder="HuggingFaceTB/SmolLM2-135M-Instruct"
             )
+        proposer_slot = st.container()
         st.markdown("**Prompt**")
         examples = example_prompts()
         st.selectbox("Example prompts", examples, key="example", on_change=_use_example, label_visibility="collapsed")
@@ -298,7 +311,37 @@ def sidebar() -> tuple[str, str, str, str, bool, DecodeConfig, bool]:
         num_blocks=int(num_blocks) if num_blocks and layout == "paged" else None,
         max_context=int(max_context),
     )
-    return kind, target.strip(), draft.strip(), prompt, chat, cfg, whatif
+    return kind, target.strip(), draft.strip(), prompt, chat, cfg, whatif, proposer_slot
+
+
+def proposer_control(pair: Any) -> str:
+    """The proposer selector, for a loaded pair. It follows `preferred_proposer(pair)` until the
+    user picks one; "feature" is offered only when the pair carries a feature head (and a caption
+    says why it is missing otherwise). Changing it restarts, like the cache settings."""
+    ss = st.session_state
+    has_head = getattr(pair, "feature_head", None) is not None
+    options = [name for name in PROPOSER_LABELS if name != "feature" or has_head]
+    if ss.get("_proposer_auto", True) or ss.get("proposer") not in options:
+        ss.proposer = preferred_proposer(pair) if preferred_proposer(pair) in options else options[0]
+    st.radio(
+        "Proposer — changing it restarts",
+        options,
+        format_func=PROPOSER_LABELS.get,
+        key="proposer",
+        on_change=_on_proposer_pick,
+        help="Who guesses the K drafts. The target's verify, the acceptance test, the residual, the bonus "
+        "and the target's rollback are the same for all three, and so is exactness.",
+    )
+    if not has_head:
+        st.caption(
+            "Feature head: unavailable — this pair carries no EAGLE-style head "
+            "(`load_pair(..., feature_head=...)` attaches one)."
+        )
+    return ss.proposer
+
+
+def _on_proposer_pick() -> None:
+    st.session_state._proposer_auto = False  # the user chose: stop following the pair's preference
 
 
 def _whatif_controls() -> bool:
@@ -356,6 +399,7 @@ def init_state() -> None:
         defaults.update(page_size=4)  # short prompts: small pages show block traffic
     for key, value in defaults.items():
         st.session_state.setdefault(key, value)
+    st.session_state.setdefault("_proposer_auto", True)  # "proposer" itself is set once a pair is loaded
     holder()  # created once, on the session's first run
 
 
@@ -481,16 +525,17 @@ def status_line(sess: Session, cycle: int | None, phase: str) -> str:
     committed = len(sess.prompt_ids) + sum(len(t.emitted) for t in sess.traces[: (cycle or 0)])
     where = "before the first cycle" if cycle is None else f"cycle **{cycle}** of {len(sess.traces)}"
     fin = f" · finished: {sess.dec.finish_reason}" if sess.dec.finished and sess.view == sess.revealed else ""
+    proposer = PROPOSER_LABELS.get(sess.dec.config.proposer, sess.dec.config.proposer).split(" (")[0].lower()
     return (
         f"{where} · phase **{PHASE_TITLES.get(phase, phase)}** · {committed} tokens committed before "
-        f"this cycle ({len(sess.prompt_ids)} prompt){fin}"
+        f"this cycle ({len(sess.prompt_ids)} prompt) · proposer: {proposer}{fin}"
     )
 
 
 def kv_view(sess: Session, cycle: int | None, phase: str) -> Any:
     if cycle is None:
         frame = kv.prefill_frame(*sess.prefill)
-        return kv.kv_figure_from_frames([frame], token_text_fn(sess), "prefill")
+        return kv.kv_figure_from_frames([frame], token_text_fn(sess), "prefill", proposer=sess.dec.config.proposer)
     return kv.kv_figure(sess.traces[cycle], token_text_fn(sess), phase)
 
 
@@ -531,8 +576,14 @@ def main_view() -> None:
     tr = sess.traces[cycle] if cycle is not None else None
     with st.container(border=True):
         if tr is None:
+            target, proposer = sess.prefill
             st.markdown(
-                narrative.prefill_markdown(len(sess.prompt_ids), sess.prefill[0].seq_len, sess.prefill[1].seq_len)
+                narrative.prefill_markdown(
+                    len(sess.prompt_ids),
+                    target.seq_len,
+                    proposer.seq_len if proposer is not None else None,
+                    sess.dec.config.proposer,
+                )
             )
         else:
             st.markdown(narrative.phase_markdown(tr, phase))
@@ -562,26 +613,39 @@ def dist_view(tr: CycleTrace, step: int, figures: dict[str, Any]) -> None:
     options = [d.index for d in tr.drafts]
     default = tr.rejected_at or 1
     with left:
-        if st.session_state.get("dist_pos") not in options:
-            st.session_state.dist_pos = default
-        pos = (
-            st.segmented_control(
-                "Compare p and q at draft position", options, key="dist_pos", format_func=lambda i: f"d{i}"
+        if not options:  # k = 0: a plain target step, there is no q to hold against p
+            st.info(
+                "**No proposal this cycle**, so there is no p vs q to compare: the target took one plain step "
+                "and its p_1 gave the next token."
             )
-            or default
-        )
-        figures["p_vs_q"] = distributions.pq_figure(tr, int(pos), tested=step >= CYCLE_PHASES.index("accept"))
-        st.plotly_chart(figures["p_vs_q"], key="pq_fig", theme=None, config={"displaylogo": False})
+        else:
+            _pq_view(tr, step, options, default, figures)
     with right:
         if step >= CYCLE_PHASES.index("resolve"):
-            fig = distributions.residual_figure(tr) if tr.rejected_at else distributions.bonus_figure(tr)
+            fig = distributions.resolve_figure(tr)
             figures["resolve"] = fig
             st.plotly_chart(fig, key="resolve_fig", theme=None, config={"displaylogo": False})
-        else:
+        elif options:
             st.info(
                 "After the tests: the **residual** norm(max(0, p_j − q_j)) at a rejection, or "
                 "**p_{K+1}** for the bonus token when all K pass."
             )
+        else:
+            st.info("At **resolve**: the one token generated from p_1.")
+
+
+def _pq_view(tr: CycleTrace, step: int, options: list[int], default: int, figures: dict[str, Any]) -> None:
+    """p_i vs q_i at the draft position the segmented control picks (the rejection by default)."""
+    if st.session_state.get("dist_pos") not in options:
+        st.session_state.dist_pos = default
+    pos = (
+        st.segmented_control(
+            "Compare p and q at draft position", options, key="dist_pos", format_func=lambda i: f"d{i}"
+        )
+        or default
+    )
+    figures["p_vs_q"] = distributions.pq_figure(tr, int(pos), tested=step >= CYCLE_PHASES.index("accept"))
+    st.plotly_chart(figures["p_vs_q"], key="pq_fig", theme=None, config={"displaylogo": False})
 
 
 def extra_tabs(sess: Session, cycle: int | None, figures: dict[str, Any]) -> None:
@@ -618,7 +682,8 @@ def stats_tab(sess: Session) -> None:
         st.info("Statistics appear once a cycle has been stepped through to its rollback.")
     else:
         c1, c2, c3, c4 = st.columns(4)
-        c1.metric("Acceptance rate α", f"{st_.alpha:.3f}")
+        # α needs a tested draft: a history of plain steps only (lookup without a match) has none.
+        c1.metric("Acceptance rate α", f"{st_.alpha:.3f}" if st_.tested else "—")
         c2.metric("Tokens per cycle", f"{st_.tokens_per_cycle:.2f}")
         report = measured_speedup(done, sess.baseline_ms_per_token)
         c3.metric("Theory: E[tokens/cycle]", f"{report.expected_tokens_per_cycle:.2f}")
@@ -632,6 +697,12 @@ def stats_tab(sess: Session) -> None:
             "(Leviathan et al. 2023), with α measured here and c = draft time per forward / target verify "
             "time from the traces' timings. The measured speedup compares wall time per committed token "
             "with a plain autoregressive run of the same target."
+            + (
+                f" {st_.plain_cycles} cycle(s) proposed nothing (plain target steps): they test no draft and "
+                "enter the theory by their share of the cycles."
+                if st_.plain_cycles
+                else ""
+            )
         )
         st.markdown("**Cycle history**")
         st.dataframe(cycle_rows(done), hide_index=True, width="stretch")
@@ -785,12 +856,13 @@ def main() -> None:
     configure_threads()
     init_state()
     ss = st.session_state
-    kind, target, draft, prompt, chat, cfg, _ = _safe_sidebar()
+    kind, target, draft, prompt, chat, cfg, _, proposer_slot = _safe_sidebar()
     st.markdown("## Speculative decoding, exactly — step by step")
     st.caption(
-        "A small **draft** model proposes K tokens, the **target** model checks them all in one forward pass, "
-        "and a rejection-sampling test keeps the output distributed exactly as the target's. Watch both "
-        "KV caches grow provisionally and roll back."
+        "A **proposer** — a small draft model, a feature head reading the target's hidden states, or prompt "
+        "lookup — guesses K tokens, the **target** model checks them all in one forward pass, and a "
+        "rejection-sampling test keeps the output distributed exactly as the target's. Watch the KV caches "
+        "grow provisionally and roll back."
     )
     if cfg is None:
         button_row(None)
@@ -803,10 +875,13 @@ def main() -> None:
     if pair is None:
         button_row(None)
         return
+    with proposer_slot:
+        cfg = cfg.replace(proposer=proposer_control(pair))
     restart_key = (
         kind,
         target,
         draft,
+        cfg.proposer,
         prompt,
         chat,
         cfg.cache_layout,
@@ -842,6 +917,7 @@ def _ensure_session(ss: Any, restart_key: tuple, pair: Any, cfg: DecodeConfig, p
                         "model pair",
                         "target",
                         "draft",
+                        "proposer",
                         "prompt",
                         "chat template",
                         "cache layout",
@@ -878,7 +954,7 @@ def _safe_sidebar() -> tuple:
         return sidebar()
     except SpecvizError as exc:  # e.g. an invalid DecodeConfig
         st.error(str(exc), icon=":material/error:")
-        return ("", "", "", "", False, None, False)
+        return ("", "", "", "", False, None, False, None)
 
 
 def _load_pair(kind: str, target: str, draft: str) -> Any:

@@ -192,6 +192,7 @@ def test_live_sampling_changes_keep_history():
         ("number_input", "seed", 7, lambda s: s.dec.config.seed == 7),
         ("text_area", "prompt", "A different prompt.", lambda s: len(s.prompt_ids) == len("A different prompt.")),
         ("toggle", "chat", False, lambda s: True),
+        ("radio", "proposer", "lookup", lambda s: s.dec.config.proposer == "lookup" and s.prefill[1] is None),
     ],
 )
 def test_restart_controls_restart_with_a_notice(widget, key, value, check):
@@ -397,3 +398,99 @@ def test_play_speed_control():
     click(at, "play")
     assert at.session_state["_holder"].playing and sess(at).view == 1
     click(at, "play")
+
+
+# ---- proposers (DESIGN §1b) ------------------------------------------------------------------------
+
+
+def titles(at: AppTest) -> list[str]:
+    return [json.loads(c.proto.spec)["layout"].get("title", {}).get("text", "") for c in at.get("plotly_chart")]
+
+
+def kv_texts(at: AppTest) -> list[str]:
+    return [a.get("text", "") for a in kv_spec(at)["layout"]["annotations"]]
+
+
+def test_proposer_selector_opens_on_the_preferred_proposer_and_restarts_like_a_cache_setting():
+    from specviz.models import preferred_proposer
+
+    at = open_app()
+    s = sess(at)
+    assert at.radio(key="proposer").value == preferred_proposer(s.pair) == s.dec.config.proposer
+    assert at.radio(key="proposer").options == [
+        "Draft model (a small LM)",
+        "Feature head (EAGLE-style)",
+        "Prompt lookup (n-gram copy)",
+    ]
+    click(at, "next_cycle", 2)
+    at.radio(key="proposer").set_value("lookup").run()
+    assert_clean(at)
+    s = sess(at)
+    # Exactly what changing the layout does: fresh decoder from the prompt, history cleared, one notice.
+    assert s.traces == () and s.view == 0 and s.dec.config.proposer == "lookup"
+    notes = [i.value for i in at.info if "Restarted" in i.value]
+    assert notes == ["Restarted from the prompt because the proposer changed (history cleared)."]
+    assert any("no draft cache" in t for t in kv_texts(at))  # the prefill view: no proposer panel
+    assert any("Prompt lookup keeps **no cache**" in m.value for m in at.markdown)
+    # A live setting afterwards keeps the new history, as with any other restart.
+    click(at, "next_cycle")
+    at.slider(key="k").set_value(2).run()
+    assert_clean(at)
+    assert len(sess(at).traces) == 1 and sess(at).dec.config.proposer == "lookup"
+    # The user's choice sticks: it no longer follows the pair's preference.
+    assert at.session_state["_proposer_auto"] is False
+    at.run()
+    assert sess(at).dec.config.proposer == "lookup" and len(sess(at).traces) == 1
+
+
+def test_a_plain_target_step_renders_in_every_view():
+    # Prompt lookup on distinct characters: nothing repeats, so the first cycle proposes nothing.
+    at = open_app(proposer="lookup", _proposer_auto=False, prompt="abcdefghij", chat=False)
+    assert sess(at).dec.config.proposer == "lookup"
+    for phase in CYCLE_PHASES[1:]:
+        click(at, "next_phase")
+        assert phase_shown(at) == (0, phase)
+        tr = sess(at).traces[0]
+        assert tr.k == 0
+        assert any("no draft cache" in t for t in kv_texts(at))
+        shown = titles(at)
+        assert any(t.startswith("Draft proposals: none this cycle") for t in shown)
+        if phase in ("verify", "accept", "resolve", "rollback"):
+            assert any(t.startswith("Acceptance: nothing to test") for t in shown)
+            assert any("No proposal this cycle" in i.value for i in at.info)  # instead of p vs q
+    assert any("generated from p1" in t for t in titles(at))
+    assert any("removes nothing" in m.value for m in at.markdown)
+    assert any("generated (no proposal)" in h.proto.body for h in at.get("html"))
+    # Statistics over plain steps only: no draft was tested, so α is not a number yet.
+    alpha = next(m for m in at.metric if m.label == "Acceptance rate α")
+    assert alpha.value == "—"
+    assert any("plain step(s) without a proposal" in t for t in titles(at))
+
+
+def test_feature_head_proposer_shows_its_one_layer_cache():
+    at = open_app(proposer="feature", _proposer_auto=False)
+    assert sess(at).dec.config.proposer == "feature" and sess(at).prefill[1] is not None
+    assert any("Feature head cache (1 layer: pairs of target feature + next token)" in t for t in kv_texts(at))
+    click(at, "next_phase")  # draft
+    tr = sess(at).traces[0]
+    head = tr.snapshot("draft").draft
+    assert any(f"{head.seq_len - head.num_committed} from predicted features" in t for t in kv_texts(at))
+    assert any("**own predicted** feature" in m.value for m in at.markdown)
+    click(at, "next_phase", 4)  # rollback
+    assert any("built from the head's own **predicted** features" in m.value for m in at.markdown)
+
+
+def test_feature_option_is_withdrawn_when_the_pair_has_no_head():
+    at = open_app(proposer="feature", _proposer_auto=False)
+    pair = sess(at).pair  # the process-wide cached tiny pair: restore its head whatever happens
+    head = pair.feature_head
+    try:
+        object.__setattr__(pair, "feature_head", None)
+        at.run()
+        assert_clean(at)
+        assert "Feature head (EAGLE-style)" not in at.radio(key="proposer").options
+        assert sess(at).dec.config.proposer == "draft"
+        assert any("Feature head: unavailable" in c.value for c in at.caption)
+        assert any("proposer changed" in i.value for i in at.info)
+    finally:
+        object.__setattr__(pair, "feature_head", head)
