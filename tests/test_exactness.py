@@ -6,12 +6,20 @@ so the test is deterministic) are compared with it by a chi-square test, as vLLM
 `test_rejection_sampling_approximates_target_distribution` does. The draft disagrees with the
 target often, so accepted, corrected and bonus tokens all occur. A control run of the draft
 alone is rejected by the same test, which shows the test has the power to fail.
+
+The other proposers get the same test on the joint of the first three tokens (K = 2, so
+rejections at either draft, the corrected token and the bonus all fall inside the window): an
+untrained feature head whose vocabulary is trimmed, so some tokens come only from the residual,
+and prompt lookup on a prompt whose last n-gram occurred before. Their control is the classic
+bug of sampling a rejected position from p instead of the residual: the same samples reject
+the first-token law that bug would produce.
 """
 
 from __future__ import annotations
 
 import collections
-import itertools
+import math
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -25,35 +33,41 @@ from specviz.sampling import process_logits
 VOCAB = 8
 PROMPT = [1, 5, 2, 7]
 RUNS = 3000
+HEAD_VOCAB = (0, 1, 2, 5, 6, 7)  # the feature head scores only these; 3 (p_1 = 0.26) and 4 it never proposes
+OUTSIDE = tuple(t for t in range(VOCAB) if t not in HEAD_VOCAB)
+LOOKUP_PROMPT = [1, 5, 2, 7, 0, 0, 0, 1, 5, 2, 7]  # its last 3-gram occurred at 1: lookup proposes 0, 0
+WINDOW = 3
+PROPOSER_RUNS = 2000
 
 
 @pytest.fixture(scope="module")
 def pair():
-    return make_pair("llama", vocab_size=VOCAB, noise=1.0, seed=3)
+    return make_pair("llama", vocab_size=VOCAB, noise=1.0, seed=3, head_vocab=HEAD_VOCAB)
 
 
 @torch.inference_mode()
-def exact_joint(model, cfg: DecodeConfig) -> dict[tuple[int, int], float]:
-    """P(x1, x2 | prompt) under the target's processed distribution, by enumeration."""
-    def probs(ids):
-        logits = model(torch.tensor([ids])).logits[0, -1]
-        return process_logits(logits, cfg.temperature, cfg.top_k, cfg.top_p)
-
-    first = probs(PROMPT)
-    return {
-        (a, b): float(first[a]) * float(probs([*PROMPT, a])[b])
-        for a, b in itertools.product(range(VOCAB), repeat=2)
-    }
-
-
-def first_two(dec) -> tuple[int, int]:
-    dec.start(PROMPT)
-    while len(dec.committed) < len(PROMPT) + 2:
-        dec.step()
-    return tuple(dec.committed[len(PROMPT) : len(PROMPT) + 2])
+def exact_joint(model, cfg: DecodeConfig, prompt=PROMPT, length: int = 2) -> dict[tuple[int, ...], float]:
+    """P(x1..x_length | prompt) under the target's processed distribution, by enumeration."""
+    joint: dict[tuple[int, ...], float] = {(): 1.0}
+    for _ in range(length):
+        longer = {}
+        for prefix, prob in joint.items():
+            logits = model(torch.tensor([[*prompt, *prefix]])).logits[0, -1]
+            probs = process_logits(logits, cfg.temperature, cfg.top_k, cfg.top_p)
+            longer.update({(*prefix, tok): prob * float(probs[tok]) for tok in range(VOCAB)})
+        joint = longer
+    return joint
 
 
-def chi_square(counts: collections.Counter, expected: dict[tuple[int, int], float], n: int) -> tuple[float, float]:
+def marginal(joint: dict[tuple[int, ...], float], position: int) -> dict[int, float]:
+    """P(x_position = t) for every t (0-based position within the joint's tuples)."""
+    out = dict.fromkeys(range(VOCAB), 0.0)
+    for outcome, prob in joint.items():
+        out[outcome[position]] += prob
+    return out
+
+
+def chi_square(counts: collections.Counter, expected: dict, n: int) -> tuple[float, float]:
     """Chi-square statistic and p-value; outcomes expected fewer than 5 times are pooled."""
     observed, wanted, pool_obs, pool_exp = [], [], 0, 0.0
     for outcome, prob in expected.items():
@@ -63,8 +77,9 @@ def chi_square(counts: collections.Counter, expected: dict[tuple[int, int], floa
         else:
             pool_obs += counts[outcome]
             pool_exp += prob * n
-    observed.append(pool_obs)
-    wanted.append(pool_exp)
+    if pool_exp > 0:  # nothing to pool when every outcome is expected often enough
+        observed.append(pool_obs)
+        wanted.append(pool_exp)
     total = sum(wanted)
     result = chisquare(observed, [w * sum(observed) / total for w in wanted])
     return float(result.statistic), float(result.pvalue)
@@ -112,3 +127,89 @@ def test_the_draft_alone_fails_the_same_test(pair):
         counts[tuple(dec.generate())] += 1
     _, pvalue = chi_square(counts, expected, runs)
     assert pvalue < 1e-6
+
+
+# --------------------------------------------------------------------------- other proposers
+
+
+@dataclass
+class ProposerRuns:
+    """PROPOSER_RUNS seeded runs of one proposer: what the first WINDOW tokens were, how they
+    were made, what was ever drafted, and q_1 (the proposer's distribution for x1)."""
+
+    expected: dict[tuple[int, ...], float]
+    counts: collections.Counter
+    kinds: collections.Counter
+    drafted: set[int]
+    first_q: list[float]
+
+
+def sample_proposer(pair, cfg: DecodeConfig, prompt: list[int]) -> ProposerRuns:
+    probe = SpeculativeDecoder(pair, cfg.replace(instrument=True, top_n=VOCAB))
+    probe.start(prompt)
+    first_q = [0.0] * VOCAB
+    for entry in probe.step().drafts[0].draft_top:
+        first_q[entry.token_id] = entry.prob
+    counts: collections.Counter = collections.Counter()
+    kinds: collections.Counter = collections.Counter()
+    drafted: set[int] = set()
+    window = slice(len(prompt), len(prompt) + WINDOW)
+    for seed in range(PROPOSER_RUNS):
+        dec = SpeculativeDecoder(pair, cfg.replace(seed=seed))
+        dec.start(prompt)
+        while len(dec.committed) < len(prompt) + WINDOW:
+            drafted.update(d.token_id for d in dec.step().drafts)
+        counts[tuple(dec.committed[window])] += 1
+        kinds.update(dec.origins[window])
+    return ProposerRuns(exact_joint(pair.target, cfg, prompt, WINDOW), counts, kinds, drafted, first_q)
+
+
+@pytest.fixture(scope="module")
+def feature_runs(pair):
+    cfg = DecodeConfig(k=2, proposer="feature", page_size=2, instrument=False, max_new_tokens=16)
+    return sample_proposer(pair, cfg, PROMPT)
+
+
+@pytest.fixture(scope="module")
+def lookup_runs(pair):
+    cfg = DecodeConfig(k=2, proposer="lookup", cache_layout="contiguous", instrument=False, max_new_tokens=16)
+    return sample_proposer(pair, cfg, LOOKUP_PROMPT)
+
+
+def residual_is_p_law(p: dict[int, float], q: list[float]) -> dict[int, float]:
+    """The law of x1 if a rejected position were resampled from p instead of norm(max(0, p - q)):
+    min(p, q) + (1 - sum min(p, q)) p. It differs from p wherever q does."""
+    overlap = sum(min(p[t], q[t]) for t in range(VOCAB))
+    return {t: min(p[t], q[t]) + (1 - overlap) * p[t] for t in range(VOCAB)}
+
+
+@pytest.mark.parametrize("runs_name", ["feature_runs", "lookup_runs"])
+def test_proposer_samples_match_the_target_distribution(request, runs_name):
+    runs: ProposerRuns = request.getfixturevalue(runs_name)
+    stat, pvalue = chi_square(runs.counts, runs.expected, PROPOSER_RUNS)
+    print(f"\n{runs_name}: chi2={stat:.2f} p={pvalue:.4f} kinds={dict(runs.kinds)}")
+    assert min(runs.kinds["accepted"], runs.kinds["corrected"], runs.kinds["bonus"]) >= 50, runs.kinds
+    assert pvalue > 0.01, (stat, pvalue)
+    # Control: the same samples reject what the residual-is-p bug would have produced for x1.
+    first = collections.Counter(outcome[0] for outcome in runs.counts.elements())
+    p_first = marginal(runs.expected, 0)
+    assert chi_square(first, p_first, PROPOSER_RUNS)[1] > 0.01
+    assert chi_square(first, residual_is_p_law(p_first, runs.first_q), PROPOSER_RUNS)[1] < 1e-6
+
+
+def test_tokens_outside_the_head_vocabulary_keep_their_target_probability(feature_runs):
+    """The trimmed head gives q = 0 to 3 and 4: they are never drafted, yet every position of the
+    window emits them with their exact target probability (the residual max(0, p - q) gives
+    them back their full p)."""
+    runs = feature_runs
+    assert all(runs.first_q[t] == 0.0 for t in OUTSIDE) and sum(runs.first_q) == pytest.approx(1.0)
+    assert runs.drafted and not runs.drafted & set(OUTSIDE), runs.drafted
+    n = PROPOSER_RUNS
+    assert marginal(runs.expected, 0)[3] > 0.2  # a token the target likes, so the check is sharp
+    for position in range(WINDOW):
+        exact = marginal(runs.expected, position)
+        seen = collections.Counter(outcome[position] for outcome in runs.counts.elements())
+        for token in OUTSIDE:
+            p = exact[token]
+            tolerance = 4.5 * math.sqrt(p * (1 - p) / n) + 1 / n
+            assert abs(seen[token] / n - p) < tolerance, (position, token, seen[token] / n, p)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from specviz import DecodeConfig, FeatureHead, SpeculativeDecoder
 from specviz.errors import IncompatiblePairError, ModelLoadError
 from specviz.models import (
     ModelPair,
@@ -241,6 +242,56 @@ def test_encoder_decoder_is_rejected(tmp_path: Path) -> None:
     t5 = _save_config_only(tmp_path / "t5", T5Config(vocab_size=33, d_model=32, num_layers=1))
     with pytest.raises(IncompatiblePairError, match="encoder-decoder"):
         load_pair(t5, good)
+
+
+# ------------------------------------------------------------------------------------------------
+# feature heads
+
+
+def test_load_pair_attaches_a_saved_feature_head(tmp_path: Path) -> None:
+    target = _save_llama(tmp_path / "target", layers=2)
+    draft = _save_llama(tmp_path / "draft", seed=1)
+    plain = load_pair(target, draft)
+    assert plain.feature_head is None
+    head = FeatureHead.random(plain.target, seed=0, vocab=range(2, 20))
+    head_dir = head.save(tmp_path / "head")
+    pair = load_pair(str(target), str(draft), feature_head=str(head_dir))
+    loaded = pair.feature_head
+    assert isinstance(loaded, FeatureHead) and loaded.vocab.tolist() == list(range(2, 20))
+    assert loaded._target[1] is pair.target.get_output_embeddings()  # bound to the loaded target
+    features, ids = torch.randn(1, 3, 32, generator=torch.Generator().manual_seed(0)), torch.tensor([[2, 3, 4]])
+    with torch.inference_mode():
+        want, got = head.full_logits(head(features, ids)), loaded.full_logits(loaded(features, ids))
+    finite = torch.isfinite(want)
+    assert torch.equal(finite, torch.isfinite(got)) and int(finite.sum()) == 3 * 18
+    assert torch.allclose(want[finite], got[finite], atol=1e-2, rtol=1e-2)  # float16 file
+    dec = SpeculativeDecoder(pair, DecodeConfig(k=3, proposer="feature", max_new_tokens=8, check_invariant=True))
+    dec.start(pair.tokenizer.encode("hello there"))
+    while not dec.finished:
+        trace = dec.step()
+        assert trace.proposer == "feature" and max(trace.invariant_max_abs_diff.values()) < 1e-4
+    assert load_pair(target, draft, feature_head=head).feature_head is head  # a FeatureHead object too
+
+
+def test_feature_head_for_another_target_is_refused(tmp_path: Path) -> None:
+    target = _save_llama(tmp_path / "target")
+    other = _save_llama(tmp_path / "other", seed=1)  # same shapes, other weights
+    deeper = _save_llama(tmp_path / "deeper", layers=2)
+    head_dir = FeatureHead.random(load_pair(target, other).target).save(tmp_path / "head")
+    with pytest.raises(IncompatiblePairError, match="embedding weights differ"):
+        load_pair(other, target, feature_head=head_dir)
+    with pytest.raises(IncompatiblePairError, match="num_layers"):
+        load_pair(deeper, target, feature_head=head_dir)
+    with pytest.raises(ModelLoadError, match="cannot read a feature head"):
+        load_pair(target, other, feature_head=tmp_path / "no-head-here")
+    wrong_format = tmp_path / "wrong-format"
+    wrong_format.mkdir()
+    (wrong_format / "model.safetensors").write_bytes((head_dir / "model.safetensors").read_bytes())
+    (wrong_format / "config.json").write_text('{"format": "something-else/1"}')
+    with pytest.raises(ModelLoadError, match="not a specviz feature head"):
+        load_pair(target, other, feature_head=wrong_format)
+    with pytest.raises(TypeError, match="feature_head"):
+        load_pair(target, other, feature_head=42)
 
 
 # ------------------------------------------------------------------------------------------------
