@@ -23,6 +23,7 @@ from typing import Any, TextIO
 from . import models
 from .config import PROPOSERS, DecodeConfig
 from .errors import SpecvizError
+from .outcome import cycle_outcome
 from .trace import CacheSnapshot, CycleTrace, TokenProb
 
 DEFAULT_PROMPT = "Explain in two sentences what a KV cache is."
@@ -48,7 +49,7 @@ def _layout_line(snap: CacheSnapshot) -> str:
 def format_cycle(trace: CycleTrace) -> str:
     """The walk-through of one cycle, as plain text."""
     n, k = trace.context_len, trace.k
-    out = [f"=== cycle {trace.cycle}: n = {n} committed tokens, K = {k}, temperature {trace.temperature:g}, "
+    out = [f"=== cycle {trace.cycle + 1}: n = {n} committed tokens, K = {k}, temperature {trace.temperature:g}, "
            f"proposer {trace.proposer} ==="]
     catch = " ".join(f"'{_show(t.text)}'@{t.position}" for t in trace.catch_up)
     if trace.proposer == "feature":
@@ -76,22 +77,20 @@ def format_cycle(trace: CycleTrace) -> str:
         )
     else:
         out.append(f"verify  no proposal: the target ran one plain step over x_n at position {n - 1} -> p_1")
+    result = cycle_outcome(trace)  # the end of the text may have cut the drawn token: never assume it is there
+    final = result.final
+    token = f"'{_show(final.text)}' (id {final.token_id})" if final else "drawn, then cut off by the end of the text"
     if trace.rejected_at is not None:
-        c = trace.corrected_token
-        assert c is not None
         out.append(
-            f"resolve rejection at d{trace.rejected_at}: corrected token '{_show(c.text)}' (id {c.token_id}) "
+            f"resolve rejection at d{trace.rejected_at}: corrected token {token} "
             f"sampled from norm(max(0, p - q)) [top: {_tops(trace.residual_top)}]; no bonus token"
         )
-    else:
-        b = trace.bonus_token
-        if b is not None:
-            out.append(
-                f"resolve all {k} accepted: bonus token '{_show(b.text)}' (id {b.token_id}) "
-                f"sampled from p_{k + 1} [top: {_tops(trace.bonus_top)}]"
-            )
+    elif k:
+        top = _tops(trace.bonus_top)
+        out.append(f"resolve all {k} accepted: bonus token {token} sampled from p_{k + 1} [top: {top}]")
     emitted = " ".join(f"'{_show(t.text)}'({t.kind})" for t in trace.emitted)
-    out.append(f"commit  +{len(trace.emitted)} token(s): {emitted}")
+    cut = f" (the end of the text cut {result.cut} of the {result.drawn} produced)" if result.cut else ""
+    out.append(f"commit  +{len(trace.emitted)} token(s){cut}: {emitted}")
     for role, events in (("target", trace.target_events), ("draft", trace.draft_events)):
         for e in events:
             out.append(f"{role:7s} [{e.phase}] {e.describe()}")

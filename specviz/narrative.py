@@ -36,7 +36,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .trace import CacheEvent, CacheSnapshot, CycleTrace, DraftStep
+from .outcome import FINISH_WORDS, CycleOutcome, DroppedEntry, Truncation, cycle_outcome, dropped_entries, freed_blocks
+from .trace import CacheEvent, CacheSnapshot, CycleTrace, DraftStep, EmittedToken, TokenProb
 from .viz.style import fmt_p
 
 PROPOSER_NAMES = {"draft": "draft model", "feature": "feature head", "lookup": "prompt lookup"}
@@ -191,7 +192,7 @@ def _start(tr: CycleTrace) -> str:
     snap = tr.snapshot("start")
     held = f"positions 0–{n - 2}" if n > 1 else "no position"
     head = (
-        f"**Cycle {tr.cycle} starts** with n = {n} committed tokens (positions 0–{n - 1}). Invariant: the "
+        f"**Cycle {tr.cycle + 1} starts** with n = {n} committed tokens (positions 0–{n - 1}). Invariant: the "
         f"target cache holds K/V for {held} (length **{snap.target.seq_len}** = n−1); the newest "
         f"token x_n at position {n - 1} has no K/V yet. "
     )
@@ -352,89 +353,152 @@ def _test_line(d: DraftStep, greedy: bool) -> str:
 
 
 # ---- resolve --------------------------------------------------------------------------------
+#
+# Resolve and rollback quote the committed tokens, the cut and the dropped positions from the
+# trace (`specviz.outcome`). The textbook counts (j, K+1, K−j+1) are taught next to them, and when
+# the end of the text cut the cycle the text says so instead of repeating the formula.
 
 
 def _resolve(tr: CycleTrace) -> str:
-    n = tr.context_len
+    out = cycle_outcome(tr)
     if tr.k == 0:
-        g = tr.emitted[0] if tr.emitted else None
-        prob = next((tp.prob for tp in tr.bonus_top if g and tp.token_id == g.token_id), None)
-        how = "argmax p_1 (greedy)" if tr.temperature == 0 else "a sample from p_1"
-        return (
-            f"**One generated token.** With no drafts there is neither a corrected nor a bonus token: "
-            f"{_tok(g.text) if g else '?'} is {how}"
-            + (f" (probability {fmt_p(prob)})" if prob is not None else "")
-            + (f", placed at position {g.position}" if g else "")
-            + f" — exactly one step of plain autoregressive decoding. The cycle commits {len(tr.emitted)} token "
-            f"(kind *{g.kind if g else 'generated'}*)."
-        )
-    if tr.rejected_at is not None:
-        j = tr.rejected_at
-        c = tr.corrected_token
-        if tr.temperature == 0:
-            how = f"argmax p_{j} (greedy)"
-        elif tr.proposer == "lookup":
-            how = (
-                f"a sample from the residual norm(max(0, p_{j} − q_{j})) — with a one-hot q_{j} that is p_{j} "
-                f"with d{j} removed, renormalised"
-            )
-        else:
-            how = f"a sample from the residual norm(max(0, p_{j} − q_{j}))"
-        ctext = _tok(c.text) if c else "?"
-        prob = next((tp.prob for tp in tr.residual_top if c and tp.token_id == c.token_id), None)
-        return (
-            f"**Corrected token.** d{j} was rejected, so the corrected token {ctext} is {how}"
-            + (f" (residual probability {fmt_p(prob)})" if prob is not None else "")
-            + f", placed at position {c.position if c else n + j - 1}. **No bonus token** after a rejection. The "
-            f"cycle commits j = {j} token(s): {', '.join(_tok(e.text) + ' (' + e.kind + ')' for e in tr.emitted)}."
-        )
-    b = tr.bonus_token
-    prob = next((tp.prob for tp in tr.bonus_top if b and tp.token_id == b.token_id), None)
+        text = _resolve_plain(tr, out)
+    elif tr.rejected_at is not None:
+        text = _resolve_rejection(tr, out)
+    else:
+        text = _resolve_bonus(tr, out)
+    return text + _commit_line(tr, out) + _finish_at_resolve(out)
+
+
+def _resolve_plain(tr: CycleTrace, out: CycleOutcome) -> str:
+    g = out.final
+    prob = _prob_of(g, tr.bonus_top)
+    how = "argmax p_1 (greedy)" if tr.temperature == 0 else "a sample from p_1"
     return (
-        f"**Bonus token.** All K = {tr.k} drafts were accepted, so one extra token "
-        f"{_tok(b.text) if b else '?'} is sampled from p_{tr.k + 1}"
+        f"**One generated token.** With no drafts there is neither a corrected nor a bonus token: "
+        f"{_tok(g.text) if g else 'the token'} is {how}"
         + (f" (probability {fmt_p(prob)})" if prob is not None else "")
-        + f" — the verify pass computed it for free. The cycle commits K+1 = {tr.k + 1} tokens "
-        + (
-            f"(recorded: {len(tr.emitted)}, positions {tr.emitted[0].position}–{tr.emitted[-1].position})."
-            if tr.emitted
-            else "(recorded: none)."
-        )
+        + (f", placed at position {g.position}" if g else "")
+        + " — exactly one step of plain autoregressive decoding."
     )
+
+
+def _resolve_rejection(tr: CycleTrace, out: CycleOutcome) -> str:
+    j = tr.rejected_at
+    if tr.temperature == 0:
+        how = f"argmax p_{j} (greedy)"
+    elif tr.proposer == "lookup":
+        how = (
+            f"a sample from the residual norm(max(0, p_{j} − q_{j})) — with a one-hot q_{j} that is p_{j} "
+            f"with d{j} removed, renormalised"
+        )
+    else:
+        how = f"a sample from the residual norm(max(0, p_{j} − q_{j}))"
+    c = out.final
+    if c is None:  # drawn, then cut: the trace keeps the residual it came from, not the token
+        return (
+            f"**Corrected token — drawn, then discarded.** d{j} was rejected, so a corrected token was {how}; "
+            f"**no bonus token** after a rejection. But {_cut_reason(tr, out)}, so the corrected token is "
+            "thrown away."
+        )
+    prob = _prob_of(c, tr.residual_top)
+    return (
+        f"**Corrected token.** d{j} was rejected, so the corrected token {_tok(c.text)} is {how}"
+        + (f" (residual probability {fmt_p(prob)})" if prob is not None else "")
+        + f", placed at position {c.position}. **No bonus token** after a rejection."
+    )
+
+
+def _resolve_bonus(tr: CycleTrace, out: CycleOutcome) -> str:
+    k = tr.k
+    b = out.final
+    if b is None:
+        return (
+            f"**Bonus token — drawn, then discarded.** All K = {k} drafts were accepted, so a bonus token was "
+            f"{'taken as argmax' if tr.temperature == 0 else 'sampled from'} p_{k + 1}. But {_cut_reason(tr, out)}, so "
+            + ("the bonus token and the accepted drafts after the cut are" if out.cut_drafts else "the bonus token is")
+            + " thrown away."
+        )
+    prob = _prob_of(b, tr.bonus_top)
+    return (
+        f"**Bonus token.** All K = {k} drafts were accepted, so one extra token {_tok(b.text)} is "
+        f"{'argmax' if tr.temperature == 0 else 'sampled from'} p_{k + 1}"
+        + (f" (probability {fmt_p(prob)})" if prob is not None else "")
+        + f", placed at position {b.position} — the verify pass computed p_{k + 1} for free."
+    )
+
+
+def _cut_reason(tr: CycleTrace, out: CycleOutcome) -> str:
+    """Why the end of the text cut this cycle short, naming the recorded token and position."""
+    last = out.last
+    where = f"position {last.position}" if last else "this cycle"
+    if out.finish_reason == "eos":
+        who = next((f"d{d.index}" for d in tr.drafts if last and d.position == last.position), "the newest token")
+        token = _tok(last.text) if last else ""
+        return f"{who} {token} is the **end-of-text token** (at {where}) and nothing after it is kept"
+    if out.finish_reason == "max_new_tokens":
+        return f"the **max-new-tokens limit** is reached at {where}"
+    if out.finish_reason == "context_full":
+        return f"the **context is full** at {where}"
+    return "the cycle was cut short"
+
+
+def _commit_line(tr: CycleTrace, out: CycleOutcome) -> str:
+    """'The cycle commits m token(s): …' — m counted from the recorded emitted tokens; the textbook
+    count (j after a rejection, K+1 after full acceptance) is named next to it, and when the cut
+    made them differ the sentence says so."""
+    m = len(out.committed)
+    tokens = f"**{m}** token{'s' if m != 1 else ''}"
+    listed = ", ".join(f"{_tok(e.text)} (position {e.position}, {e.kind})" for e in out.committed) or "nothing"
+    if tr.k == 0:
+        count = tokens
+    else:
+        if tr.rejected_at is not None:
+            name, value, parts = "j", tr.rejected_at, f"{tr.rejected_at - 1} accepted + the corrected token"
+        else:
+            name, value, parts = "K+1", tr.k + 1, f"{tr.k} accepted + the bonus token"
+        if out.cut:
+            count = f"{tokens}, not {name} = {value}: the cut removed {out.cut} of the {out.drawn} produced"
+        else:
+            count = f"{name} = {tokens} ({parts})"
+    return f" The cycle commits {count}: {listed}."
+
+
+def _finish_at_resolve(out: CycleOutcome) -> str:
+    """The finish reason, stated where it happens: the cut is made at resolve."""
+    if not out.finish_reason:
+        return ""
+    last = out.last
+    at = f" at position {last.position}" if last else ""
+    return (
+        f"\n\n**Generation finishes with this cycle:** {out.finish_reason} — {FINISH_WORDS[out.finish_reason]}"
+        f"{at}. No further cycle will run."
+    )
+
+
+def _finish_at_rollback(tr: CycleTrace) -> str:
+    if not tr.finish_reason:
+        return ""
+    last = tr.emitted[-1] if tr.emitted else None
+    at = f" at position {last.position}" if last else ""
+    return f"\n\n**Generation finished:** {tr.finish_reason} — {FINISH_WORDS.get(tr.finish_reason, '')}{at}."
+
+
+def _prob_of(token: EmittedToken | None, top: Sequence[TokenProb]) -> float | None:
+    return next((tp.prob for tp in top if token is not None and tp.token_id == token.token_id), None)
 
 
 # ---- rollback -------------------------------------------------------------------------------
 
 
 def _rollback(tr: CycleTrace) -> str:
-    k = tr.k
     before = tr.snapshot("resolve")
     after = tr.snapshot("rollback")
     new_n = tr.context_len + len(tr.emitted)
     t_ev = _events(tr.target_events, "rollback")
-    if k == 0:
-        what = "removes nothing: the one entry the plain step appended belongs to x_n, which is committed"
-    elif tr.rejected_at is not None:
-        j = tr.rejected_at
-        what = (
-            f"drops the K/V of d{j} … d{k} (K−j+1 = {k - j + 1} entries): they belong to tokens that are "
-            f"not in the sequence"
-        )
-    else:
-        what = "removes nothing: every provisional entry belongs to an accepted token"
-    layout = after.target.layout
-    if layout == "paged":
-        mech = (
-            "Under policy **free**, blocks holding only removed positions go back to the pool; the last "
-            "partly filled block keeps stale slots past the new length."
-            if after.target.policy != "keep"
-            else "Under policy **keep** (vLLM v1), blocks stay reserved and the stale slots are simply "
-            "overwritten next cycle."
-        )
-    else:
-        mech = "Contiguous buffer: the write pointer rewinds; stale values stay in memory until overwritten."
-    if k == 0 and not t_ev:
-        mech = ""
+    cuts = dropped_entries(tr, tr.target_events, new_n)
+    what = _target_drop(tr, cuts)
+    mech = _rollback_mechanism(tr, after.target, bool(cuts))
     name = PROPOSER_NAMES.get(tr.proposer, "draft")
     return (
         f"**Rollback & commit.** The target cache goes {before.target.seq_len} → **{after.target.seq_len}**; it "
@@ -455,7 +519,70 @@ def _rollback(tr: CycleTrace) -> str:
             if tr.invariant_max_abs_diff
             else ""
         )
-        + (f"\n\n**Generation finished:** {tr.finish_reason}." if tr.finish_reason else "")
+        + _finish_at_rollback(tr)
+    )
+
+
+_WHY_DROPPED = {
+    "rejected": "rejected",
+    "untested": "never tested",
+    "cut": "accepted, then cut off by the end of the text",
+    "newest": "committed, but now the newest token: its K/V is left for the next verify pass",
+}
+
+
+def _target_drop(tr: CycleTrace, cuts: Sequence[Truncation]) -> str:
+    """What the target's rollback truncation removed, position by position, from its event."""
+    if not cuts:
+        if tr.k == 0:
+            return "removes nothing: the one entry the plain step appended belongs to x_n, which is committed"
+        return "removes nothing: every provisional entry belongs to a committed token"
+    return "; ".join(_drop_sentence(cut, textbook=_textbook(tr, cut)) for cut in cuts)
+
+
+def _drop_sentence(cut: Truncation, textbook: bool = False) -> str:
+    """'drops the K/V of d3 … d5 (positions 46–48: **3** entries) — d3 rejected; d4, d5 never tested'."""
+    names = [e.name for e in cut.entries]
+    span = names[0] if len(names) == 1 else f"{names[0]} … {names[-1]}"
+    lo, hi = cut.length_to, cut.length_from - 1
+    positions = f"position {lo}" if lo == hi else f"positions {lo}–{hi}"
+    entries = f"**{cut.count}** entr{'y' if cut.count == 1 else 'ies'}" + (f", K−j+1 = {cut.count}" if textbook else "")
+    return f"drops the K/V of {span} ({positions}: {entries}) — {_why(cut.entries)}"
+
+
+def _textbook(tr: CycleTrace, cut: Truncation) -> bool:
+    """True when the textbook count K−j+1 is what really happened (a rejection, nothing cut)."""
+    return tr.rejected_at is not None and not tr.finish_reason and cut.count == tr.k - tr.rejected_at + 1
+
+
+def _why(entries: Sequence[DroppedEntry]) -> str:
+    """Group the dropped entries by reason: 'd3 rejected; d4, d5 never tested'."""
+    groups: dict[str, list[str]] = {}
+    for e in entries:
+        groups.setdefault(e.reason, []).append(e.name)
+    return "; ".join(f"{', '.join(names)} {_WHY_DROPPED[reason]}" for reason, names in groups.items())
+
+
+def _rollback_mechanism(tr: CycleTrace, snap: CacheSnapshot, truncated: bool) -> str:
+    """How this layout rolled back, with the blocks freed counted from the recorded events."""
+    if tr.k == 0 and not truncated:
+        return ""
+    if snap.layout != "paged":
+        return "Contiguous buffer: the write pointer rewinds; stale values stay in memory until overwritten."
+    freed = freed_blocks(tr.target_events)
+    if snap.policy == "keep":
+        return (
+            "Under policy **keep** (vLLM v1), blocks stay reserved (no block is freed) and the stale slots are "
+            "simply overwritten next cycle."
+        )
+    returned = (
+        f"{len(freed)} block{'s' if len(freed) != 1 else ''} {list(freed)} went back to the pool"
+        if freed
+        else "no block held only removed positions, so none went back to the pool"
+    )
+    return (
+        f"Under policy **free**, blocks holding only removed positions go back to the pool: {returned}; the "
+        "last partly filled block keeps stale slots past the new length."
     )
 
 
@@ -468,10 +595,18 @@ def _proposer_rollback(
     d_ev = _events(tr.draft_events, "rollback")
     if tr.proposer == "feature":
         return _feature_rollback(tr, before, after, target_len, d_ev)
+    cuts = dropped_entries(tr, tr.draft_events, tr.context_len + len(tr.emitted))
     lag = target_len - after.seq_len
+    if lag > 0 and tr.k > 0:  # only after full acceptance with the bonus committed: d_K was sampled, not fed
+        behind = f" — one short of the target, because d{tr.k} was never fed; it catches up next cycle."
+    elif lag > 0:
+        behind = f" — {lag} behind the target; it catches up next cycle."
+    else:
+        behind = "."
     return (
         f"The draft cache goes {before.seq_len} → **{after.seq_len}**"
-        + (f" — one short of the target, because d{tr.k} was never fed; it catches up next cycle." if lag > 0 else ".")
+        + (": it " + "; ".join(_drop_sentence(cut) for cut in cuts) if cuts else "")
+        + behind
         + (f" Draft: {'; '.join(d_ev)}." if d_ev else "")
     )
 
@@ -487,7 +622,9 @@ def _feature_rollback(
     )
     if hi >= lo:
         # Entry p pairs a feature with the token at p+1: entry p was built for the draft at position p+1.
-        kept = [d for d in tr.drafts if d.verdict == "accepted" and lo <= d.position - 1 <= hi]
+        # Only drafts that stayed committed count: one cut off by the end of the text is gone anyway.
+        n_after = tr.context_len + len(tr.emitted)
+        kept = [d for d in tr.drafts if d.verdict == "accepted" and d.position < n_after and lo <= d.position - 1 <= hi]
         one = lo == hi
         text += (
             f" {_entries(lo, hi).capitalize()} {'was' if one else 'were'} built from the head's own **predicted** "
