@@ -394,3 +394,40 @@ def test_lookup_proposer_reports_one_hot_q():
     assert "positions 0..1" in drafts.note
     empty = proposer.propose([1, 2, 3], 3, never, False, torch.Generator())
     assert empty.tokens == [] and empty.probs == [] and "no proposal" in empty.note
+
+
+# -- adaptive K (draft_confidence) -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("proposer", ["draft", "feature"])
+def test_adaptive_k_stops_early_and_stays_exact(proposer):
+    """With a confidence threshold the proposer drafts fewer than K tokens when its own top
+    probability drops (never fewer than one); greedy output and every cache stay exact."""
+    pair = greedy_pair("llama")
+    shortened = {}
+    for threshold in (0.0, 0.9):
+        cfg = DecodeConfig(k=6, temperature=0, proposer=proposer, draft_confidence=threshold, max_new_tokens=NEW)
+        dec = SpeculativeDecoder(pair, cfg)
+        dec.start(PROMPT)
+        ks, allowed = [], []
+        while not dec.finished:
+            trace = dec.step()
+            remaining = NEW - (trace.context_len - len(PROMPT))
+            allowed.append(max(1, min(6, remaining - 1)))  # the engine's clamp near max_new_tokens
+            ks.append(trace.k)
+            assert_invariant(dec)
+        assert dec.committed == list(greedy_reference("llama"))
+        assert all(1 <= k <= a for k, a in zip(ks, allowed))
+        shortened[threshold] = sum(k < a for k, a in zip(ks, allowed))
+    assert shortened[0.0] == 0  # off: always the full (clamped) K
+    assert shortened[0.9] > 0, shortened
+
+
+def test_adaptive_k_is_a_live_setting_with_range_checks(pair):
+    dec = SpeculativeDecoder(pair, DecodeConfig(k=4, temperature=0))
+    dec.start(PROMPT)
+    dec.update_config(dec.config.replace(draft_confidence=0.5))  # live: no restart needed
+    assert dec.step().k >= 1
+    for bad in (-0.1, 1.0, float("nan")):
+        with pytest.raises(ConfigError, match="draft_confidence"):
+            DecodeConfig(draft_confidence=bad)
