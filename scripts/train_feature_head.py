@@ -305,6 +305,12 @@ def cmd_card(args: argparse.Namespace) -> None:
     ]
     if pr:
         k = pr["quality_k"]
+        rate = {p: (pr["greedy"].get(f"{p}_K{k}_T0") or {}).get("acceptance_rate") or 0.0 for p in ("draft", "feature")}
+        info["preferred_over_draft"] = rate["feature"] > rate["draft"]
+        meta["info"] = info
+        (args.out / "config.json").write_text(json.dumps(meta, indent=1))  # preferred_proposer() reads this
+        lines += [f"The app and CLI open on the {'feature head' if info['preferred_over_draft'] else 'draft model'}: "
+                  f"T=0 acceptance at K={k} {rate['feature']:.3f} (head) vs {rate['draft']:.3f} (draft).", ""]
         lines += [f"## Measured (held-out prompts, `docs/benchmarks.md`, K={k})", "",
                   "| proposer | T=0 acceptance | T=0 tokens/cycle | T=1 α | c (draft step ÷ target step) |",
                   "|---|---:|---:|---:|---:|"]

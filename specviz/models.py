@@ -641,10 +641,11 @@ def attach_feature_head(pair: ModelPair, head: Any) -> ModelPair:
 
 
 def preferred_proposer(pair: ModelPair) -> str:
-    """The proposer the app and CLI open on: the trained feature head when the pair has one (on
-    the default pair it is the better learned proposer, see docs/benchmarks.md), else the draft."""
+    """The proposer the app and CLI open on: the feature head when the pair carries one whose
+    model card records that it beat the pair's draft model on held-out prompts (T=0 acceptance
+    at K=4, written by `scripts/train_feature_head.py card` from docs/benchmarks.json), else the draft."""
     head = pair.feature_head
-    return "feature" if head is not None and head.info.get("trained") else "draft"
+    return "feature" if head is not None and head.info.get("preferred_over_draft") else "draft"
 
 
 def default_feature_head_dir() -> Path:
