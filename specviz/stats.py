@@ -16,6 +16,19 @@ traces' timings; `measured_speedup` compares the traces' wall time per token wit
 autoregressive run of the same target. Cycles forced by what-if mode are excluded: their
 outcomes were not decided by the acceptance test.
 
+The textbook formula counts a verify pass over K+1 tokens as one plain decoding step. On a CPU it
+costs more, and every cycle also pays for bookkeeping the formula leaves out (the acceptance tests,
+resolve, rollback, and here the snapshots the views draw). `pass_costs` measures each piece in
+units of one plain autoregressive step of the same target: the verify cost v(K) = verify ms ÷ plain
+ms/token (docs/design.md §1, "Expected gain"; `bench/theory.py` uses the same v(K)). The speedup
+then decomposes exactly, one factor at a time:
+
+    textbook  E / (K·c + 1)  →  measured pass costs  E / (draft + v(K))
+              →  + bookkeeping  E / (draft + v(K) + other)  →  this run's tokens  E_run / (same)
+
+and the last value *is* the measured speedup, because the measured time per cycle is the sum of
+those pieces. `cycle_costs` lists the same pieces per cycle for the time bar.
+
 A cycle with no proposal (k = 0: prompt lookup found no match) is a plain target step: it tests
 nothing, so it leaves α alone and stays out of the accepted-length histogram, but it counts as a
 cycle that committed one token. The theory then mixes the two kinds of cycle by their measured
@@ -129,6 +142,82 @@ def cost_ratio(traces: Sequence[CycleTrace]) -> float | None:
     return (draft / forwards) / (verify / len(traces))
 
 
+BOOKKEEPING_PHASES = ("accept", "resolve", "rollback")  # cheap next to the passes, but never free
+
+
+@dataclass(frozen=True)
+class CycleCost:
+    """Where one cycle's wall time went, in ms (from `CycleTrace.timings_ms`)."""
+
+    number: int  # the cycle as people count it: from 1
+    draft_ms: float  # the proposer's passes: catch-up and drafting
+    verify_ms: float  # the target's one pass over [x_n, d_1 … d_K]
+    bookkeeping_ms: float  # acceptance tests, resolve, rollback (and the snapshots of each phase)
+    check_ms: float  # the optional invariant check: not decoding, but it was timed with the cycle
+    tokens: int  # committed by the cycle
+    forced: bool  # what-if: shown, but left out of every statistic
+
+    @property
+    def total_ms(self) -> float:
+        return self.draft_ms + self.verify_ms + self.bookkeeping_ms + self.check_ms
+
+
+def cycle_costs(traces: Sequence[CycleTrace]) -> list[CycleCost]:
+    """One `CycleCost` per trace, forced cycles included (marked)."""
+    return [
+        CycleCost(
+            number=t.cycle + 1,
+            draft_ms=t.timings_ms.get("draft", 0.0),
+            verify_ms=t.timings_ms.get("verify", 0.0),
+            bookkeeping_ms=sum(t.timings_ms.get(p, 0.0) for p in BOOKKEEPING_PHASES),
+            check_ms=t.timings_ms.get("invariant_check", 0.0),
+            tokens=len(t.emitted),
+            forced=t.forced,
+        )
+        for t in traces
+    ]
+
+
+@dataclass(frozen=True)
+class PassCosts:
+    """The mean cost of one cycle's pieces, in plain autoregressive steps of the same target.
+
+    `verify` is v(K): 1.0 would mean a verify pass over K+1 tokens costs one plain step, the
+    textbook's assumption; `draft` is K·c measured the same way."""
+
+    draft: float
+    verify: float
+    bookkeeping: float
+    check: float
+    plain_ms_per_token: float
+
+    @property
+    def passes(self) -> float:
+        return self.draft + self.verify
+
+    @property
+    def total(self) -> float:
+        return self.draft + self.verify + self.bookkeeping + self.check
+
+
+def pass_costs(traces: Sequence[CycleTrace], baseline_ms_per_token: float | None) -> PassCosts | None:
+    """Mean per-cycle costs of the exact (not forced) cycles ÷ the plain ms/token; None without a baseline."""
+    costs = [c for c in cycle_costs(traces) if not c.forced]
+    if not costs or not baseline_ms_per_token or baseline_ms_per_token <= 0:
+        return None
+
+    def steps(ms: Sequence[float]) -> float:
+        return sum(ms) / len(costs) / baseline_ms_per_token
+
+    return PassCosts(
+        draft=steps([c.draft_ms for c in costs]),
+        verify=steps([c.verify_ms for c in costs]),
+        bookkeeping=steps([c.bookkeeping_ms for c in costs]),
+        check=steps([c.check_ms for c in costs]),
+        plain_ms_per_token=baseline_ms_per_token,
+    )
+
+
 @dataclass(frozen=True)
 class SpeedupReport:
     alpha: float
@@ -136,10 +225,19 @@ class SpeedupReport:
     c: float | None
     expected_tokens_per_cycle: float
     measured_tokens_per_cycle: float
-    theoretical_speedup: float | None
+    theoretical_speedup: float | None  # the textbook: a verify pass costs one plain step
     spec_ms_per_token: float
     baseline_ms_per_token: float | None
     measured_speedup: float | None
+    # With a baseline: the measured costs in plain steps, and the theory re-evaluated with them.
+    costs: PassCosts | None = None
+    theory_with_pass_costs: float | None = None  # E / (draft + v(K))
+    theory_with_bookkeeping: float | None = None  # E / (draft + v(K) + bookkeeping + check)
+
+    @property
+    def verify_cost(self) -> float | None:
+        """v(K): the measured verify pass in plain autoregressive steps."""
+        return self.costs.verify if self.costs else None
 
 
 def measured_speedup(traces: Sequence[CycleTrace], baseline_ms_per_token: float | None) -> SpeedupReport:
@@ -157,6 +255,7 @@ def measured_speedup(traces: Sequence[CycleTrace], baseline_ms_per_token: float 
     spec_ms = sum(cycle_ms(t) for t in used)
     spec_per_token = spec_ms / st.tokens if st.tokens else 0.0
     measured = baseline_ms_per_token / spec_per_token if baseline_ms_per_token and spec_per_token > 0 else None
+    costs = pass_costs(used, baseline_ms_per_token)
     return SpeedupReport(
         alpha=st.alpha,
         k=st.mean_k,
@@ -167,6 +266,9 @@ def measured_speedup(traces: Sequence[CycleTrace], baseline_ms_per_token: float 
         spec_ms_per_token=spec_per_token,
         baseline_ms_per_token=baseline_ms_per_token,
         measured_speedup=measured,
+        costs=costs,
+        theory_with_pass_costs=expected / costs.passes if costs and costs.passes > 0 and used else None,
+        theory_with_bookkeeping=expected / costs.total if costs and costs.total > 0 and used else None,
     )
 
 
@@ -176,7 +278,7 @@ def cycle_rows(traces: Sequence[CycleTrace]) -> list[dict[str, object]]:
     for t in traces:
         rows.append(
             {
-                "cycle": t.cycle,
+                "cycle": t.cycle + 1,  # numbered from 1 wherever a person reads it
                 "n": t.context_len,
                 "proposer": t.proposer,
                 "K": t.k,
@@ -186,7 +288,7 @@ def cycle_rows(traces: Sequence[CycleTrace]) -> list[dict[str, object]]:
                 "committed": "".join(e.text for e in t.emitted),
                 "last token": t.emitted[-1].kind if t.emitted else "—",
                 "note": "no proposal: plain target step" if t.k == 0 else "",
-                "forced": "what-if" if t.forced else "",
+                "forced": "what-if: not in the statistics" if t.forced else "",
                 "ms": round(cycle_ms(t), 1),
             }
         )

@@ -11,6 +11,7 @@ and the finish reason (which must appear at resolve and rollback only).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from collections.abc import Callable
@@ -241,3 +242,17 @@ def test_cli_walkthrough_survives_a_cut_corrected_token():
     assert text.startswith(f"=== cycle {tr.cycle + 1}:")
     assert "corrected token drawn, then cut off by the end of the text" in text
     assert f"commit  +{len(tr.emitted)} token(s) (the end of the text cut 1 of the {tr.rejected_at} produced)" in text
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_status_line_tells_the_finish_only_where_it_happens(name):
+    tr = case(name)
+    earlier = [dataclasses.replace(tr, cycle=i, finish_reason=None) for i in range(tr.cycle)]
+    traces = [*earlier, tr]
+    for phase in CYCLE_PHASES:
+        line = narrative.status_markdown(len(PROMPT), traces, tr.cycle, phase, "draft model")
+        assert line.startswith(f"cycle **{tr.cycle + 1}** of {len(traces)}")
+        told = f"**finished: {tr.finish_reason}** at position {tr.emitted[-1].position}" in line
+        assert told == (phase in ("resolve", "rollback")), (phase, line)
+    for phase in CYCLE_PHASES if earlier else ():  # an earlier cycle never tells the end
+        assert "finished" not in narrative.status_markdown(len(PROMPT), traces, 0, phase, "draft model")

@@ -378,7 +378,7 @@ def kv_figure_from_frames(
         and the phase's events line (the frames replace exactly these three)."""
         snap = frame.snapshot
         title = PHASE_TITLES.get(frame.phase, frame.phase)
-        cyc = f"Cycle {cycle} · " if cycle is not None else ""
+        cyc = f"Cycle {cycle + 1} · " if cycle is not None else ""  # 0-based in the trace, from 1 on screen
         if d_grid is not None:
             right = _panel_header(_summary(PANEL_TITLES.get(proposer, "Draft cache"), snap.draft, entries), x=0.53)
             second = f"{short}: {esc(frame.draft_events)}"

@@ -8,6 +8,10 @@ temperature > 0 it is often not the top cell.
 Who proposed changes what q_i is (DESIGN §1b): a draft model's or a feature head's softmax, or,
 for prompt lookup, a one-hot q on the copied token (one row, q = 1: a copy is not a sample). A
 cycle with no proposal (k = 0) gets an empty figure that says why, in the proposer's words.
+
+At temperature 0 every processed q_i is one-hot on the proposer's argmax, so each column is a
+single cell with q = 1. That is not the proposer being certain: greedy decoding *makes* q one-hot.
+The title and subtitle say so, so that "q = 1.00 everywhere" is not read as confidence.
 """
 
 from __future__ import annotations
@@ -22,6 +26,10 @@ SUBTITLES = {
     "feature": "top {n} of each q_i from the feature head (K = {k}); the sampled token is outlined",
     "lookup": "prompt lookup copies tokens from the context (K = {k}): each q_i is one-hot, q = 1 on d_i",
 }
+GREEDY_SUBTITLE = (
+    "greedy decoding (T = 0) makes each q_i one-hot: q = 1 on the proposer's argmax d_i and 0 elsewhere "
+    "(K = {k}) — q = 1 here is the rule, not confidence"
+)
 
 
 def proposals_figure(trace: CycleTrace, top_n: int = 6) -> go.Figure:
@@ -81,13 +89,10 @@ def proposals_figure(trace: CycleTrace, top_n: int = 6) -> go.Figure:
             hovertemplate="%{text}<extra></extra>",
         )
     )
-    fig.update_layout(
-        **base_layout(
-            "Draft proposals: d_i ~ q_i",
-            110 + 44 * n_rows,
-            SUBTITLES.get(trace.proposer, SUBTITLES["draft"]).format(n=top_n, k=k),
-        )
-    )
+    greedy = trace.temperature == 0 and trace.proposer != "lookup"  # lookup's q is one-hot at any T
+    title = "Draft proposals: d_i = argmax q_i (greedy, one-hot q)" if greedy else "Draft proposals: d_i ~ q_i"
+    subtitle = GREEDY_SUBTITLE if greedy else SUBTITLES.get(trace.proposer, SUBTITLES["draft"])
+    fig.update_layout(**base_layout(title, 110 + 44 * n_rows, subtitle.format(n=top_n, k=k)))
     fig.update_xaxes(
         tickmode="array",
         tickvals=list(range(k)),

@@ -8,6 +8,16 @@
 
 Cycles with no proposal (k = 0, prompt lookup without a match) test nothing: they are left out of
 the histogram and counted in the title as plain target steps (see `specviz.stats`).
+
+* speedup: the textbook prediction, the same formula with the measured verify cost v(K), then with
+  the per-cycle bookkeeping too, and the measurement — each bar one measured factor away from the
+  previous one (`stats.SpeedupReport`), so a measurement below the textbook is explained, not just
+  shown;
+* time per cycle: each cycle's wall time split into the proposer's passes, the target's one verify
+  pass and the bookkeeping, next to what plain decoding would have spent on the same tokens.
+
+Every axis that counts something starts at zero, and cycles are numbered from 1. Forced (what-if)
+cycles are drawn hatched in the time bar and left out of every statistic.
 """
 
 from __future__ import annotations
@@ -15,8 +25,8 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..stats import AcceptanceStats, SpeedupReport, expected_tokens_per_cycle
-from .style import KIND_COLORS, TARGET_COLOR, base_layout
+from ..stats import AcceptanceStats, CycleCost, SpeedupReport, expected_tokens_per_cycle
+from .style import DRAFT_COLOR, KIND_COLORS, TARGET_COLOR, base_layout
 
 
 def stats_figure(st: AcceptanceStats, report: SpeedupReport | None = None) -> go.Figure:
@@ -99,22 +109,33 @@ def stats_figure(st: AcceptanceStats, report: SpeedupReport | None = None) -> go
     if st.forced_cycles:
         title += f" · {st.forced_cycles} forced (what-if) cycle(s) excluded"
     fig.update_layout(**base_layout(title, 330))
-    fig.update_xaxes(title_text="accepted", dtick=1, row=1, col=1)
+    fig.update_xaxes(title_text="accepted", dtick=1, rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(title_text="cycles", rangemode="tozero", row=1, col=1)
     fig.update_yaxes(range=[0, 1.15], row=1, col=2)
-    fig.update_xaxes(title_text="K", row=1, col=3)
+    fig.update_xaxes(title_text="K", rangemode="tozero", row=1, col=3)
+    fig.update_yaxes(title_text="tokens per cycle", rangemode="tozero", row=1, col=3)
     fig.update_layout(legend=dict(x=1, xanchor="right", y=0.02, yanchor="bottom"))
     fig.update_yaxes(gridcolor="#eef0f4")
     return fig
 
 
+SPEEDUP_BARS = (
+    ("textbook theory", "theoretical_speedup", "#9ca3af"),
+    ("theory with measured v(K)", "theory_with_pass_costs", "#6b7280"),
+    ("+ bookkeeping", "theory_with_bookkeeping", "#4b5563"),
+    ("measured vs autoregressive", "measured_speedup", KIND_COLORS["accepted"]),
+)
+
+
 def speedup_figure(report: SpeedupReport) -> go.Figure:
-    names = ["theory (Leviathan)", "measured vs autoregressive"]
-    vals = [report.theoretical_speedup, report.measured_speedup]
+    """The textbook prediction, re-evaluated with each measured cost in turn, then the measurement."""
+    names = [name for name, _, _ in SPEEDUP_BARS]
+    vals = [getattr(report, attr) for _, attr, _ in SPEEDUP_BARS]
     fig = go.Figure(
         go.Bar(
             x=names,
             y=vals,
-            marker_color=["#9ca3af", KIND_COLORS["accepted"]],
+            marker_color=[color for _, _, color in SPEEDUP_BARS],
             text=[f"{v:.2f}×" if v is not None else "run the baseline" for v in vals],
             textposition="outside",
             cliponaxis=False,
@@ -122,7 +143,60 @@ def speedup_figure(report: SpeedupReport) -> go.Figure:
     )
     fig.add_hline(y=1.0, line_dash="dot", line_color="#e45756", annotation_text="no speedup")
     c = f"{report.c:.3f}" if report.c is not None else "?"
-    fig.update_layout(**base_layout(f"Speedup · α = {report.alpha:.2f}, K ≈ {report.k:.1f}, c = {c}", 300))
+    v = f"{report.verify_cost:.2f}" if report.verify_cost is not None else "? (baseline)"
+    title = f"Speedup · α = {report.alpha:.2f}, K ≈ {report.k:.1f}, c = {c}, v(K) = {v}"
+    fig.update_layout(**base_layout(title, 300, "v(K): one verify pass over K+1 tokens, in plain decoding steps"))
     fig.update_layout(showlegend=False)
     fig.update_yaxes(title="× faster", rangemode="tozero", gridcolor="#eef0f4")
+    return fig
+
+
+# (label, CycleCost attribute, colour): the stacked pieces of one cycle's time.
+TIME_PARTS = (
+    ("proposer passes (draft)", "draft_ms", DRAFT_COLOR),
+    ("target verify pass", "verify_ms", TARGET_COLOR),
+    ("bookkeeping (accept, resolve, rollback)", "bookkeeping_ms", "#9ca3af"),
+    ("invariant check", "check_ms", "#d1d5db"),
+)
+
+
+def cycle_time_figure(costs: list[CycleCost], plain_ms_per_token: float | None = None) -> go.Figure:
+    """One stacked bar per cycle (numbered from 1): where its wall time went.
+
+    With a baseline, a marker shows what plain decoding would have spent on the tokens the cycle
+    committed: a bar below its marker is a cycle that beat plain decoding. Forced (what-if) cycles
+    are hatched and labelled; they stay out of the statistics."""
+    labels = [f"{c.number}" + (" what-if" if c.forced else "") for c in costs]
+    fig = go.Figure()
+    for name, attr, color in TIME_PARTS:
+        ys = [getattr(c, attr) for c in costs]
+        if attr == "check_ms" and not any(ys):
+            continue  # the check was off: no empty legend entry
+        fig.add_trace(
+            go.Bar(
+                x=labels,
+                y=ys,
+                name=name,
+                marker=dict(color=color, pattern=dict(shape=["/" if c.forced else "" for c in costs])),
+                hovertemplate=f"cycle %{{x}} · {name}: %{{y:.1f}} ms<extra></extra>",
+            )
+        )
+    if plain_ms_per_token:
+        fig.add_trace(
+            go.Scatter(
+                x=labels,
+                y=[c.tokens * plain_ms_per_token for c in costs],
+                mode="markers",
+                name="plain decoding, same tokens",
+                marker=dict(symbol="line-ew-open", size=26, line=dict(width=3, color="#111827")),
+                hovertemplate="cycle %{x}: plain decoding would take %{y:.1f} ms<extra></extra>",
+            )
+        )
+    forced = sum(c.forced for c in costs)
+    subtitle = "one verify pass vs the proposer's passes; a bar under its marker beat plain decoding"
+    if forced:
+        subtitle += f" · {forced} hatched what-if cycle(s): not in the statistics"
+    fig.update_layout(**base_layout("Time per cycle", 280, subtitle), barmode="stack")
+    fig.update_xaxes(title_text="cycle", type="category")
+    fig.update_yaxes(title_text="ms", rangemode="tozero", gridcolor="#eef0f4")
     return fig

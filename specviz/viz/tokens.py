@@ -8,6 +8,9 @@ tested, because an earlier draft was rejected). Hovering a chip shows its id, po
 probabilities. A cycle with no proposal (k = 0) shows no pending chips: its one token is
 *generated* from p_1 by a plain target step.
 
+Tokens of a forced (what-if) cycle carry a dashed purple underline, a "what-if" line in their
+hover text and a legend entry: their values were not decided by the acceptance test.
+
 This view is HTML rather than plotly: text has to wrap like text.
 """
 
@@ -29,6 +32,11 @@ class Chip:
     position: int
     kind: str  # prompt / accepted / corrected / bonus / generated / pending / rejected / untested
     tooltip: str
+    forced: bool = False  # from a what-if cycle: outcomes forced, not decided by the test
+
+
+FORCED_NOTE = " · WHAT-IF cycle: outcomes forced, not exact"
+FORCED_STYLE = ";border-bottom:2px dashed #7c3aed"
 
 
 def strip_chips(
@@ -63,23 +71,24 @@ def strip_chips(
 
 
 def _emitted_chip(tr: CycleTrace, token_id: int, text: str, position: int, kind: str) -> Chip:
-    tip = f"{kind} token {token_id} · position {position} · cycle {tr.cycle}"
+    tip = f"{kind} token {token_id} · position {position} · cycle {tr.cycle + 1}"
     if kind == "generated":
         tip += " · no proposal: a plain target step"
     for d in tr.drafts:
         if d.position == position and d.token_id == token_id and kind == "accepted":
             tip += f" · q={d.draft_prob:.3f} p={d.target_prob:.3f}"
-    return Chip(token_id, text, position, kind, tip)
+    return Chip(token_id, text, position, kind, tip + (FORCED_NOTE if tr.forced else ""), tr.forced)
 
 
 def _draft_chip(d, kind: str, revealed: bool) -> Chip:  # d: DraftStep
     tip = f"draft d{d.index} · token {d.token_id} · position {d.position} · q={d.draft_prob:.3f}"
+    forced = revealed and d.forced  # only once the verdicts are shown: before, it would give them away
     if revealed:
         tip += f" · p={d.target_prob:.3f} · min(1,p/q)={d.ratio:.3f}"
         if d.u is not None:
             tip += f" · u={d.u:.3f}"
-        tip += f" · {d.verdict}"
-    return Chip(d.token_id, d.text, d.position, kind, tip)
+        tip += f" · {d.verdict}" + (" (forced)" if d.forced else "")
+    return Chip(d.token_id, d.text, d.position, kind, tip + (FORCED_NOTE if forced else ""), forced)
 
 
 _LEGEND = (
@@ -117,6 +126,11 @@ def strip_html(chips: Sequence[Chip], max_prompt_chips: int = 400) -> str:
         f"height:10px;border-radius:2px;background:{KIND_COLORS[k]};margin-right:4px'></span>{esc_attr(name)}</span>"
         for k, name in _LEGEND
     )
+    if any(c.forced for c in chips):
+        legend += (
+            f" <span style='display:inline-block;margin-right:10px'><span style='display:inline-block;width:10px;"
+            f"height:10px{FORCED_STYLE};margin-right:4px'></span>what-if (forced) cycle</span>"
+        )
     parts.append(f"<div style='font-size:12px;color:#4b5563;margin-top:4px'>{legend}</div>")
     return "".join(parts)
 
@@ -137,4 +151,6 @@ def _chip_html(c: Chip) -> str:
         style += ";text-decoration:line-through"
     if c.kind == "prompt":
         style += ";color:#374151"
+    if c.forced:
+        style += FORCED_STYLE
     return f"<span title='{esc_attr(c.tooltip)}' style='{style}'>{text}</span>"

@@ -1,0 +1,96 @@
+"""What-if mode, scoped: force ONE cycle's verdicts, and never end the text by surprise.
+
+What-if mode (`DecodeConfig.forced_outcomes`, docs/design.md §1) overrides chosen acceptance tests
+to stage a scenario for a class. It breaks exactness on purpose, so the app keeps it on a short
+leash:
+
+* **One cycle.** The app forces the next cycle only; afterwards the decoder's forced outcomes are
+  cleared (`exact_again`) and exact decoding resumes.
+* **Forcing stops at an end-of-text draft.** Forcing d_i to be accepted when d_i is the
+  end-of-text token would end the whole generation — a side effect nobody asked for when they
+  ticked "accept d1–d3". So from the first end-of-text draft on, the real test decides: the
+  outcomes forced *before* it still apply, and if the target itself accepts the end-of-text token
+  the text ends exactly as plain decoding would have let it.
+
+The engine applies forced outcomes inside `step()`, before anyone sees the drafts. So
+`forced_step` runs the forced cycle on a `fork()` of the decoder first (caches and random streams
+copied, so the fork drafts exactly what the decoder would). If no forced acceptance hit an
+end-of-text draft, the fork *is* the result and becomes the decoder. Otherwise the cycle is run
+on the untouched decoder again with the forcing cut before that draft. (An engine that skipped
+forcing at end-of-text drafts itself would need neither the fork nor the rerun.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .trace import CycleTrace
+
+Forced = tuple[tuple[int, bool], ...]
+
+
+@dataclass(frozen=True)
+class ForcedStep:
+    """The outcome of one forced cycle."""
+
+    decoder: Any  # the decoder to keep using (a SpeculativeDecoder: the fork, or the original)
+    trace: CycleTrace
+    stopped_at: int | None = None  # the end-of-text draft where forcing stopped, if it had to
+
+
+def forced_eos_acceptance(trace: CycleTrace, eos_ids: frozenset[int] | set[int]) -> int | None:
+    """The index of the first end-of-text draft whose acceptance was forced, or None."""
+    return next((d.index for d in trace.drafts if d.forced and d.verdict == "accepted" and d.token_id in eos_ids), None)
+
+
+def forcing_before(forced: Forced, index: int) -> Forced:
+    """Only the forced outcomes of drafts before `index`: the real test decides from there on."""
+    return tuple((i, accept) for i, accept in forced if i < index)
+
+
+def forced_step(dec: Any) -> ForcedStep:
+    """Run one cycle with the decoder's forced outcomes, never letting a forced acceptance of an
+    end-of-text draft end the text. Without forced outcomes this is just `dec.step()`."""
+    forced: Forced = tuple(dec.config.forced_outcomes)
+    if not forced:
+        return ForcedStep(dec, dec.step())
+    trial = dec.fork()  # an exact copy: it proposes the same drafts the decoder would
+    trace = trial.step()
+    eos_at = forced_eos_acceptance(trace, set(dec.eos_ids))
+    if eos_at is None:
+        return ForcedStep(trial, trace)
+    dec.update_config(dec.config.replace(forced_outcomes=forcing_before(forced, eos_at)))
+    try:
+        trace = dec.step()
+    finally:
+        dec.update_config(dec.config.replace(forced_outcomes=forced))
+    return ForcedStep(dec, trace, stopped_at=eos_at)
+
+
+def exact_again(dec: Any) -> None:
+    """Clear the decoder's forced outcomes: the next cycle is exact again."""
+    if dec.config.forced_outcomes:
+        dec.update_config(dec.config.replace(forced_outcomes=()))
+
+
+def notices(result: ForcedStep, forced: Forced) -> tuple[str, ...]:
+    """What a forced cycle did, and that what-if is over: shown once, right after the click."""
+    tr = result.trace
+    wanted = ", ".join(f"d{i} {'accept' if ok else 'reject'}" for i, ok in forced)
+    notes = [
+        f"What-if applied to cycle {tr.cycle + 1} only ({wanted}). Exact decoding resumes with the next cycle: "
+        "the what-if toggle has switched itself off. This cycle is marked as forced and left out of the statistics."
+    ]
+    if result.stopped_at is not None:
+        e = result.stopped_at
+        verdict = tr.drafts[e - 1].verdict
+        if verdict == "accepted":
+            then = "the target itself accepted it, so the text ends here — exactly as plain decoding would have let it"
+        else:
+            then = f"the test {'rejected' if verdict == 'rejected' else 'did not reach'} it, so the text goes on"
+        notes.append(
+            f"d{e} is the end-of-text token, so forcing stopped there: d{e} and the drafts after it got the real "
+            f"test (a forced acceptance would have ended the whole text). Here {then}."
+        )
+    return tuple(notes)
