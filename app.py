@@ -4,6 +4,7 @@
     SPECVIZ_PAIR=tiny streamlit run app.py   # a tiny random pair: instant start, for tests and dev
     SPECVIZ_PAIR=custom SPECVIZ_TARGET=dir-or-id SPECVIZ_DRAFT=dir-or-id streamlit run app.py
     SPECVIZ_THREADS=N                        # torch threads (default: 1 on machines with <= 2 cores)
+    SPECVIZ_TINY_EOS=1                       # the tiny pair can emit end-of-text (tests of how a text ends)
 
 This file is Streamlit only: layout, widgets, session state and cached model loading. All math
 lives in the engine (`specviz.SpeculativeDecoder` computes a whole cycle per `step()` and returns
@@ -19,6 +20,11 @@ arriving mid-step) never leaves a half-updated state. The model pair is loaded o
 (a `st.cache_resource` store) and shared read-only by all browser sessions; each session has its
 own decoder, caches and history. Streamlit settings (fast reruns off, theme) live in
 `.streamlit/config.toml`.
+
+What-if mode is scoped (`specviz.whatif`): it forces the next cycle only, then the toggle switches
+itself off with a note; forcing stops at an end-of-text draft, so it never ends the text by
+surprise; forced cycles are marked in every view and left out of the statistics. Reset asks before
+it clears recorded cycles. Cycles are numbered from 1 on screen (0-based in the traces).
 """
 
 from __future__ import annotations
@@ -35,12 +41,12 @@ from typing import Any
 import streamlit as st
 
 import specviz
-from specviz import narrative
+from specviz import narrative, whatif
 from specviz.config import DecodeConfig
 from specviz.errors import SpecvizError
 from specviz.lab import LabResult, run_exactness_lab
 from specviz.models import preferred_proposer
-from specviz.stats import acceptance_stats, cycle_rows, measured_speedup
+from specviz.stats import acceptance_stats, cycle_costs, cycle_rows, measured_speedup
 from specviz.trace import CYCLE_PHASES, CacheSnapshot, CycleTrace, traces_to_json
 from specviz.viz import acceptance, distributions, exactness, kv, proposals, statistics, tokens
 from specviz.viz.style import PHASE_TITLES
@@ -106,12 +112,13 @@ MAX_PAIRS = 3  # loaded pairs kept in memory; the oldest is dropped first
 
 def load_pair_cached(kind: str, target: str = "", draft: str = "", progress: Any = None) -> Any:
     store = _pair_store()
-    key = (kind, target, draft)
+    tiny_eos = kind == "tiny" and os.environ.get("SPECVIZ_TINY_EOS") == "1"
+    key = (kind, target, draft, tiny_eos)
     with store["lock"]:
         pairs: dict = store["pairs"]
         if key not in pairs:
             if kind == "tiny":
-                pair = specviz.build_tiny_pair(seed=0)
+                pair = specviz.build_tiny_pair(seed=0, with_eos=tiny_eos)
             elif kind == "default":
                 pair = specviz.load_default_pair(progress=progress)
             else:
@@ -193,15 +200,25 @@ def sync_config(sess: Session, cfg: DecodeConfig) -> None:
 
 
 def compute_cycle(sess: Session) -> Session:
-    """Run one real cycle; returns the new session showing its draft phase."""
+    """Run one real cycle; returns the new session showing its draft phase.
+
+    Forced outcomes (what-if) apply to this one cycle only: `whatif.forced_step` keeps a forced
+    acceptance from ending the text at an end-of-text draft, and afterwards the decoder is exact
+    again. The notice says what was forced and that exact decoding resumes."""
     if sess.dec.finished:
         raise specviz.DecodingFinishedError(
             f"Generation has finished ({sess.dec.finish_reason}). Press Reset or change the prompt to start again."
         )
-    tr = sess.dec.step()
-    traces = (*sess.traces, tr)
+    forced = sess.dec.config.forced_outcomes
+    try:
+        result = whatif.forced_step(sess.dec)
+    finally:
+        whatif.exact_again(sess.dec)  # also when the step failed: forcing never outlives its one cycle
+    whatif.exact_again(result.decoder)
+    traces = (*sess.traces, result.trace)
     step = PHASES_PER_CYCLE * (len(traces) - 1) + 1
-    return dataclasses.replace(sess, traces=traces, revealed=step, view=step)
+    notices = whatif.notices(result, forced) if forced else ()
+    return dataclasses.replace(sess, dec=result.decoder, traces=traces, revealed=step, view=step, notices=notices)
 
 
 def advance_phase(sess: Session) -> Session:
@@ -349,15 +366,17 @@ def _whatif_controls() -> bool:
         "What-if (teaching) mode", icon=":material/science:", expanded=st.session_state.get("whatif", False)
     ):
         st.caption(
-            "Force the outcome of chosen acceptance tests to stage a scenario. **This breaks "
-            "exactness**: forced cycles are marked and left out of the statistics."
+            "Force the outcome of chosen acceptance tests in the **next cycle only**, to stage a scenario. "
+            "**This breaks exactness**: forced cycles are marked in every view and left out of the statistics. "
+            "After that one cycle the toggle switches itself off and decoding is exact again. Forcing stops at "
+            "an end-of-text draft — from there the real test decides — so a forced acceptance never ends the text."
         )
-        on = st.toggle("Force outcomes (breaks exactness)", key="whatif")
+        on = st.toggle("Force outcomes in the next cycle (breaks exactness)", key="whatif")
         positions = list(range(1, 17))
         st.multiselect("Force accept at draft positions", positions, key="force_accept", disabled=not on)
         st.multiselect("Force reject at draft positions", positions, key="force_reject", disabled=not on)
         st.button(
-            "Walkthrough scenario: K = 5, d1–d3 accepted, d4 rejected",
+            "Walkthrough scenario (one cycle): K = 5, d1–d3 accepted, d4 rejected",
             key="scenario",
             on_click=_on_scenario,
             width="stretch",
@@ -394,6 +413,7 @@ def init_state() -> None:
         whatif=False,
         force_accept=[],
         force_reject=[],
+        reset_pending=False,
     )
     if env_pair == "tiny":
         defaults.update(page_size=4)  # short prompts: small pages show block traffic
@@ -422,6 +442,9 @@ class Holder:
     error: str | None = None  # the last action's error, shown until the next action
     finished_note: str | None = None  # "generation has finished", shown as a notice
     playing: bool = False
+    # A forced (what-if) cycle was just computed: the next script run switches the toggle off
+    # before the widget exists (a widget's value cannot be changed once it is drawn).
+    whatif_spent: bool = False
 
 
 def holder() -> Holder:
@@ -445,6 +468,7 @@ def _act(fn: Any) -> None:
     with h.lock:
         if h.sess is None:
             return
+        forcing = bool(h.sess.dec.config.forced_outcomes)  # read first: a forced cycle clears it
         try:
             new = fn(h.sess)
         except specviz.DecodingFinishedError as exc:  # not a failure: the text is complete
@@ -458,6 +482,8 @@ def _act(fn: Any) -> None:
             return
         if new.notices and new.notices == h.sess.notices:
             new = dataclasses.replace(new, notices=())  # a notice is shown once, until the next action
+        if forcing and len(new.traces) > len(h.sess.traces):
+            h.whatif_spent = True  # what-if forced this one cycle: switch the toggle off
         h.sess, h.error, h.finished_note = new, None, None
 
 
@@ -479,10 +505,48 @@ def _on_history() -> None:
 
 
 def _on_reset() -> None:
-    holder().sess = None  # rebuilt from the current controls on this run
+    """Reset asks first when there are recorded cycles: clearing them silently loses a lecture's run."""
     h = holder()
+    h.playing = False
+    if h.sess is not None and h.sess.traces:
+        st.session_state.reset_pending = True  # main() shows the question under the buttons
+        return
+    _reset_now()
+
+
+def _reset_now() -> None:
+    st.session_state.reset_pending = False
+    h = holder()
+    h.sess = None  # rebuilt from the current controls on this run
     h.playing, h.error, h.finished_note = False, None, None
     st.session_state.reset_notice = "Reset: the decoder restarted from the prompt."
+
+
+def _on_reset_cancel() -> None:
+    st.session_state.reset_pending = False
+
+
+def reset_question(sess: Session) -> None:
+    """'Reset clears N cycles — sure?' with a way to keep them (and to save them first)."""
+    n = len(sess.traces)
+    with st.container(border=True):
+        st.warning(
+            f"**Reset clears the {n} recorded cycle{'s' if n != 1 else ''} of this run** and restarts from the "
+            "prompt. Download the traces first to keep them.",
+            icon=":material/warning:",
+        )
+        c1, c2, c3 = st.columns(3)
+        c1.button(f"Reset and clear {n} cycle{'s' if n != 1 else ''}", key="reset_confirm", on_click=_reset_now)
+        c2.button("Keep the history", key="reset_cancel", on_click=_on_reset_cancel, type="primary")
+        traces = list(sess.traces)
+        c3.download_button(
+            "Download the traces (JSON)",
+            data=lambda: traces_to_json(traces),
+            file_name="specviz-traces.json",
+            mime="application/json",
+            key="reset_download",
+            on_click="ignore",
+        )
 
 
 def _on_play() -> None:
@@ -493,23 +557,26 @@ def _on_play() -> None:
 
 
 def _on_scenario() -> None:
-    """One click: K = 5, force d1–d3 accept and d4 reject, and run that cycle."""
+    """One click: K = 5, force d1–d3 accept and d4 reject for ONE cycle, and run it.
+
+    The forcing goes straight to the decoder for this cycle (`compute_cycle` clears it afterwards);
+    the what-if toggle stays off, so the next cycle is exact without anyone having to remember."""
     ss = st.session_state
-    ss.k, ss.whatif, ss.force_accept, ss.force_reject = 5, True, [1, 2, 3], [4]
+    ss.k, ss.whatif = 5, False
     holder().playing = False
 
     def run(sess: Session) -> Session:
-        cfg = sess.dec.config.replace(k=5, forced_outcomes=WALKTHROUGH)
-        sess.dec.update_config(cfg)
+        sess.dec.update_config(sess.dec.config.replace(k=5, forced_outcomes=WALKTHROUGH))
         done = dataclasses.replace(sess, revealed=PHASES_PER_CYCLE * len(sess.traces))
-        new = compute_cycle(done)
-        return dataclasses.replace(
-            new,
-            notices=(
-                "What-if: K = 5 with d1–d3 forced to accept and d4 to reject. "
-                "Step through the phases to follow the walkthrough.",
-            ),
+        try:
+            new = compute_cycle(done)
+        finally:
+            whatif.exact_again(sess.dec)
+        lesson = (
+            "Walkthrough scenario: K = 5 with d1–d3 forced to accept and d4 to reject, for this one cycle. "
+            "Step through the phases to follow the walkthrough."
         )
+        return dataclasses.replace(new, notices=(lesson, *new.notices))
 
     _act(run)
 
@@ -522,14 +589,19 @@ def token_text_fn(sess: Session) -> Any:
 
 
 def status_line(sess: Session, cycle: int | None, phase: str) -> str:
-    committed = len(sess.prompt_ids) + sum(len(t.emitted) for t in sess.traces[: (cycle or 0)])
-    where = "before the first cycle" if cycle is None else f"cycle **{cycle}** of {len(sess.traces)}"
-    fin = f" · finished: {sess.dec.finish_reason}" if sess.dec.finished and sess.view == sess.revealed else ""
+    """From the recorded traces only (`narrative.status_markdown`): the finish reason shows at the
+    resolve and rollback phases of the cycle that ended the text, never earlier."""
     proposer = PROPOSER_LABELS.get(sess.dec.config.proposer, sess.dec.config.proposer).split(" (")[0].lower()
-    return (
-        f"{where} · phase **{PHASE_TITLES.get(phase, phase)}** · {committed} tokens committed before "
-        f"this cycle ({len(sess.prompt_ids)} prompt) · proposer: {proposer}{fin}"
-    )
+    return narrative.status_markdown(len(sess.prompt_ids), sess.traces, cycle, phase, proposer)
+
+
+def step_label(step: int, sess: Session) -> str:
+    """A history position as people count it: 'cycle 3 · 2 · Target verifies' (cycles from 1)."""
+    cycle, phase = view_of(step, sess)
+    if cycle is None:
+        return "prefill"
+    forced = " (what-if)" if cycle < len(sess.traces) and sess.traces[cycle].forced else ""
+    return f"cycle {cycle + 1}{forced} · {PHASE_TITLES.get(phase, phase)}"
 
 
 def kv_view(sess: Session, cycle: int | None, phase: str) -> Any:
@@ -556,6 +628,8 @@ def main_view() -> None:
         ):
             h.playing = False
             st.rerun(scope="app")
+        if h.whatif_spent:
+            st.rerun(scope="app")  # redraw the sidebar: the what-if toggle has switched itself off
     ss._full_run = False
     sess: Session = holder().sess
     if h.error:
@@ -566,8 +640,12 @@ def main_view() -> None:
     st.markdown(status_line(sess, cycle, phase))
     if sess.revealed > 0:
         ss.history = sess.view
-        st.slider(
-            "History (every revealed phase of every cycle)", 0, sess.revealed, key="history", on_change=_on_history
+        st.select_slider(
+            "History (every revealed phase of every cycle)",
+            options=list(range(sess.revealed + 1)),
+            format_func=lambda step: step_label(step, sess),
+            key="history",
+            on_change=_on_history,
         )
 
     chips = tokens.strip_chips(sess.prompt_ids, sess.traces, token_text_fn(sess), cycle, phase)
@@ -676,27 +754,28 @@ def revealed_traces(sess: Session) -> list[CycleTrace]:
 
 
 def stats_tab(sess: Session) -> None:
+    """Acceptance, speed and time per cycle of the revealed cycles. Forced (what-if) cycles are
+    listed and marked, but every statistic leaves them out (`specviz.stats`)."""
     done = revealed_traces(sess)
     st_ = acceptance_stats(done)
-    if st_.cycles == 0:
+    if not done:
         st.info("Statistics appear once a cycle has been stepped through to its rollback.")
+    elif st_.cycles == 0:
+        st.info("Every revealed cycle so far was forced (what-if): statistics count exact cycles only.")
     else:
-        c1, c2, c3, c4 = st.columns(4)
-        # α needs a tested draft: a history of plain steps only (lookup without a match) has none.
-        c1.metric("Acceptance rate α", f"{st_.alpha:.3f}" if st_.tested else "—")
-        c2.metric("Tokens per cycle", f"{st_.tokens_per_cycle:.2f}")
         report = measured_speedup(done, sess.baseline_ms_per_token)
-        c3.metric("Theory: E[tokens/cycle]", f"{report.expected_tokens_per_cycle:.2f}")
-        c4.metric("Measured speedup", f"{report.measured_speedup:.2f}×" if report.measured_speedup else "—")
+        _stats_metrics(st_, report)
         st.plotly_chart(
             statistics.stats_figure(st_, report), key="stats_fig", theme=None, config={"displaylogo": False}
         )
         st.plotly_chart(statistics.speedup_figure(report), key="speedup_fig", theme=None, config={"displaylogo": False})
+        st.markdown(narrative.explain_speedup(report))
         st.caption(
             "Expected tokens per cycle (1 − α^(K+1))/(1 − α) and speedup (1 − α^(K+1))/((1 − α)(K·c + 1)) "
             "(Leviathan et al. 2023), with α measured here and c = draft time per forward / target verify "
-            "time from the traces' timings. The measured speedup compares wall time per committed token "
-            "with a plain autoregressive run of the same target."
+            "time from the traces' timings. v(K) is the measured verify pass in plain decoding steps (verify ms ÷ "
+            "the baseline's ms per token): the textbook's \"+ 1\" assumes it is 1. The measured speedup compares "
+            "wall time per committed token with a plain autoregressive run of the same target."
             + (
                 f" {st_.plain_cycles} cycle(s) proposed nothing (plain target steps): they test no draft and "
                 "enter the theory by their share of the cycles."
@@ -704,11 +783,33 @@ def stats_tab(sess: Session) -> None:
                 else ""
             )
         )
+    if done:
+        st.plotly_chart(
+            statistics.cycle_time_figure(cycle_costs(done), sess.baseline_ms_per_token),
+            key="time_fig",
+            theme=None,
+            config={"displaylogo": False},
+        )
+        if st_.forced_cycles:
+            st.caption(
+                f"{st_.forced_cycles} what-if cycle(s) were forced: they are listed and hatched, but left out of "
+                "the acceptance rate, the histogram, the theory and the speedup."
+            )
         st.markdown("**Cycle history**")
         st.dataframe(cycle_rows(done), hide_index=True, width="stretch")
     st.button("Run the autoregressive baseline (same target, same prompt)", key="baseline", on_click=_on_baseline)
     if sess.baseline_ms_per_token:
         st.caption(f"Baseline: {sess.baseline_ms_per_token:.1f} ms per token over {sess.baseline_tokens} tokens.")
+
+
+def _stats_metrics(st_: Any, report: Any) -> None:
+    c1, c2, c3, c4, c5 = st.columns(5)
+    # α needs a tested draft: a history of plain steps only (lookup without a match) has none.
+    c1.metric("Acceptance rate α", f"{st_.alpha:.3f}" if st_.tested else "—")
+    c2.metric("Tokens per cycle", f"{st_.tokens_per_cycle:.2f}")
+    c3.metric("Theory: E[tokens/cycle]", f"{report.expected_tokens_per_cycle:.2f}")
+    c4.metric("Verify cost v(K)", f"{report.verify_cost:.2f} steps" if report.verify_cost is not None else "—")
+    c5.metric("Measured speedup", f"{report.measured_speedup:.2f}×" if report.measured_speedup else "—")
 
 
 def _on_baseline() -> None:
@@ -856,6 +957,8 @@ def main() -> None:
     configure_threads()
     init_state()
     ss = st.session_state
+    if holder().whatif_spent:  # before the toggle is drawn: its value can only change now
+        ss.whatif, holder().whatif_spent = False, False
     kind, target, draft, prompt, chat, cfg, _, proposer_slot = _safe_sidebar()
     st.markdown("## Speculative decoding, exactly — step by step")
     st.caption(
@@ -899,6 +1002,8 @@ def main() -> None:
     for note in sess.notices:
         st.info(note, icon=":material/info:")
     button_row(sess)
+    if ss.get("reset_pending") and sess.traces:
+        reset_question(sess)
     ss._full_run = True
     run_every = SPEEDS.get(ss.speed, 1.0) if holder().playing else None
     st.fragment(run_every=run_every)(main_view)()
