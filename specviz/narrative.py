@@ -191,7 +191,7 @@ def _proposals(tr: CycleTrace) -> str:
 def _start(tr: CycleTrace) -> str:
     n = tr.context_len
     snap = tr.snapshot("start")
-    held = f"positions 0–{n - 2}" if n > 1 else "no position"
+    held = f"positions 0–{snap.target.seq_len - 1}" if snap.target.seq_len else "no position"  # as recorded
     head = (
         f"**Cycle {tr.cycle + 1} starts** with n = {n} committed tokens (positions 0–{n - 1}). Invariant: the "
         f"target cache holds K/V for {held} (length **{snap.target.seq_len}** = n−1); the newest "
@@ -477,6 +477,19 @@ def _finish_at_resolve(out: CycleOutcome) -> str:
     )
 
 
+def _invariant_sentence(new_n: int, target_len: int) -> str:
+    """The invariant, checked against the recorded length rather than asserted: a bookkeeping bug shows."""
+    if target_len == new_n - 1:
+        return (
+            f"\n\nCommitted length is now n = {new_n}; the target cache holds n−1 = {target_len} positions — exactly "
+            "what a plain autoregressive decoder would hold, so the next cycle computes the same p."
+        )
+    return (
+        f"\n\nCommitted length is now n = {new_n}, but the target cache holds **{target_len}** positions, not "
+        f"n−1 = {new_n - 1}: **the invariant is broken** — the next cycle would not compute plain decoding's p."
+    )
+
+
 def _finish_at_rollback(tr: CycleTrace) -> str:
     if not tr.finish_reason:
         return ""
@@ -508,11 +521,7 @@ def _rollback(tr: CycleTrace) -> str:
         + (f" Target: {'; '.join(t_ev)}." if t_ev else "")
         + "\n\n"
         + _proposer_rollback(tr, before.draft, after.draft, after.target.seq_len)
-        + (
-            f"\n\nCommitted length is now n = {new_n}; the target cache holds n−1 = {after.target.seq_len} "
-            "positions — exactly what a plain autoregressive decoder would hold, so the next cycle computes the "
-            "same p."
-        )
+        + _invariant_sentence(new_n, after.target.seq_len)
         + (
             " Invariant check (max |ΔK/V| vs a fresh prefill): "
             + ", ".join(f"{name if m == 'draft' else m} {v:.2e}" for m, v in tr.invariant_max_abs_diff.items())

@@ -256,3 +256,27 @@ def test_status_line_tells_the_finish_only_where_it_happens(name):
         assert told == (phase in ("resolve", "rollback")), (phase, line)
     for phase in CYCLE_PHASES if earlier else ():  # an earlier cycle never tells the end
         assert "finished" not in narrative.status_markdown(len(PROMPT), traces, 0, phase, "draft model")
+
+
+def test_a_broken_invariant_is_exposed_not_asserted():
+    # The narrative checks the recorded length against n−1 instead of stating the textbook: a cache
+    # left one entry too long (a bookkeeping bug) is called out, not described as correct.
+    tr = case("eos_at_bonus")
+    rb = tr.snapshot("rollback")
+    longer = dataclasses.replace(rb, target=dataclasses.replace(rb.target, seq_len=rb.target.seq_len + 1))
+    broken = dataclasses.replace(tr, snapshots=tuple(longer if s.phase == "rollback" else s for s in tr.snapshots))
+    new_n = tr.context_len + len(tr.emitted)
+    assert "exactly what a plain autoregressive decoder would hold" in narrative.phase_markdown(tr, "rollback")
+    text = narrative.phase_markdown(broken, "rollback")
+    assert f"holds **{new_n}** positions, not n−1 = {new_n - 1}: **the invariant is broken**" in text
+    start = tr.snapshot("start").target.seq_len
+    assert f"positions 0–{start - 1} (length **{start}** = n−1)" in narrative.phase_markdown(tr, "start")
+
+
+def test_greedy_p_vs_q_says_both_are_one_hot():
+    from specviz.viz.distributions import pq_figure
+
+    tr = case("context_full_mid_cycle")
+    greedy = dataclasses.replace(tr, temperature=0.0)
+    assert "greedy (T = 0): p and q are one-hot" in pq_figure(greedy, 1).layout.title.text
+    assert "one-hot" not in pq_figure(tr, 1).layout.title.text  # sampled at T = 1: no such note

@@ -35,6 +35,13 @@ from .style import (
 )
 
 
+def _one_hot_note(trace: CycleTrace) -> str:
+    """Why a q (or p) bar stands at 1: the rule that made it one-hot, not certainty."""
+    if trace.temperature == 0:
+        return " — greedy (T = 0): p and q are one-hot on their argmax"
+    return " — q one-hot (prompt lookup)" if trace.proposer == "lookup" else ""
+
+
 def pq_figure(trace: CycleTrace, index: int, tested: bool = True) -> go.Figure:
     """p_i vs q_i at 1-based draft position `index` over the union of both top-N lists.
 
@@ -90,7 +97,7 @@ def pq_figure(trace: CycleTrace, index: int, tested: bool = True) -> go.Figure:
             f"p{index} vs q{index} at position {d.position}",
             340,
             f"d{index} = {esc(repr(d.text))}: p = {fmt_p(d.target_prob)}, q = {fmt_p(d.draft_prob)}, "
-            f"min(1, p/q) = {fmt_p(d.ratio)}" + (" — q one-hot (prompt lookup)" if trace.proposer == "lookup" else ""),
+            f"min(1, p/q) = {fmt_p(d.ratio)}" + _one_hot_note(trace),
         )
     )
     fig.update_layout(barmode="group", bargap=0.25)
