@@ -413,7 +413,6 @@ def init_state() -> None:
         whatif=False,
         force_accept=[],
         force_reject=[],
-        reset_pending=False,
     )
     if env_pair == "tiny":
         defaults.update(page_size=4)  # short prompts: small pages show block traffic
@@ -445,6 +444,9 @@ class Holder:
     # A forced (what-if) cycle was just computed: the next script run switches the toggle off
     # before the widget exists (a widget's value cannot be changed once it is drawn).
     whatif_spent: bool = False
+    # The Session a Reset was asked for: the question shows while that very session is current, so
+    # any other action (a step, a restart) withdraws it without extra bookkeeping.
+    reset_asked: Session | None = None
 
 
 def holder() -> Holder:
@@ -509,21 +511,20 @@ def _on_reset() -> None:
     h = holder()
     h.playing = False
     if h.sess is not None and h.sess.traces:
-        st.session_state.reset_pending = True  # main() shows the question under the buttons
+        h.reset_asked = h.sess  # main() shows the question under the buttons
         return
     _reset_now()
 
 
 def _reset_now() -> None:
-    st.session_state.reset_pending = False
     h = holder()
-    h.sess = None  # rebuilt from the current controls on this run
+    h.sess = h.reset_asked = None  # rebuilt from the current controls on this run
     h.playing, h.error, h.finished_note = False, None, None
     st.session_state.reset_notice = "Reset: the decoder restarted from the prompt."
 
 
 def _on_reset_cancel() -> None:
-    st.session_state.reset_pending = False
+    holder().reset_asked = None
 
 
 def reset_question(sess: Session) -> None:
@@ -1002,7 +1003,7 @@ def main() -> None:
     for note in sess.notices:
         st.info(note, icon=":material/info:")
     button_row(sess)
-    if ss.get("reset_pending") and sess.traces:
+    if holder().reset_asked is sess:
         reset_question(sess)
     ss._full_run = True
     run_every = SPEEDS.get(ss.speed, 1.0) if holder().playing else None

@@ -183,6 +183,10 @@ def test_reset_asks_before_clearing_the_history():
     click(at, "reset_cancel")
     assert len(sess(at).traces) == 2 and not any("Reset clears" in w.value for w in at.warning)
     click(at, "reset")
+    click(at, "next_phase")  # any other action withdraws the question
+    assert len(sess(at).traces) == 3 and not any("Reset clears" in w.value for w in at.warning)
+    click(at, "reset")
+    assert any("Reset clears the 3 recorded cycles" in w.value for w in at.warning)
     click(at, "reset_confirm")
     assert sess(at).traces == () and any("Reset" in i.value for i in at.info)
     click(at, "reset")  # nothing recorded: nothing to ask
