@@ -159,7 +159,9 @@ def analyse(samples: list, props: tuple[str, ...], ks: tuple[int, ...]) -> dict[
                 "acceptance_rate": sum(x.extra["accepted"] for x in mine) / tested if tested else None,
                 "tokens_per_cycle": sum(x.tokens for x in mine) / cycles if cycles else None,
                 "verify_ms": summary([v for x in mine for v in x.extra["verify_ms"]]),
-                "draft_ms_per_draft": summary([d / k for x in mine for d, k in zip(x.extra["draft_ms"], x.extra["k"]) if k]),
+                "draft_ms_per_draft": summary(
+                    [d / k for x in mine for d, k in zip(x.extra["draft_ms"], x.extra["k"], strict=True) if k]
+                ),
                 "same_text_as_greedy": all(x.extra["tokens_out"] == base[(x.round, x.prompt)].extra["tokens_out"]
                                            for x in mine if (x.round, x.prompt) in base),
                 "speedup_vs_hf_greedy": summary([x.tokens_per_s / base[(x.round, x.prompt)].tokens_per_s
@@ -189,7 +191,8 @@ def predictions(out: dict[str, Any], props: tuple[str, ...], ks: tuple[int, ...]
             a = row.get("acceptance_rate")
             verify = (row.get("verify_ms") or {}).get("median")
             v = verify / target_ms if verify and target_ms else None
-            predicted = (expected_tokens_per_cycle(a, k) / (k * c + v)) if a is not None and c is not None and v else None
+            known = a is not None and c is not None and v
+            predicted = expected_tokens_per_cycle(a, k) / (k * c + v) if known else None
             rows.append({
                 "proposer": p, "K": k, "acceptance_rate": a, "tokens_per_cycle": row.get("tokens_per_cycle"),
                 "verify_cost": v, "c": c, "predicted_speedup_verify_cost": predicted,

@@ -92,7 +92,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--worker", type=int, default=0)
-    ap.add_argument("--max-batches", type=int, default=0, help="stop after this many shard indices (0 = all prompts once)")
+    ap.add_argument("--max-batches", type=int, default=0,
+                    help="stop after this many shard indices (0 = all prompts once)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     DATA.mkdir(parents=True, exist_ok=True)

@@ -318,11 +318,12 @@ def parse_deadline(text: str) -> float:
     return now.replace(hour=hh, minute=mm, second=0, microsecond=0).timestamp()
 
 
-def save_ckpt(state: dict) -> None:
-    CKPT.mkdir(parents=True, exist_ok=True)
-    tmp = CKPT / "latest.tmp"
+def save_ckpt(state: dict, ckpt_dir: Path = CKPT) -> None:
+    """Write ckpt_dir/latest.pt atomically: a run killed mid-save keeps the previous checkpoint."""
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    tmp = ckpt_dir / "latest.tmp"
     torch.save(state, tmp)
-    os.replace(tmp, CKPT / "latest.pt")
+    os.replace(tmp, ckpt_dir / "latest.pt")
 
 
 def cmd_train(args: argparse.Namespace) -> None:

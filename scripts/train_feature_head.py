@@ -28,7 +28,6 @@ The evaluation (acceptance, tokens per cycle, alpha, cost, speed) runs through t
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import sys
 import time
@@ -42,7 +41,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT))
 
 from feature_data import DATA, WORK  # noqa: E402
-from train_draft import load_target, log, pick_device  # noqa: E402
+from train_draft import load_target, log, pick_device, save_ckpt  # noqa: E402
 
 from specviz.feature_head import FeatureHead, _layer_config, target_fingerprint  # noqa: E402
 
@@ -166,13 +165,6 @@ def losses(head: FeatureHead, ids, feats, lse, attn, mask, noise: float, unroll:
 # commands
 
 
-def save_ckpt(state: dict) -> None:
-    CKPT.mkdir(parents=True, exist_ok=True)
-    tmp = CKPT / "latest.tmp"
-    torch.save(state, tmp)
-    os.replace(tmp, CKPT / "latest.pt")
-
-
 def cmd_train(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(SEED)
@@ -223,7 +215,7 @@ def cmd_train(args: argparse.Namespace) -> None:
                 val = validate(head, rows, device)
                 log("validation " + " ".join(f"{k} {v:.3f}" for k, v in val.items()))
             save_ckpt({"head": head.state_dict(), "opt": opt.state_dict(), "step": step, "spent": spent,
-                       "vocab": vocab, "args": vars(args)})
+                       "vocab": vocab, "args": vars(args)}, CKPT)
             t_last_ckpt = time.time()
     log(f"done: {step} steps, {spent / 60:.1f} min")
 
@@ -273,9 +265,11 @@ def cmd_card(args: argparse.Namespace) -> None:
         "A one-layer draft head that reads the target's own final hidden states (`specviz/feature_head.py`,",
         "`specviz/proposers/feature.py`). Input at entry p: the target's post-norm feature F[p] and the",
         "target's embedding of token p+1, fused by a linear map; one Llama decoder layer of the target's width",
-        f"({layer['hidden_size']} wide, {layer['num_attention_heads']} query / {layer['num_key_value_heads']} KV heads, "
+        f"({layer['hidden_size']} wide, {layer['num_attention_heads']} query / "
+        f"{layer['num_key_value_heads']} KV heads, "
         f"MLP {layer['intermediate_size']}) with its own one-layer KV cache; output: a predicted F[p+1] that",
-        f"the target's frozen output head turns into logits over a trimmed vocabulary of {info.get('vocab_size')} tokens",
+        "the target's frozen output head turns into logits over a trimmed vocabulary of "
+        f"{info.get('vocab_size')} tokens",
         "(the tokens with the most target probability mass on target-generated text; q = 0 elsewhere, the",
         "residual restores those tokens exactly).",
         "",
@@ -324,7 +318,8 @@ def cmd_card(args: argparse.Namespace) -> None:
         best = max((r for r in pr["rows"] if r["measured_speedup"] is not None), key=lambda r: r["measured_speedup"],
                    default=None)
         if best:
-            lines += ["", f"Best speed at T=0: {best['proposer']} at K={best['K']}, {best['measured_speedup']:.2f}x the "
+            lines += ["", f"Best speed at T=0: {best['proposer']} at K={best['K']}, "
+                      f"{best['measured_speedup']:.2f}x the "
                       "target's plain greedy `generate` (median of per-prompt ratios)."]
         lines += ["", "Bounds of the issue and whether they are met: see the Goals table of docs/benchmarks.md.", ""]
     (args.out / "README.md").write_text("\n".join(lines))
@@ -342,7 +337,8 @@ def main() -> None:
     tr.add_argument("--noise", type=float, default=0.05)
     tr.add_argument("--unroll", action=argparse.BooleanOptionalAction, default=True)
     tr.add_argument("--threads", type=int, default=2)
-    tr.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=False, help="bfloat16 autocast (slower than float32 on this CPU)")
+    tr.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=False,
+                    help="bfloat16 autocast (slower than float32 on this CPU)")
     ex = sub.add_parser("export")
     ex.add_argument("--out", type=Path, default=EXPORT)
     cd = sub.add_parser("card")

@@ -143,7 +143,9 @@ class FeatureHead(nn.Module):
         # Plain tensors, not parameters: the head never trains or saves the target's weights.
         weight, bias = out.weight.detach(), getattr(out, "bias", None)
         self.output_weight = weight if self.vocab is None else weight[self.vocab].clone()  # [|S|, H]
-        self.output_bias = None if bias is None else (bias.detach() if self.vocab is None else bias.detach()[self.vocab])
+        if bias is not None:
+            bias = bias.detach() if self.vocab is None else bias.detach()[self.vocab]
+        self.output_bias = bias
         self.vocab_size = int(out.weight.shape[0])
         return self
 
@@ -182,7 +184,9 @@ class FeatureHead(nn.Module):
         missing, unexpected = head.load_state_dict(tensors, strict=False)
         missing = [k for k in missing if not k.startswith("decoder.embed_tokens")]
         if missing or unexpected:
-            raise ModelLoadError(f"feature head {path} does not match its config: missing {missing}, unexpected {unexpected}")
+            raise ModelLoadError(
+                f"feature head {path} does not match its config: missing {missing}, unexpected {unexpected}"
+            )
         return head.bind(target)
 
     # -- computing ----------------------------------------------------------------------------

@@ -649,7 +649,8 @@ def preferred_proposer(pair: ModelPair) -> str:
 
 
 def default_feature_head_dir() -> Path:
-    return Path(os.environ.get("SPECVIZ_FEATURE_HEAD_DIR", Path(__file__).resolve().parent.parent / "assets" / "feature_head"))
+    shipped = Path(__file__).resolve().parent.parent / "assets" / "feature_head"
+    return Path(os.environ.get("SPECVIZ_FEATURE_HEAD_DIR", shipped))
 
 
 def load_default_pair(
