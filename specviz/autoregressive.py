@@ -23,6 +23,7 @@ from .runtime import (
     context_limit,
     copy_generator,
     eos_ids_of,
+    expected_reach,
     forward,
     make_generator,
     model_device,
@@ -59,7 +60,9 @@ class AutoregressiveDecoder:
 
     def start(self, prompt_ids: Sequence[int]) -> None:
         ids = validate_prompt(prompt_ids, vocab_size_of(self.model), self.max_context)
-        cache = open_cache(self.model, self.config, self.max_context, ids)
+        # Sized for what the run can reach; it grows on demand (max_new_tokens may rise) up to max_context.
+        cache = open_cache(self.model, self.config, self.max_context, ids,
+                           reach=expected_reach(self.config, len(ids), self.max_context))
         self.cache, self._committed, self.num_prompt_tokens = cache, ids, len(ids)
         self.generator = make_generator(model_device(self.model), self.config.seed)
         self.finish_reason = None

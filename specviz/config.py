@@ -26,8 +26,8 @@ PROPOSERS = ("draft", "feature", "lookup")  # who guesses the drafts (specviz.pr
 
 # Fields that may change between cycles without restarting the decoder.
 LIVE_FIELDS = frozenset(
-    {"k", "temperature", "top_k", "top_p", "draft_confidence", "forced_outcomes", "check_invariant", "max_new_tokens", "top_n",
-     "instrument"}
+    {"k", "temperature", "top_k", "top_p", "draft_confidence", "forced_outcomes", "check_invariant",
+     "max_new_tokens", "top_n", "instrument"}
 )
 
 
@@ -48,8 +48,10 @@ class DecodeConfig:
     cache_layout: Literal["paged", "contiguous"] = "paged"
     page_size: int = 16
     free_policy: Literal["free", "keep"] = "free"  # paged rollback: free blocks, or keep them reserved
-    num_blocks: int | None = None  # paged pool size per model; None = enough for max_context
-    max_context: int = 2048  # cache capacity in positions (capped by the model's own maximum)
+    # Paged pool cap per model (a hard limit: the "pool exhausted" lesson); None = enough for max_context.
+    # Either way the pool starts at what the run can reach and grows on demand up to the cap.
+    num_blocks: int | None = None
+    max_context: int = 2048  # most positions a sequence may hold (capped by the model's own maximum)
     max_new_tokens: int = 256
     check_invariant: bool = False  # compare caches with a fresh prefill after every cycle
     top_n: int = 8  # how many alternatives the trace keeps per distribution

@@ -43,6 +43,7 @@ from .runtime import (
     context_limit,
     copy_generator,
     eos_ids_of,
+    expected_reach,
     forward_with_features,
     make_generator,
     max_abs_kv_diff,
@@ -163,7 +164,8 @@ class SpeculativeDecoder:
         ids = validate_prompt(prompt_ids, vocab_size_of(self.target), self.max_context)
         proposer = make_proposer(self.pair, cfg, self.max_context, self.vocab_size)
         target_cache, features = open_cache_with_features(
-            self.target, cfg, self.max_context, ids, features=proposer.wants_target_features
+            self.target, cfg, self.max_context, ids, features=proposer.wants_target_features,
+            reach=expected_reach(cfg, len(ids), self.max_context),  # grows past it if K / max_new_tokens rise live
         )
         proposer.start(ids, features)
         generators = self._generators(cfg.seed)

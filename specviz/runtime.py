@@ -90,19 +90,34 @@ def forward_with_features(
     return (logits[-1:] if last_only else logits), (caught[0][0] if caught else None)
 
 
-def open_cache(model: Any, cfg: DecodeConfig, max_len: int, prompt_ids: Sequence[int]) -> SpecvizCache:
+def expected_reach(cfg: DecodeConfig, prompt_len: int, limit: int | None = None) -> int:
+    """Positions a run's caches can reach: prompt + max_new_tokens + K + 1 (the verify pass
+    appends K+1 positions provisionally), capped by `limit`. Caches are sized for this and grow
+    past it only if K or max_new_tokens is raised live."""
+    reach = prompt_len + cfg.max_new_tokens + cfg.k + 1
+    return reach if limit is None else min(reach, limit)
+
+
+def open_cache(
+    model: Any, cfg: DecodeConfig, max_len: int, prompt_ids: Sequence[int], *, reach: int | None = None
+) -> SpecvizCache:
     """A new cache in the configured layout, prefilled with the prompt minus its last token
-    (the invariant's starting point: the newest token's K/V is computed when it is fed)."""
-    return open_cache_with_features(model, cfg, max_len, prompt_ids, features=False)[0]
+    (the invariant's starting point: the newest token's K/V is computed when it is fed).
+
+    Storage is allocated for `reach` positions (None: `expected_reach(cfg, len(prompt_ids))`) and
+    grows on demand up to `max_len`, the context limit."""
+    return open_cache_with_features(model, cfg, max_len, prompt_ids, features=False, reach=reach)[0]
 
 
 def open_cache_with_features(
-    model: Any, cfg: DecodeConfig, max_len: int, prompt_ids: Sequence[int], features: bool = True
+    model: Any, cfg: DecodeConfig, max_len: int, prompt_ids: Sequence[int], features: bool = True,
+    *, reach: int | None = None,
 ) -> tuple[SpecvizCache, torch.Tensor | None]:
     """As `open_cache`, and the prefill's features [n-1, H] (None for a one-token prompt)."""
     cache = create_cache(
         model, cfg.cache_layout, page_size=cfg.page_size, policy=cfg.free_policy,
         max_len=max_len, num_blocks=cfg.num_blocks,
+        initial_len=expected_reach(cfg, len(prompt_ids), max_len) if reach is None else reach,
     )
     caught = None
     if len(prompt_ids) > 1:

@@ -28,7 +28,7 @@ Phase = Literal["start", "draft", "verify", "accept", "resolve", "rollback", "pr
 # The phases of one cycle, in order; "start" is the state the cycle begins from.
 CYCLE_PHASES: tuple[str, ...] = ("start", "draft", "verify", "accept", "resolve", "rollback")
 
-EventKind = Literal["append", "truncate", "alloc", "free", "pointer", "reuse"]
+EventKind = Literal["append", "truncate", "alloc", "free", "pointer", "reuse", "grow"]
 TokenKind = Literal["prompt", "accepted", "corrected", "bonus", "generated"]
 Verdict = Literal["accepted", "rejected", "untested"]
 SlotState = Literal["committed", "provisional", "stale", "free"]
@@ -45,6 +45,9 @@ class CacheEvent:
     alloc     `blocks` (physical ids) taken from the free pool
     free      `blocks` returned to the free pool
     reuse     `blocks` kept reserved by the "keep" policy and written again
+    grow      storage enlarged from `start` to `end` slots (contiguous: buffer rows) or blocks
+              (paged: the pool; `blocks` are the new ids, added to the tail of the free list);
+              every existing slot keeps its K/V
     """
 
     kind: EventKind
@@ -66,6 +69,14 @@ class CacheEvent:
             return f"allocate block(s) [{ids}] from the free pool"
         if self.kind == "free":
             return f"free block(s) [{ids}] back to the pool"
+        if self.kind == "grow":
+            if self.blocks:
+                added = ids if len(self.blocks) <= 4 else f"{self.blocks[0]}..{self.blocks[-1]}"
+                return (
+                    f"grow the block pool from {self.start} to {self.end} blocks "
+                    f"(new block(s) [{added}] join the free list; old blocks copied)"
+                )
+            return f"grow the buffer from {self.start} to {self.end} rows (old rows copied)"
         return f"reuse reserved block(s) [{ids}]"
 
 
@@ -91,10 +102,30 @@ class CacheSnapshot:
     policy: str = ""  # paged rollback policy: "free" or "keep"
     slot_positions: tuple[int, ...] = ()
     slot_tokens: tuple[int, ...] = ()
+    # Memory: `capacity` slots are allocated now; storage grows on demand up to `max_capacity`
+    # slots (the context, or the pool's cap). 0 = not recorded (traces from before growth).
+    max_capacity: int = 0
+    bytes_per_slot: int = 0  # keys + values of one slot over all layers (0: not recorded / not written yet)
 
     @property
     def num_free_blocks(self) -> int:
         return len(self.free_blocks)
+
+    @property
+    def allocated_bytes(self) -> int:
+        """Bytes of K/V storage that exist (the buffer / the whole pool, as grown so far)."""
+        return self.capacity * self.bytes_per_slot
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes the sequence owns: the whole buffer, or its block-table blocks (valid + stale)."""
+        slots = len(self.block_table) * self.page_size if self.layout == "paged" else self.capacity
+        return slots * self.bytes_per_slot
+
+    @property
+    def valid_bytes(self) -> int:
+        """Bytes of positions 0..seq_len-1, the only ones ever read."""
+        return self.seq_len * self.bytes_per_slot
 
     def slot_state(self, slot: int) -> SlotState:
         """committed / provisional / stale (written, but past the valid length) / free."""

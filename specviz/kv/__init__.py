@@ -1,13 +1,15 @@
 """KV caches that Hugging Face models write into directly, in two layouts.
 
-* `ContiguousKVCache` (contiguous.py): a preallocated buffer per layer and a write pointer.
+* `ContiguousKVCache` (contiguous.py): a buffer per layer and a write pointer.
 * `PagedKVCache` (paged.py): vLLM-style blocks from a `BlockPool`, found through a block table,
   with two rollback policies ("free" and "keep").
 
 Both are `SpecvizCache`s (base.py): `transformers.cache_utils.Cache` subclasses for one
-sequence, with `reserve` / `truncate`, `dense_kv`, an event log and cheap snapshots.
+sequence, with `reserve` / `truncate`, `dense_kv`, an event log, cheap snapshots and
+`memory_bytes()` (allocated vs held vs valid). Storage is allocated for `initial_len` positions
+(what the run is expected to reach) and grows on demand up to `max_len` (base.py).
 
-    cache = create_cache(model, layout="paged", page_size=16, policy="free", max_len=2048)
+    cache = create_cache(model, layout="paged", page_size=16, policy="free", max_len=2048, initial_len=180)
     cache.reserve(ids, phase="prefill")
     model(torch.tensor([ids]), past_key_values=cache, use_cache=True)
 """
@@ -17,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from specviz.errors import ConfigError
-from specviz.kv.base import SpecvizCache, SpecvizLayer, num_attention_layers
+from specviz.kv.base import DEFAULT_INITIAL_LEN, KVMemory, SpecvizCache, SpecvizLayer, num_attention_layers
 from specviz.kv.contiguous import ContiguousKVCache
 from specviz.kv.paged import POLICIES, BlockPool, BlockTable, KVBlock, PagedKVCache
 
@@ -27,9 +29,11 @@ __all__ = [
     "LAYOUTS",
     "POLICIES",
     "BlockPool",
+    "DEFAULT_INITIAL_LEN",
     "BlockTable",
     "ContiguousKVCache",
     "KVBlock",
+    "KVMemory",
     "PagedKVCache",
     "SpecvizCache",
     "SpecvizLayer",
@@ -45,16 +49,20 @@ def create_cache(
     policy: str = "free",
     max_len: int = 2048,
     num_blocks: int | None = None,
+    initial_len: int | None = None,
 ) -> SpecvizCache:
     """An empty one-sequence cache for `model` (one layer entry per decoder layer).
 
-    `num_blocks=None` sizes the paged pool to hold `max_len` positions.
+    Storage is allocated for `initial_len` positions (None: `DEFAULT_INITIAL_LEN`; capped by
+    `max_len`; rounded up to whole pages) and grows on demand up to `max_len`, the hard limit.
+    A paged pool's cap is the blocks `max_len` needs, or `num_blocks` when given.
     """
     num_layers = num_attention_layers(model)
     if layout == "contiguous":
-        return ContiguousKVCache(num_layers, max_len=max_len)
+        return ContiguousKVCache(num_layers, max_len=max_len, initial_len=initial_len)
     if layout == "paged":
         return PagedKVCache(
-            num_layers, max_len=max_len, page_size=page_size, policy=policy, num_blocks=num_blocks
+            num_layers, max_len=max_len, page_size=page_size, policy=policy, num_blocks=num_blocks,
+            initial_len=initial_len,
         )
     raise ConfigError(f"cache layout must be one of {LAYOUTS}, got {layout!r}")

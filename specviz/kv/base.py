@@ -26,6 +26,18 @@ through a block table, vLLM style). Everything else is here: `SpecvizCache` subc
 `model(input_ids, past_key_values=cache, use_cache=True)`; each of its layers is a
 `SpecvizLayer` (a `CacheLayerMixin`) that asks the cache for the positions to write.
 
+**Memory that fits the run.** A cache is created with two sizes: `max_len`, the hard limit
+(the context; for a paged cache also an explicit `num_blocks`), and `initial_len`, what the run
+is expected to reach (the decoders pass prompt + max_new_tokens + K + 1, since the verify pass
+appends K+1 positions provisionally). Storage is allocated for `initial_len` only. When a
+`reserve()` needs more room than is allocated, the cache *grows* its storage (to twice its size,
+or what the reservation needs, never past the limit), copying every existing slot, so a live
+change of K or max_new_tokens, or a caller that never said how far it goes, still works. Growth
+is recorded as a "grow" event; only the true limit raises (before any change). Growth is
+capacity, not state: a later truncate, or the engine undoing a failed cycle, leaves the larger
+storage in place, and every length, block table entry, token and K/V is as it was.
+`memory_bytes()` reports allocated vs held vs valid bytes (`KVMemory`).
+
 Every change is recorded as a `CacheEvent` (drained by the engine into the cycle trace), and
 `snapshot()` gives a tensor-free picture of the layout for the visualiser.
 
@@ -35,6 +47,8 @@ This package is the only place in specviz that imports `transformers.cache_utils
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
 
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin, get_layer_types_and_kwargs
@@ -44,6 +58,41 @@ from specviz.trace import CacheEvent, CacheSnapshot
 
 AUTO_TOKEN = -1  # token id recorded for positions written without a reserve() (e.g. HF generate)
 AUTO_PHASE = "auto"  # phase recorded for such implicit reservations
+DEFAULT_INITIAL_LEN = 256  # positions allocated up front when a caller gives no expected reach
+
+
+def grown(tensor: torch.Tensor, dim: int, size: int) -> torch.Tensor:
+    """A zero tensor like `tensor` but `size` long along `dim`, with `tensor` copied to its start."""
+    shape = list(tensor.shape)
+    shape[dim] = size
+    # A normal (not inference-mode) tensor, as in lazy_initialization: later writes must work
+    # whether or not they run under torch.inference_mode().
+    with torch.inference_mode(False):
+        out = torch.zeros(shape, dtype=tensor.dtype, device=tensor.device)
+        out.narrow(dim, 0, tensor.shape[dim]).copy_(tensor)
+    return out
+
+
+@dataclass(frozen=True)
+class KVMemory:
+    """Bytes of one cache's K/V (all layers, keys + values).
+
+    allocated  the K/V tensors that exist now (the contiguous buffer / the paged pool, as grown)
+    held       what this sequence owns: the whole buffer (contiguous) or its block-table blocks
+               (paged), i.e. valid + stale slots; what a shared pool could not give to others
+    valid      positions 0..L-1, the only ones ever read
+    limit      what allocating for the hard limit up front would take (max_len / the pool's
+               cap): the old preallocation, for comparison
+    """
+
+    bytes_per_position: int
+    allocated_bytes: int
+    held_bytes: int
+    valid_bytes: int
+    limit_bytes: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 def num_attention_layers(model: torch.nn.Module) -> int:
@@ -102,10 +151,18 @@ class SpecvizLayer(CacheLayerMixin):
         """Dense K/V `[1, H_kv, length, D]` of positions 0..length-1."""
         raise NotImplementedError
 
+    def grow(self, num_slots: int) -> None:
+        """Enlarge the storage to `num_slots` slots, keeping every existing slot's K/V."""
+        raise NotImplementedError
+
+    def bytes_per_slot(self) -> int:
+        """Bytes of keys + values of one slot (0 before the first write allocates storage)."""
+        raise NotImplementedError
+
     # -- the transformers CacheLayerMixin interface --------------------------------------
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        # Storage is preallocated on the first update, with the layer's own dtype and device
-        # (layers of one model may sit on different devices).
+        # Storage for the cache's allocated slots is created on the first update, with the
+        # layer's own dtype and device (layers of one model may sit on different devices).
         self.dtype, self.device = key_states.dtype, key_states.device
         # Normal (not inference-mode) tensors, so that later writes work whether or not they
         # run under torch.inference_mode(), whatever mode the first forward ran in.
@@ -160,8 +217,9 @@ class SpecvizCache(Cache):
       pending        token ids of the reservation being written (positions L..L+n-1), or []
       layers_done    layers that have already written the pending reservation
     Subclasses define the layout: where position p lives (`_slot_list`), how room is checked,
-    made and given back (`_check_room`, `_make_room`, `_release`), `snapshot`, and the layer
-    class that holds the tensors.
+    made and given back (`_check_room`, `_make_room`, `_release`), how many slots are allocated,
+    held and allowed (`allocated_slots`, `held_slots`, `limit_slots`), `snapshot`, and the layer
+    class that holds the tensors. `capacity` slots are allocated; `_grow_storage` enlarges them.
     """
 
     layout: str = ""
@@ -181,6 +239,51 @@ class SpecvizCache(Cache):
         self.slot_positions = [-1] * capacity
         self.slot_tokens = [-1] * capacity
         self.num_touched = 0  # slots 0..num_touched-1 may have been written
+
+    # -- memory ----------------------------------------------------------------------------
+    @property
+    def allocated_slots(self) -> int:
+        """Slots whose storage exists now (they grow on demand, up to `limit_slots`)."""
+        return len(self.slot_positions)
+
+    @property
+    def held_slots(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def limit_slots(self) -> int:
+        raise NotImplementedError
+
+    def bytes_per_position(self) -> int:
+        """Bytes of keys + values of one position over all layers (0 before the first write)."""
+        return sum(layer.bytes_per_slot() for layer in self.layers if layer.is_initialized)
+
+    def memory_bytes(self) -> KVMemory:
+        """Allocated vs held vs valid bytes of this cache (see `KVMemory`)."""
+        per = self.bytes_per_position()
+        allocated = sum(
+            layer.keys.nbytes + layer.values.nbytes for layer in self.layers if layer.is_initialized
+        )
+        return KVMemory(
+            bytes_per_position=per,
+            allocated_bytes=allocated,
+            held_bytes=self.held_slots * per,
+            valid_bytes=self.seq_len * per,
+            limit_bytes=self.limit_slots * per,
+        )
+
+    def _grow_storage(self, num_slots: int) -> None:
+        """Enlarge every layer's storage and the slot bookkeeping to `num_slots` slots.
+
+        Tensors first: if an allocation fails, the bookkeeping is unchanged (a layer that did
+        grow is merely larger than needed, and grows no further next time).
+        """
+        for layer in self.layers:
+            if layer.is_initialized:
+                layer.grow(num_slots)
+        extra = num_slots - len(self.slot_positions)
+        self.slot_positions.extend([-1] * extra)
+        self.slot_tokens.extend([-1] * extra)
 
     # -- public bookkeeping API ----------------------------------------------------------
     def get_seq_length(self, layer_idx: int = 0) -> int:
@@ -203,7 +306,8 @@ class SpecvizCache(Cache):
     def reserve(self, token_ids: Sequence[int], phase: str) -> None:
         """Make room for positions L..L+n-1 before a forward over `token_ids`.
 
-        Atomic: capacity is checked first; on failure a CacheCapacityError (or its subclass
+        Atomic: capacity is checked first, against the hard limit (storage that is merely not
+        allocated yet is grown, not refused); on failure a CacheCapacityError (or its subclass
         PoolExhaustedError) is raised and nothing changes. A reservation that was never written
         (e.g. its forward failed before the first layer) is replaced.
         """
@@ -308,4 +412,7 @@ class SpecvizCache(Cache):
 
     def __repr__(self) -> str:
         name = type(self).__name__
-        return f"{name}(layers={len(self.layers)}, seq_len={self.seq_len}, max_len={self.max_len})"
+        return (
+            f"{name}(layers={len(self.layers)}, seq_len={self.seq_len}, "
+            f"allocated={self.allocated_slots}, max_len={self.max_len})"
+        )

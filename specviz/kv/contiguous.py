@@ -1,16 +1,20 @@
-"""Contiguous KV cache: one preallocated buffer per layer plus a write pointer.
+"""Contiguous KV cache: one buffer per layer plus a write pointer.
 
 This is the layout of gpt-fast and of `transformers.StaticCache`: for each layer a buffer
-`[1, H_kv, max_len, D]` is allocated once, and position p always lives in row p. Appending n
-tokens writes rows L..L+n-1 and moves the write pointer from L to L+n; attention reads rows
-0..L+n-1 as a plain slice (no copy).
+`[1, H_kv, rows, D]`, and position p always lives in row p. Appending n tokens writes rows
+L..L+n-1 and moves the write pointer from L to L+n; attention reads rows 0..L+n-1 as a plain
+slice (no copy).
 
 Rollback after a rejected draft is just moving the pointer back: `truncate(new_len)` sets
 L = new_len and leaves rows new_len.. untouched. Those *stale* rows are harmless: every read is
 the slice 0..L-1, and the next append overwrites them, row by row, before they are read again.
 
-The price of this simplicity is that the whole `max_len` is reserved up front, whatever the
-sequence actually uses — the waste that paging (see `paged.py`) removes.
+The buffer is allocated for the rows the run is expected to reach (`initial_len`), not for the
+whole `max_len`. An append past the allocated rows *grows* the buffer (to twice its rows, or
+what the append needs, never past `max_len`): a new buffer is allocated and every old row,
+stale ones included, is copied to the same row, so position p still lives in row p. That copy
+is the price of one contiguous buffer (gpt-fast and StaticCache avoid it by allocating
+`max_len` up front); paging (see `paged.py`) adds blocks instead of copying.
 """
 
 from __future__ import annotations
@@ -18,17 +22,17 @@ from __future__ import annotations
 import torch
 
 from specviz.errors import CacheCapacityError
-from specviz.kv.base import SpecvizCache, SpecvizLayer
+from specviz.kv.base import DEFAULT_INITIAL_LEN, SpecvizCache, SpecvizLayer, grown
 from specviz.trace import CacheEvent, CacheSnapshot
 
 
 class ContiguousLayer(SpecvizLayer):
-    """One layer: `keys`/`values` buffers `[1, H_kv, max_len, D]`; row p holds position p."""
+    """One layer: `keys`/`values` buffers `[1, H_kv, rows, D]`; row p holds position p."""
 
     def allocate(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         _, heads, _, _ = key_states.shape  # [B, H, T, D]
-        shape_k = (1, heads, self.owner.max_len, key_states.shape[-1])
-        shape_v = (1, heads, self.owner.max_len, value_states.shape[-1])
+        shape_k = (1, heads, self.owner.rows, key_states.shape[-1])
+        shape_v = (1, heads, self.owner.rows, value_states.shape[-1])
         self.keys = torch.zeros(shape_k, dtype=key_states.dtype, device=key_states.device)
         self.values = torch.zeros(shape_v, dtype=value_states.dtype, device=value_states.device)
 
@@ -43,15 +47,37 @@ class ContiguousLayer(SpecvizLayer):
     def dense(self, length: int) -> tuple[torch.Tensor, torch.Tensor]:
         return self.keys[:, :, :length], self.values[:, :, :length]
 
+    def grow(self, num_slots: int) -> None:
+        if self.keys.shape[2] < num_slots:
+            self.keys = grown(self.keys, 2, num_slots)  # [1, H, rows', D], rows 0..rows-1 copied
+            self.values = grown(self.values, 2, num_slots)
+
+    def bytes_per_slot(self) -> int:
+        return (self.keys[0, :, 0].nbytes + self.values[0, :, 0].nbytes) if self.is_initialized else 0
+
 
 class ContiguousKVCache(SpecvizCache):
-    """Preallocated buffers + a write pointer (events: "append", "pointer", "truncate")."""
+    """A growable buffer + a write pointer (events: "append", "grow", "pointer", "truncate")."""
 
     layout = "contiguous"
     layer_class = ContiguousLayer
 
-    def __init__(self, num_layers: int, max_len: int = 2048) -> None:
-        super().__init__(num_layers, max_len, capacity=max_len)
+    def __init__(self, num_layers: int, max_len: int = 2048, initial_len: int | None = None) -> None:
+        initial = DEFAULT_INITIAL_LEN if initial_len is None else initial_len
+        super().__init__(num_layers, max_len, capacity=max(1, min(max_len, initial)))
+
+    @property
+    def rows(self) -> int:
+        """Rows allocated in each layer's buffer (grows on demand up to max_len)."""
+        return self.allocated_slots
+
+    @property
+    def held_slots(self) -> int:
+        return self.rows  # the whole buffer belongs to the sequence
+
+    @property
+    def limit_slots(self) -> int:
+        return self.max_len
 
     @property
     def write_pointer(self) -> int:
@@ -66,6 +92,10 @@ class ContiguousKVCache(SpecvizCache):
             )
 
     def _make_room(self, start: int, end: int, phase: str) -> None:
+        if end > self.rows:  # _check_room guarantees end <= max_len
+            old = self.rows
+            self._grow_storage(min(self.max_len, max(end, 2 * old)))
+            self.events.append(CacheEvent("grow", phase, old, self.rows))
         self.events.append(CacheEvent("pointer", phase, self.write_pointer, end))
 
     def _release(self, old_end: int, new_len: int, phase: str) -> None:
@@ -81,9 +111,11 @@ class ContiguousKVCache(SpecvizCache):
             layout="contiguous",
             seq_len=self.seq_len,
             num_committed=min(num_committed, self.seq_len),
-            capacity=self.max_len,
+            capacity=self.rows,
             page_size=0,
             num_blocks=0,
             slot_positions=tuple(self.slot_positions[:n]),
             slot_tokens=tuple(self.slot_tokens[:n]),
+            max_capacity=self.max_len,
+            bytes_per_slot=self.bytes_per_position(),
         )

@@ -6,6 +6,14 @@ Serving with PagedAttention"; vLLM) stores K/V the way an operating system store
 * The physical memory of each layer is a **pool** of `num_blocks` fixed-size blocks of
   `page_size` token slots: a tensor `[num_blocks, page_size, H_kv, D]`. Block ids are shared by
   all layers, so one table serves the whole model.
+* The pool starts with the blocks the run is expected to reach (`initial_len` rounded up to
+  whole pages) and **grows** when a reservation needs more blocks than are free: the pool
+  tensors are reallocated (twice the blocks, or what is needed) with every old block copied
+  under the same id, and the new block ids `num_blocks ..` join the tail of the free list
+  (a "grow" event). It never grows past its cap: the blocks `max_len` needs, or an explicit
+  `num_blocks`, which stays a hard cap (a small pool is how the "pool exhausted" lesson is
+  staged). vLLM sizes its pool once, from the GPU memory left after loading the model; a
+  one-sequence teaching cache grows instead, so it costs what the run uses.
 * A sequence owns a **block table**: logical block i (positions `i*page_size ..
   (i+1)*page_size - 1`) lives in physical block `block_table[i]`. Position p therefore lives
   in slot `block_table[p // page_size] * page_size + p % page_size` — the blocks of one
@@ -41,7 +49,7 @@ from dataclasses import dataclass
 import torch
 
 from specviz.errors import CacheCapacityError, ConfigError, PoolExhaustedError
-from specviz.kv.base import SpecvizCache, SpecvizLayer
+from specviz.kv.base import DEFAULT_INITIAL_LEN, SpecvizCache, SpecvizLayer, grown
 from specviz.trace import CacheEvent, CacheSnapshot
 
 POLICIES = ("free", "keep")
@@ -60,13 +68,36 @@ class KVBlock:
 
 
 class BlockPool:
-    """The free list of physical blocks: taken from the head, returned to the tail."""
+    """The free list of physical blocks: taken from the head, returned to the tail.
 
-    def __init__(self, num_blocks: int) -> None:
+    `max_blocks` caps `grow()` (None: no cap); the pool starts with `num_blocks` blocks.
+    """
+
+    def __init__(self, num_blocks: int, max_blocks: int | None = None) -> None:
         if num_blocks < 1:
             raise ConfigError(f"num_blocks must be >= 1, got {num_blocks}")
+        if max_blocks is not None and max_blocks < num_blocks:
+            raise ConfigError(f"a pool of {num_blocks} blocks cannot have a cap of {max_blocks}")
         self.blocks = [KVBlock(i) for i in range(num_blocks)]
         self.free_block_queue: collections.deque[KVBlock] = collections.deque(self.blocks)
+        self.max_blocks = max_blocks
+
+    @property
+    def num_growable_blocks(self) -> int:
+        """How many blocks `grow()` may still add (a large number when uncapped)."""
+        return (1 << 62) if self.max_blocks is None else self.max_blocks - self.num_blocks
+
+    def grow(self, num_new: int) -> list[KVBlock]:
+        """Add `num_new` fresh blocks (ids num_blocks..), appended to the tail of the free list."""
+        if not 0 <= num_new <= self.num_growable_blocks:
+            raise PoolExhaustedError(
+                f"KV block pool cannot grow by {num_new} block(s): it has {self.num_blocks} of at most "
+                f"{self.max_blocks}"
+            )
+        new = [KVBlock(i) for i in range(self.num_blocks, self.num_blocks + num_new)]
+        self.blocks.extend(new)
+        self.free_block_queue.extend(new)
+        return new
 
     @property
     def num_blocks(self) -> int:
@@ -146,6 +177,15 @@ class BlockTable:
 class PagedLayer(SpecvizLayer):
     """One layer: pool tensors `keys`/`values` `[num_blocks, page_size, H_kv, D]`."""
 
+    def grow(self, num_slots: int) -> None:
+        num_blocks = cdiv(num_slots, self.keys.shape[1])
+        if self.keys.shape[0] < num_blocks:  # block b keeps its id: rows 0..old-1 are copied
+            self.keys = grown(self.keys, 0, num_blocks)
+            self.values = grown(self.values, 0, num_blocks)
+
+    def bytes_per_slot(self) -> int:
+        return (self.keys[0, 0].nbytes + self.values[0, 0].nbytes) if self.is_initialized else 0
+
     def allocate(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         _, heads, _, _ = key_states.shape  # [B, H, T, D]
         pool_shape = (self.owner.pool.num_blocks, self.owner.page_size, heads)
@@ -179,7 +219,12 @@ class PagedLayer(SpecvizLayer):
 
 
 class PagedKVCache(SpecvizCache):
-    """A block table over a BlockPool (events: "append", "alloc", "reuse", "truncate", "free")."""
+    """A block table over a growable BlockPool (events: "append", "grow", "alloc", "reuse",
+    "truncate", "free").
+
+    `num_blocks` is a hard cap on the pool (None: the blocks `max_len` needs); the pool starts
+    with the blocks `initial_len` needs (at most the cap) and grows on demand.
+    """
 
     layout = "paged"
     layer_class = PagedLayer
@@ -191,19 +236,39 @@ class PagedKVCache(SpecvizCache):
         page_size: int = 16,
         policy: str = "free",
         num_blocks: int | None = None,
+        initial_len: int | None = None,
     ) -> None:
         if page_size < 1:
             raise ConfigError(f"page_size must be >= 1, got {page_size}")
         if policy not in POLICIES:
             raise ConfigError(f"paged rollback policy must be one of {POLICIES}, got {policy!r}")
+        if max_len < 1:
+            raise ConfigError(f"max_len must be >= 1, got {max_len}")
+        if num_blocks is not None and num_blocks < 1:
+            raise ConfigError(f"num_blocks must be >= 1, got {num_blocks}")
         self.page_size = page_size
         self.policy = policy
-        self.pool = BlockPool(cdiv(max_len, page_size) if num_blocks is None else num_blocks)
+        cap = cdiv(max_len, page_size) if num_blocks is None else num_blocks
+        initial = min(max_len, DEFAULT_INITIAL_LEN if initial_len is None else max(1, initial_len))
+        self.pool = BlockPool(min(cap, cdiv(initial, page_size)), max_blocks=cap)
         self.table = BlockTable(self.pool, page_size)
         self._slot_cache: dict[tuple[torch.device, int], torch.Tensor] = {}
         self._blocks_before_pending = 0  # table length before the pending reservation
-        capacity = self.pool.num_blocks * page_size
-        super().__init__(num_layers, min(max_len, capacity), capacity=capacity)
+        super().__init__(num_layers, min(max_len, cap * page_size), capacity=self.pool.num_blocks * page_size)
+
+    @property
+    def max_blocks(self) -> int:
+        """The pool's cap: it never grows past this many blocks."""
+        assert self.pool.max_blocks is not None
+        return self.pool.max_blocks
+
+    @property
+    def held_slots(self) -> int:
+        return len(self.table) * self.page_size
+
+    @property
+    def limit_slots(self) -> int:
+        return self.max_blocks * self.page_size
 
     @property
     def block_table(self) -> list[int]:
@@ -219,11 +284,17 @@ class PagedKVCache(SpecvizCache):
 
     def _check_room(self, start: int, end: int) -> None:
         needed = self.table.num_new_blocks(end)
-        if needed > self.pool.num_free_blocks:
+        pool = self.pool
+        if needed > pool.num_free_blocks + pool.num_growable_blocks:
+            growth = (
+                f" and the pool may grow by only {pool.num_growable_blocks} more to its cap of {self.max_blocks}"
+                if pool.num_growable_blocks
+                else ""
+            )
             raise PoolExhaustedError(
                 f"KV block pool exhausted: positions {start}..{end - 1} need {needed} new block(s) of "
-                f"{self.page_size} slots but only {self.pool.num_free_blocks} of {self.pool.num_blocks} "
-                "are free (raise num_blocks)"
+                f"{self.page_size} slots but only {pool.num_free_blocks} of {pool.num_blocks} "
+                f"are free{growth} (raise num_blocks)"
             )
         if end > self.max_len:
             raise CacheCapacityError(
@@ -241,9 +312,21 @@ class PagedKVCache(SpecvizCache):
             self._free(end, phase)
         if reused:
             self.events.append(CacheEvent("reuse", phase, blocks=tuple(reused)))
+        self._grow_pool(self.table.num_new_blocks(end) - self.pool.num_free_blocks, phase)
         new = self.table.grow(end)
         if new:
             self.events.append(CacheEvent("alloc", phase, blocks=tuple(b.block_id for b in new)))
+
+    def _grow_pool(self, shortfall: int, phase: str) -> None:
+        """Add at least `shortfall` blocks (twice the pool, if the cap allows) to the free list."""
+        if shortfall <= 0:
+            return
+        pool = self.pool
+        target = min(self.max_blocks, max(pool.num_blocks + shortfall, 2 * pool.num_blocks))
+        old = pool.num_blocks
+        self._grow_storage(target * self.page_size)  # tensors first: an allocation failure changes nothing
+        new = pool.grow(target - old)
+        self.events.append(CacheEvent("grow", phase, old, pool.num_blocks, blocks=tuple(b.block_id for b in new)))
 
     def _release(self, old_end: int, new_len: int, phase: str) -> None:
         self._slot_cache.clear()
@@ -280,4 +363,6 @@ class PagedKVCache(SpecvizCache):
             policy=self.policy,
             slot_positions=tuple(self.slot_positions[:n]),
             slot_tokens=tuple(self.slot_tokens[:n]),
+            max_capacity=self.limit_slots,
+            bytes_per_slot=self.bytes_per_position(),
         )

@@ -53,7 +53,8 @@ class FeatureProposer(Proposer):
     def start(self, prompt_ids: list[int], prefill_features: torch.Tensor | None) -> None:
         cfg = self.config
         self.cache = create_cache(self.head.decoder, cfg.cache_layout, page_size=cfg.page_size,
-                                  policy=cfg.free_policy, max_len=self.max_context, num_blocks=cfg.num_blocks)
+                                  policy=cfg.free_policy, max_len=self.max_context, num_blocks=cfg.num_blocks,
+                                  initial_len=len(prompt_ids) + cfg.max_new_tokens + cfg.k + 1)  # grows on demand
         hidden = self.head.layer_config.hidden_size
         empty = torch.zeros(0, hidden, device=model_device(self.target), dtype=self.head.fuse.weight.dtype)
         self.features = empty if prefill_features is None else prefill_features.to(empty.dtype)
