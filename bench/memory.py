@@ -3,8 +3,10 @@
 For each layout and paged rollback policy, one long speculative run of the default pair (K = 8,
 temperature 1: many rejections, so many rollbacks) and then, for each model's cache:
 
-  allocated   bytes of the K/V tensors that exist (the contiguous buffer is `max_context` rows up
-              front; the paged *pool* is sized for `max_context` too unless `num_blocks` is given);
+  allocated   bytes of the K/V tensors that exist: caches are sized for what the run can reach
+              (prompt + max_new_tokens + K + 1, whole pages) and grow on demand, so this is no
+              longer `max_context` rows up front;
+  limit       what preallocating for `max_context` (or the pool's cap) would take: the old sizing;
   held        bytes the sequence owns: the whole buffer (contiguous), or its block-table blocks
               (paged) — this is what a shared pool could hand to other sequences;
   valid       bytes of positions 0..L-1, the only ones ever read;
@@ -12,6 +14,10 @@ temperature 1: many rejections, so many rollbacks) and then, for each model's ca
               policy "keep" whole blocks kept for positions that were rolled back);
   extra       blocks held beyond ceil(L / page_size) after each cycle's rollback, averaged over
               cycles (0 under "free" by construction; what "keep" trades for not re-allocating).
+
+Plus one session at the app's defaults (`app_defaults`: the default prompt through the chat
+template, K = 5, 128 new tokens, paged, page 16, policy "free", T = 1), the per-session KV bound
+of issue 10 (<= 16 MiB). `python -m bench.memory` runs that row alone.
 
 Peak RSS of the whole suite is reported by the driver after every section.
 """
@@ -28,23 +34,24 @@ from .systems import spec_config
 CASES = (("contiguous", "free"), ("paged", "free"), ("paged", "keep"))
 
 
+# The app's sidebar defaults (app.py init_state / DEFAULT_PROMPT), repeated here so that the
+# benchmark does not import Streamlit.
+APP_PROMPT = "Explain in two sentences why the sky is blue."
+APP_SETTINGS = dict(k=5, temperature=1.0, max_new_tokens=128, cache_layout="paged", page_size=16,
+                    free_policy="free", max_context=2048, seed=0)
+MIB = 2**20
+
+
 def cache_bytes(cache: Any) -> dict[str, Any]:
-    layers = [layer for layer in cache.layers if getattr(layer, "is_initialized", False)]
-    allocated = sum(layer.keys.nbytes + layer.values.nbytes for layer in layers)
-    if cache.layout == "paged":
-        slots = cache.pool.num_blocks * cache.page_size
-        held_slots = len(cache.table) * cache.page_size
-    else:
-        slots = held_slots = cache.max_len
-    per_position = allocated // slots if slots else 0
-    valid = cache.get_seq_length() * per_position
-    held = held_slots * per_position
+    mem = cache.memory_bytes()
+    valid, held, allocated = mem.valid_bytes, mem.held_bytes, mem.allocated_bytes
     return {
         "seq_len": cache.get_seq_length(),
-        "bytes_per_position": per_position,
+        "bytes_per_position": mem.bytes_per_position,
         "allocated_bytes": allocated,
         "held_bytes": held,
         "valid_bytes": valid,
+        "limit_bytes": mem.limit_bytes,
         "waste_of_held": 1 - valid / held if held else None,
         "valid_of_allocated": valid / allocated if allocated else None,
         "blocks_held": len(cache.table) if cache.layout == "paged" else None,
@@ -91,4 +98,66 @@ def run(pair: Any, prompts: list[list[int]], s: Settings, log: Log) -> dict[str,
             f"{row['target']['held_bytes'] / 2**20:.1f} held, {row['target']['allocated_bytes'] / 2**20:.1f} allocated"
         )
         del dec
-    return {"runs": out, "max_context": spec_config(8, 1, 1, "paged", False).max_context}
+    apps = app_defaults_session(pair)
+    log(
+        f"memory: app defaults ({apps['prompt_tokens']} + {apps['new_tokens']} tokens): KV per session "
+        f"{apps['allocated_bytes'] / MIB:.2f} MiB allocated (peak {apps['peak_allocated_bytes'] / MIB:.2f}), "
+        f"{apps['held_bytes'] / MIB:.2f} held, {apps['valid_bytes'] / MIB:.2f} valid; "
+        f"{apps['limit_bytes'] / MIB:.1f} MiB if preallocated for max_context"
+    )
+    return {"runs": out, "max_context": spec_config(8, 1, 1, "paged", False).max_context, "app_defaults": apps}
+
+
+def app_defaults_session(pair: Any, prompt: str = APP_PROMPT, **changes: Any) -> dict[str, Any]:
+    """KV bytes of one session at the app's defaults, run to its end (EOS or max_new_tokens):
+    per cache and summed over the session's caches, with the peak allocation over the run."""
+    from specviz import DecodeConfig
+    from specviz.cli import encode_prompt
+    from specviz.models import preferred_proposer
+
+    cfg = DecodeConfig(proposer=preferred_proposer(pair), **{**APP_SETTINGS, **changes})
+    ids = encode_prompt(pair.tokenizer, prompt, chat=True)
+    dec = SpeculativeDecoder(pair, cfg)
+    dec.start(ids)
+    peak = 0
+    while not dec.finished:
+        dec.step()
+        peak = max(peak, sum(c.memory_bytes().allocated_bytes for c in _caches(dec).values()))
+    per_cache = {role: cache_bytes(c) for role, c in _caches(dec).items()}
+    totals = {key: sum(c[key] for c in per_cache.values())
+              for key in ("allocated_bytes", "held_bytes", "valid_bytes", "limit_bytes")}
+    return {
+        "proposer": cfg.proposer,
+        "settings": {**APP_SETTINGS, **changes},
+        "prompt_tokens": len(ids),
+        "new_tokens": len(dec.committed) - len(ids),
+        "finish_reason": dec.finish_reason,
+        **totals,
+        "peak_allocated_bytes": peak,
+        "caches": per_cache,
+    }
+
+
+def _caches(dec: SpeculativeDecoder) -> dict[str, Any]:
+    out = {"target": dec.target_cache}
+    if dec.draft_cache is not None:
+        out["draft"] = dec.draft_cache
+    return out
+
+
+def main() -> None:
+    """`python -m bench.memory`: the app-defaults row alone, as JSON (one short run)."""
+    import json
+
+    import torch
+
+    import specviz
+
+    torch.set_num_threads(1)
+    row = app_defaults_session(specviz.load_default_pair())
+    mib = {k: round(v / MIB, 3) for k, v in row.items() if k.endswith("_bytes")}
+    print(json.dumps({**row, "MiB": mib}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
