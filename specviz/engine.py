@@ -263,7 +263,7 @@ class SpeculativeDecoder:
         t = mark("accept", n + num_accepted, t)
         emitted, dist_top = self._resolve(s, cfg, proposal, num_accepted)
         emitted, finish_reason = self._trim(emitted, remaining, room)
-        t = mark("resolve", n + num_accepted, t)
+        t = mark("resolve", n + min(num_accepted, len(emitted)), t)  # accepted drafts the trim kept
         self._commit(s, emitted)
         self._rollback(s, n)
         t = mark("rollback", len(s.committed), t)
@@ -327,6 +327,9 @@ class SpeculativeDecoder:
         steps: list[DraftStep] = []
         num_accepted = 0
         rejected = False
+        # What-if forcing stops at an end-of-text draft whose acceptance is forced: that would end
+        # the whole text, which nobody asked for; from there on the real test decides.
+        forcing = bool(cfg.forced_outcomes)
         for i, (token, q) in enumerate(zip(drafts, draft_probs), start=1):
             p = target_probs[i - 1]
             p_tok, q_tok = float(p[token]), float(q[token])
@@ -334,7 +337,9 @@ class SpeculativeDecoder:
                 ratio = 1.0 if token == sampling.greedy_token(p) else 0.0
             else:
                 ratio = sampling.acceptance_ratio(p_tok, q_tok)
-            forced = None if rejected else cfg.forced_outcome(i)
+            forced = cfg.forced_outcome(i) if forcing and not rejected else None
+            if forced is True and token in self.eos_ids:
+                forced, forcing = None, False
             u = None
             if rejected:
                 verdict = "untested"

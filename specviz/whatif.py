@@ -8,16 +8,13 @@ leash:
   cleared (`exact_again`) and exact decoding resumes.
 * **Forcing stops at an end-of-text draft.** Forcing d_i to be accepted when d_i is the
   end-of-text token would end the whole generation — a side effect nobody asked for when they
-  ticked "accept d1–d3". So from the first end-of-text draft on, the real test decides: the
+  ticked "accept d1–d3". So from the first end-of-text draft whose acceptance was forced, the real test decides: the
   outcomes forced *before* it still apply, and if the target itself accepts the end-of-text token
   the text ends exactly as plain decoding would have let it.
 
-The engine applies forced outcomes inside `step()`, before anyone sees the drafts. So
-`forced_step` runs the forced cycle on a `fork()` of the decoder first (caches and random streams
-copied, so the fork drafts exactly what the decoder would). If no forced acceptance hit an
-end-of-text draft, the fork *is* the result and becomes the decoder. Otherwise the cycle is run
-on the untouched decoder again with the forcing cut before that draft. (An engine that skipped
-forcing at end-of-text drafts itself would need neither the fork nor the rerun.)
+The engine applies forced outcomes inside `step()` and itself stops forcing at the first
+end-of-text draft (`SpeculativeDecoder._accept`), so `forced_step` only runs the cycle and reports
+where forcing stopped.
 """
 
 from __future__ import annotations
@@ -39,32 +36,17 @@ class ForcedStep:
     stopped_at: int | None = None  # the end-of-text draft where forcing stopped, if it had to
 
 
-def forced_eos_acceptance(trace: CycleTrace, eos_ids: frozenset[int] | set[int]) -> int | None:
-    """The index of the first end-of-text draft whose acceptance was forced, or None."""
-    return next((d.index for d in trace.drafts if d.forced and d.verdict == "accepted" and d.token_id in eos_ids), None)
-
-
-def forcing_before(forced: Forced, index: int) -> Forced:
-    """Only the forced outcomes of drafts before `index`: the real test decides from there on."""
-    return tuple((i, accept) for i, accept in forced if i < index)
-
-
 def forced_step(dec: Any) -> ForcedStep:
-    """Run one cycle with the decoder's forced outcomes, never letting a forced acceptance of an
-    end-of-text draft end the text. Without forced outcomes this is just `dec.step()`."""
+    """Run one cycle with the decoder's forced outcomes. The engine itself stops forcing at the
+    first end-of-text draft (the real test decides from there on); `stopped_at` names that draft
+    when a forced outcome was asked for it or after it. Without forced outcomes this is `dec.step()`."""
     forced: Forced = tuple(dec.config.forced_outcomes)
+    trace = dec.step()
     if not forced:
-        return ForcedStep(dec, dec.step())
-    trial = dec.fork()  # an exact copy: it proposes the same drafts the decoder would
-    trace = trial.step()
-    eos_at = forced_eos_acceptance(trace, set(dec.eos_ids))
-    if eos_at is None:
-        return ForcedStep(trial, trace)
-    dec.update_config(dec.config.replace(forced_outcomes=forcing_before(forced, eos_at)))
-    try:
-        trace = dec.step()
-    finally:
-        dec.update_config(dec.config.replace(forced_outcomes=forced))
+        return ForcedStep(dec, trace)
+    wanted = dict(forced)
+    eos_at = next((d.index for d in trace.drafts
+                   if d.token_id in dec.eos_ids and wanted.get(d.index) is True and not d.forced), None)
     return ForcedStep(dec, trace, stopped_at=eos_at)
 
 

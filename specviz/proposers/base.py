@@ -108,6 +108,27 @@ def confident_enough(logits: torch.Tensor, index: int, min_confidence: float) ->
     return float(torch.softmax(logits.float(), dim=-1).max()) >= min_confidence
 
 
+def draft_tokens(
+    first_logits: torch.Tensor, k: int, next_logits: Callable[[int], torch.Tensor], distribution: Distribution,
+    greedy: bool, generator: torch.Generator, min_confidence: float,
+) -> tuple[list[int], list[torch.Tensor]]:
+    """The drafting loop every model-based proposer shares: sample d_i from q_i, then feed d_i
+    (`next_logits`) for q_{i+1}; d_k is sampled but never fed. Adaptive K may stop it early."""
+    tokens: list[int] = []
+    probs: list[torch.Tensor] = []  # q_i [V]
+    logits = first_logits
+    for i in range(k):
+        q = distribution(logits)
+        if not confident_enough(logits, i + 1, min_confidence):
+            break
+        token = sample_from(q, greedy, generator)
+        tokens.append(token)
+        probs.append(q)
+        if i < k - 1:
+            logits = next_logits(token)
+    return tokens, probs
+
+
 def sample_from(probs: torch.Tensor, greedy: bool, generator: torch.Generator) -> int:
     """Draw the draft token from the distribution it will be scored with."""
     from .. import sampling

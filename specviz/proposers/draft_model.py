@@ -15,7 +15,7 @@ import torch
 
 from ..config import DecodeConfig
 from ..runtime import forward, max_abs_kv_diff, open_cache
-from .base import Distribution, Drafts, Proposer, confident_enough, sample_from
+from .base import Distribution, Drafts, Proposer, draft_tokens
 
 
 class DraftModelProposer(Proposer):
@@ -32,19 +32,11 @@ class DraftModelProposer(Proposer):
                 generator: torch.Generator, min_confidence: float = 0.0) -> Drafts:
         cache = self.cache
         first = cache.get_seq_length()
-        catch_up = committed[first:]
-        tokens: list[int] = []
-        probs: list[torch.Tensor] = []  # q_i [V]
-        logits = forward(self.draft, cache, catch_up, "draft", last_only=True)[-1]  # [V]
-        for i in range(k):
-            q = distribution(logits)
-            if not confident_enough(logits, i + 1, min_confidence):
-                break
-            token = sample_from(q, greedy, generator)
-            tokens.append(token)
-            probs.append(q)
-            if i < k - 1:  # d_k is never fed: the draft catches up on it next cycle
-                logits = forward(self.draft, cache, [token], "draft", last_only=True)[-1]
+        logits = forward(self.draft, cache, committed[first:], "draft", last_only=True)[-1]  # [V]
+        tokens, probs = draft_tokens(
+            logits, k, lambda token: forward(self.draft, cache, [token], "draft", last_only=True)[-1],
+            distribution, greedy, generator, min_confidence,
+        )  # d_k is never fed: the draft catches up on it next cycle
         return Drafts(tokens, probs, list(range(first, len(committed))))
 
     def rollback(self, committed: list[int], n: int) -> None:

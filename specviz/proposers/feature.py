@@ -36,7 +36,7 @@ from ..config import DecodeConfig
 from ..feature_head import FeatureHead
 from ..kv import create_cache
 from ..runtime import model_device
-from .base import Distribution, Drafts, Proposer, confident_enough, sample_from
+from .base import Distribution, Drafts, Proposer, draft_tokens
 
 
 class FeatureProposer(Proposer):
@@ -92,18 +92,14 @@ class FeatureProposer(Proposer):
         # catch-up: the real pairs (F[p], x[p+1]) for p = m..n-2
         predicted = self._feed(self.features[m : n - 1], committed[m + 1 : n], "draft")[-1:]  # [1, H]
         self.num_real = n - 1
-        tokens: list[int] = []
-        probs: list[torch.Tensor] = []
-        for i in range(k):
-            logits = self.head.full_logits(predicted)[0]  # [V], -inf outside a trimmed vocabulary
-            q = distribution(logits)
-            if not confident_enough(logits, i + 1, min_confidence):
-                break
-            token = sample_from(q, greedy, generator)
-            tokens.append(token)
-            probs.append(q)
-            if i < k - 1:  # the next pair rests on the head's own prediction, not on the target
-                predicted = self._feed(predicted, [token], "draft")
+
+        def next_logits(token: int) -> torch.Tensor:
+            nonlocal predicted  # the next pair rests on the head's own prediction, not on the target
+            predicted = self._feed(predicted, [token], "draft")
+            return self.head.full_logits(predicted)[0]  # [V], -inf outside a trimmed vocabulary
+
+        tokens, probs = draft_tokens(self.head.full_logits(predicted)[0], k, next_logits, distribution, greedy,
+                                     generator, min_confidence)
         note = f"caught up on {n - 1 - m} pair(s) from the target's real features"
         if len(tokens) > 1:
             note += f"; drafts 2..{len(tokens)} were drafted from the head's own predicted features"
