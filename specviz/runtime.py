@@ -10,6 +10,7 @@ the invariant check compares every cache against it.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -75,7 +76,15 @@ def forward_with_features(
     caught: list[torch.Tensor] = []
     hook = None
     if features:
-        hook = model.get_output_embeddings().register_forward_hook(lambda _m, args, _out: caught.append(args[0]))
+        # The model is shared by every session of a server, and a module's hooks fire for every
+        # caller: keep only this thread's pass (another session's verify may run concurrently).
+        me = threading.get_ident()
+
+        def catch(_m: Any, args: tuple, _out: Any) -> None:
+            if threading.get_ident() == me:
+                caught.append(args[0])
+
+        hook = model.get_output_embeddings().register_forward_hook(catch)
     try:
         ids = torch.tensor([list(token_ids)], dtype=torch.long, device=model_device(model))  # [1, T]
         keep = 1 if last_only and not features else 0  # features of every position need the full head input
