@@ -26,28 +26,39 @@ def monkeypatch_module():
         yield mp
 
 
-@pytest.mark.parametrize(("layout", "k"), [("paged", 4), ("contiguous", 6)])
-def test_greedy_speculative_equals_target_greedy_generate(pair, layout, k):
+@pytest.mark.parametrize(("proposer", "layout", "k"), [
+    ("draft", "paged", 4), ("draft", "contiguous", 6), ("feature", "paged", 4), ("feature", "contiguous", 2),
+    ("lookup", "paged", 3),
+])
+def test_greedy_speculative_equals_target_greedy_generate(pair, proposer, layout, k):
     prompt = encode_prompt(pair.tokenizer, "What is the capital of France?")
     new = 24
     with torch.inference_mode():
         reference = pair.target.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=new)[0].tolist()
-    dec = SpeculativeDecoder(pair, DecodeConfig(k=k, temperature=0, cache_layout=layout, page_size=16,
-                                                max_new_tokens=new, check_invariant=True))
+    dec = SpeculativeDecoder(pair, DecodeConfig(k=k, proposer=proposer, temperature=0, cache_layout=layout,
+                                                page_size=16, max_new_tokens=new, check_invariant=True))
     dec.start(prompt)
     traces = []
     while not dec.finished:
         traces.append(dec.step())
     assert dec.committed == reference
     assert max(max(t.invariant_max_abs_diff.values()) for t in traces) < 1e-3
-    # The distilled draft is useful: on average more than one token per cycle.
-    assert len(reference) - len(prompt) > len(traces)
+    if proposer != "lookup":  # the learned proposers are useful: on average more than one token per cycle
+        assert len(reference) - len(prompt) > len(traces)
 
 
-def test_sampling_cycles_keep_both_caches_exact(pair):
+def test_the_shipped_feature_head_is_attached_and_trained(pair):
+    head = pair.feature_head
+    assert head is not None and head.info["trained"] and head.info["steps"] > 0
+    assert head.num_candidates < pair.target.config.vocab_size  # a trimmed vocabulary
+    assert pair.tokenizer.eos_token_id in head.vocab.tolist()  # it can propose the end of the text
+
+
+@pytest.mark.parametrize("proposer", ["draft", "feature"])
+def test_sampling_cycles_keep_both_caches_exact(pair, proposer):
     prompt = encode_prompt(pair.tokenizer, "Give me three tips for learning to cook.")
-    dec = SpeculativeDecoder(pair, DecodeConfig(k=5, temperature=1.0, page_size=4, free_policy="keep",
-                                                check_invariant=True, max_new_tokens=40))
+    dec = SpeculativeDecoder(pair, DecodeConfig(k=5, proposer=proposer, temperature=1.0, page_size=4,
+                                                free_policy="keep", check_invariant=True, max_new_tokens=40))
     dec.start(prompt)
     for _ in range(4):
         trace = dec.step()
