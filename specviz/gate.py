@@ -1,0 +1,153 @@
+"""A process-wide cap on how many sessions decode at once, with a first-come queue.
+
+On a shared server every browser session steps its own decoder in its own script thread, all on
+one model pair. Unbounded, 16 sessions stepping at once on 2 cores make every step 8x slower
+and every page look frozen. `DecodingGate` lets `capacity` steps run at a time; the others queue
+in arrival order and are told, while they wait, where they stand ("2 ahead of you"), through the
+`on_wait` callback (the app draws it on the waiting page). A session that waits longer than
+`timeout` gets `ServerBusyError` and nothing changes in its state.
+
+What counts as "decoding" is anything that runs a model: a cycle, a prefill (a new run or a
+rebuilt one), the autoregressive baseline and the exactness lab. Slots are re-entrant per
+thread, so a step that prefills inside a held slot does not wait for itself.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from .errors import SpecvizError
+
+
+class ServerBusyError(SpecvizError):
+    """No decoding slot freed up within the wait limit: try again in a moment."""
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a waiting session stands."""
+
+    ahead: int  # sessions queued before this one
+    decoding: int  # sessions decoding now
+    capacity: int  # at most this many decode at once
+    waited_s: float
+
+    def message(self) -> str:
+        turn = "you are next" if self.ahead == 0 else f"{self.ahead} ahead of you"
+        return (
+            f"**The server is busy — {turn}.** {self.decoding} session(s) are decoding now (at most "
+            f"{self.capacity} at a time on this server); your step starts as soon as a slot is free "
+            f"(waiting {self.waited_s:.0f} s). The page is not frozen."
+        )
+
+
+class DecodingGate:
+    def __init__(self, capacity: int) -> None:
+        self._cond = threading.Condition()
+        self._capacity = max(1, int(capacity))
+        self._active = 0
+        self._queue: deque[int] = deque()
+        self._tickets = 0
+        self._held: dict[int, int] = {}  # thread id -> nesting depth of its slot
+
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
+    def set_capacity(self, capacity: int) -> None:
+        with self._cond:
+            self._capacity = max(1, int(capacity))
+            self._cond.notify_all()
+
+    def status(self) -> tuple[int, int]:
+        """(decoding now, waiting now)."""
+        with self._cond:
+            return self._active, len(self._queue)
+
+    @contextmanager
+    def slot(
+        self,
+        on_wait: Callable[[Place], None] | None = None,
+        timeout: float | None = None,
+        poll: float = 0.5,
+    ) -> Iterator[float]:
+        """Hold one decoding slot for the `with` block; yields the seconds waited for it.
+
+        `on_wait(place)` is called (outside the gate's lock) each time the waiting session is
+        woken by a change in the queue, and at least every `poll` seconds, so a waiting page can
+        show its place and the time; never when a slot is free at once. After `timeout` seconds
+        (None = wait forever) it raises `ServerBusyError`."""
+        me = threading.get_ident()
+        with self._cond:
+            nested = me in self._held
+            if nested:
+                self._held[me] += 1
+        if nested:
+            try:
+                yield 0.0
+            finally:
+                with self._cond:
+                    self._held[me] -= 1
+            return
+        waited = self._acquire(me, on_wait, timeout, poll)
+        try:
+            yield waited
+        finally:
+            with self._cond:
+                del self._held[me]
+                self._active -= 1
+                self._cond.notify_all()
+
+    def _acquire(self, me: int, on_wait: Callable[[Place], None] | None, timeout: float | None, poll: float) -> float:
+        t0 = time.monotonic()
+        with self._cond:
+            ticket = self._tickets
+            self._tickets += 1
+            self._queue.append(ticket)
+        try:
+            while True:
+                with self._cond:
+                    if self._queue[0] == ticket and self._active < self._capacity:
+                        self._queue.popleft()
+                        self._active += 1
+                        self._held[me] = 1
+                        self._cond.notify_all()  # the next in line may fit too
+                        return time.monotonic() - t0
+                    place = Place(self._queue.index(ticket), self._active, self._capacity, time.monotonic() - t0)
+                if timeout is not None and place.waited_s >= timeout:
+                    raise ServerBusyError(
+                        f"The server is busy: {place.decoding} session(s) were decoding and {place.ahead} waiting "
+                        f"ahead of you for {place.waited_s:.0f} s. Nothing was lost — try again in a moment."
+                    )
+                if on_wait is not None:
+                    on_wait(place)
+                with self._cond:
+                    if not (self._queue[0] == ticket and self._active < self._capacity):
+                        left = poll if timeout is None else max(0.0, min(poll, timeout - (time.monotonic() - t0)))
+                        self._cond.wait(left)
+        except BaseException:
+            with self._cond:
+                if ticket in self._queue:
+                    self._queue.remove(ticket)
+                self._cond.notify_all()
+            raise
+
+
+_shared: DecodingGate | None = None
+_shared_lock = threading.Lock()
+
+
+def shared_gate(capacity: int) -> DecodingGate:
+    """The process's one gate (all sessions of a server share it); `capacity` applies from now."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = DecodingGate(capacity)
+        elif _shared.capacity != capacity:
+            _shared.set_capacity(capacity)
+        return _shared

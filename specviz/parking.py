@@ -1,0 +1,126 @@
+"""Releasing an idle session's KV caches, and rebuilding its decoder when the user returns.
+
+A browser tab left open on a shared server keeps its decoder: the target's and the proposer's
+KV caches. `park(dec)` keeps only what is needed to continue the run *exactly* — the committed
+tokens and their origins, the prompt length (max_new_tokens counts from it), the cycle count,
+the finish reason, the config and both random generators' states — and drops the decoder, so
+its caches are freed. The recorded traces live in the app's session and are untouched: history,
+statistics and export work as before.
+
+`resume(pair, parked)` rebuilds the decoder by prefilling the committed tokens (`start()` on
+them) and restoring the rest. After a prefill each cache holds exactly what the decoder held
+between cycles (the invariant, docs/design.md §1: target = x_1..x_{n-1}; a draft model and a
+feature head may lag less than before, which changes only how much the next catch-up feeds), and
+the generators continue their streams, so the run goes on as if it had never been parked (the
+tests compare against an uninterrupted run). A finished run is rebuilt without its last tokens'
+K/V: it can take no further step anyway.
+
+`IdleRegistry` tracks the sessions of a process (weakly: a closed session just disappears) and
+parks those idle longer than a timeout. It is swept whenever some session is active; a sweep
+never waits for a busy session (a session whose lock is held is not idle).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .config import DecodeConfig
+from .engine import SpeculativeDecoder
+
+
+@dataclass(frozen=True)
+class ParkedDecoder:
+    config: DecodeConfig
+    committed: tuple[int, ...]
+    origins: tuple[str, ...]
+    num_prompt_tokens: int
+    cycles: int
+    finish_reason: str | None
+    generator_states: dict[str, torch.Tensor]
+    parked_at: float  # time.time()
+
+    @property
+    def num_generated(self) -> int:
+        return len(self.committed) - self.num_prompt_tokens
+
+
+def park(dec: SpeculativeDecoder) -> ParkedDecoder:
+    """Everything needed to continue `dec` exactly, without its caches."""
+    s = dec._require()  # the engine's per-run state (engine._Session)
+    return ParkedDecoder(
+        config=dec.config,
+        committed=tuple(s.committed),
+        origins=tuple(s.origins),
+        num_prompt_tokens=s.num_prompt_tokens,
+        cycles=s.cycle,
+        finish_reason=s.finish_reason,
+        generator_states={role: g.get_state() for role, g in s.generators.items()},
+        parked_at=time.time(),
+    )
+
+
+def resume(pair: Any, parked: ParkedDecoder) -> SpeculativeDecoder:
+    """A decoder in the parked state: a prefill of the committed tokens, the streams restored."""
+    dec = SpeculativeDecoder(pair, parked.config)
+    committed = list(parked.committed)
+    dec.start(committed[: dec.max_context - 1])  # all of it unless the run filled the context
+    s = dec._require()
+    s.committed = committed
+    s.origins = list(parked.origins)
+    s.num_prompt_tokens = parked.num_prompt_tokens
+    s.cycle = parked.cycles
+    s.finish_reason = parked.finish_reason
+    for role, state in parked.generator_states.items():
+        s.generators[role].set_state(state)
+    return dec
+
+
+class IdleRegistry:
+    """Sessions by last activity. Items need `last_active` (time.monotonic()) and a `lock`."""
+
+    def __init__(self) -> None:
+        self._items: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+        self._lock = threading.Lock()
+
+    def touch(self, item: Any, now: float | None = None) -> None:
+        item.last_active = time.monotonic() if now is None else now
+        with self._lock:
+            self._items[id(item)] = item
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._items)
+
+    def sweep(self, idle_seconds: float, release: Callable[[Any], bool], now: float | None = None) -> int:
+        """Call `release(item)` (under the item's lock) for each item idle for `idle_seconds` or
+        more; returns how many it released. `idle_seconds <= 0` releases nothing."""
+        if idle_seconds <= 0:
+            return 0
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            items = list(self._items.values())
+        released = 0
+        for item in items:
+            if now - getattr(item, "last_active", now) < idle_seconds:
+                continue
+            if not item.lock.acquire(blocking=False):
+                continue  # busy right now, so not idle
+            try:
+                released += bool(release(item))
+            finally:
+                item.lock.release()
+        return released
+
+
+_registry = IdleRegistry()
+
+
+def shared_registry() -> IdleRegistry:
+    return _registry

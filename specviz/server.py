@@ -1,0 +1,239 @@
+"""Server settings: one specviz process serving many browser sessions (docs/design.md §3).
+
+Two groups of settings, read by the app on every script run (no Streamlit import here):
+
+* **Classroom lockdown** (off by default: a personal machine needs none of it). On a shared
+  server a student must not make the server download or read arbitrary models, or run it out of
+  memory with a huge prompt. With `classroom` on:
+    - only the embedded default pair and the tiny random pair (built in code, a few MB) can be
+      chosen: no custom pair, so no hub id and no local path ever reaches `load_pair`;
+    - the prompt is capped in characters (checked before tokenizing) and in tokens (after the chat
+      template), and `max_new_tokens`, K and the exactness lab's N have upper bounds;
+    - the sidebar says so. Model loading stays as strict as ever: never `trust_remote_code`,
+      safetensors weights only (`specviz.models`).
+* **Sharing the machine** (always on): how many sessions may decode at once (`max_decoding`,
+  default: the number of cores; `specviz.gate`), how long a waiting session waits before it is
+  told to try again (`busy_timeout`), after how many idle seconds a session's KV caches are
+  released (`idle_seconds`, 0 = never; `specviz.parking`), and torch's thread count.
+
+Where they come from, highest precedence first: environment variables (`SPECVIZ_CLASSROOM=1`,
+`SPECVIZ_MAX_K=8`, ... — the field name in capitals after `SPECVIZ_`), then the `[specviz]`
+table of a TOML file — `$SPECVIZ_SETTINGS`, else `.streamlit/specviz.toml` in the directory the
+server runs in (Streamlit's own `.streamlit/config.toml` accepts no custom keys) — then the
+defaults below. A value that cannot be parsed is an error (`ConfigError`): a typo must not quietly
+open a server that was meant to be locked down.
+
+**Threads.** `torch.set_num_threads` is process-wide (every new thread, hence every Streamlit
+script run, picks it up), while each concurrently decoding session runs its own intra-op team of
+that many threads. So `max_decoding` sessions at once use `max_decoding x threads` cores:
+`threads_per_step()` divides the cores among the decoding slots (at least 1), and
+`SPECVIZ_THREADS` overrides. On <= 2 cores that is 1 thread, which also avoids OpenMP's
+busy-waiting stalls on a loaded small machine (bench/threads.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import ConfigError, PromptError
+
+SETTINGS_ENV = "SPECVIZ_SETTINGS"
+SETTINGS_FILE = Path(".streamlit") / "specviz.toml"
+TABLE = "specviz"
+CLASSROOM_PAIRS = ("default", "tiny")  # built in, read-only, bounded in size
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Upper bounds of the user's inputs (None: no bound beyond the widget's own)."""
+
+    k: int
+    max_new_tokens: int
+    lab_n: int
+    prompt_chars: int | None
+    prompt_tokens: int | None
+
+
+# The app's own widget bounds on a personal machine.
+PERSONAL = Limits(k=16, max_new_tokens=4096, lab_n=2000, prompt_chars=None, prompt_tokens=None)
+
+
+def _cores() -> int:
+    return max(1, os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    classroom: bool = False
+    max_prompt_chars: int = 2000
+    max_prompt_tokens: int = 256
+    max_new_tokens: int = 256
+    max_k: int = 8
+    max_lab_n: int = 200
+    max_decoding: int = dataclasses.field(default_factory=_cores)
+    busy_timeout: float = 120.0  # seconds a step waits for a decoding slot before "try again"
+    idle_seconds: float = 900.0  # release an idle session's caches after this long (0 = never)
+    threads: int | None = None  # torch threads; None = threads_per_step()
+    source: str = "defaults"  # where the values came from, for messages
+
+    # -- loading ---------------------------------------------------------------------------
+
+    @classmethod
+    def load(cls, env: Mapping[str, str] | None = None, path: str | Path | None = None) -> ServerSettings:
+        """Defaults, then the settings file's `[specviz]` table, then `SPECVIZ_*` variables."""
+        env = os.environ if env is None else env
+        file = Path(path) if path is not None else Path(env.get(SETTINGS_ENV) or SETTINGS_FILE)
+        values: dict[str, object] = {}
+        sources = []
+        if file.is_file():
+            try:
+                table = tomllib.loads(file.read_text()).get(TABLE, {})
+            except (OSError, tomllib.TOMLDecodeError) as exc:
+                raise ConfigError(f"cannot read the server settings file {file}: {exc}") from exc
+            if not isinstance(table, dict):
+                raise ConfigError(f"{file}: [{TABLE}] must be a table")
+            unknown = sorted(set(table) - set(_FIELDS))
+            if unknown:
+                raise ConfigError(f"{file}: unknown [{TABLE}] setting(s) {unknown}; known: {sorted(_FIELDS)}")
+            values.update({name: _parse(name, value, str(file)) for name, value in table.items()})
+            sources.append(str(file))
+        from_env = [name for name in _FIELDS if env.get(_env_name(name), "").strip()]
+        for name in from_env:
+            values[name] = _parse(name, env[_env_name(name)].strip(), _env_name(name))
+        if from_env:
+            sources.append("environment (" + ", ".join(_env_name(n) for n in from_env) + ")")
+        return cls(**values, source=" + ".join(sources) or "defaults")
+
+    # -- what the app may offer ------------------------------------------------------------
+
+    @property
+    def limits(self) -> Limits:
+        if not self.classroom:
+            return PERSONAL
+        return Limits(
+            k=min(PERSONAL.k, self.max_k),
+            max_new_tokens=min(PERSONAL.max_new_tokens, self.max_new_tokens),
+            lab_n=min(PERSONAL.lab_n, self.max_lab_n),
+            prompt_chars=self.max_prompt_chars,
+            prompt_tokens=self.max_prompt_tokens,
+        )
+
+    def allowed_pairs(self, kinds: Iterable[str]) -> list[str]:
+        return [k for k in kinds if not self.classroom or k in CLASSROOM_PAIRS]
+
+    def check_pair(self, kind: str) -> None:
+        if self.classroom and kind not in CLASSROOM_PAIRS:
+            raise ConfigError(
+                "Custom model pairs (hub ids and local paths) are disabled on this classroom server: "
+                "use the default pair or the tiny random pair."
+            )
+
+    def check_prompt_text(self, text: str) -> None:
+        """Before tokenizing: tokenizing a huge text is already work for the server."""
+        cap = self.limits.prompt_chars
+        if cap is not None and len(text) > cap:
+            raise PromptError(
+                f"The prompt has {len(text):,} characters; this classroom server accepts at most {cap:,}. "
+                "Shorten it to continue."
+            )
+
+    def check_prompt_ids(self, ids: list[int]) -> None:
+        cap = self.limits.prompt_tokens
+        if cap is not None and len(ids) > cap:
+            raise PromptError(
+                f"The prompt is {len(ids):,} tokens long (with the chat template, if on); this classroom server "
+                f"accepts at most {cap:,}. Shorten it to continue."
+            )
+
+    def check_config(self, k: int, max_new_tokens: int) -> None:
+        """Defense in depth behind the widgets' bounds: a value past a cap never reaches a decoder."""
+        lim = self.limits
+        if k > lim.k:
+            raise ConfigError(f"K = {k} is above this server's limit of {lim.k}.")
+        if max_new_tokens > lim.max_new_tokens:
+            raise ConfigError(
+                f"Max new tokens = {max_new_tokens} is above this server's limit of {lim.max_new_tokens}."
+            )
+
+    def check_lab_n(self, n: int) -> None:
+        if n > self.limits.lab_n:
+            raise ConfigError(f"N = {n} is above this server's limit of {self.limits.lab_n} samples.")
+
+    def clamp(self, values: Mapping[str, int]) -> dict[str, int]:
+        """Of {"k", "max_new_tokens", "lab_n"} values, those above the limits, lowered to them."""
+        lim = self.limits
+        caps = {"k": lim.k, "max_new_tokens": lim.max_new_tokens, "lab_n": lim.lab_n}
+        return {name: caps[name] for name, value in values.items() if name in caps and value > caps[name]}
+
+    def sidebar_markdown(self) -> str:
+        """What a student sees: which limits hold here and why."""
+        lim = self.limits
+        return (
+            "**Classroom server.** Custom model pairs and local paths are disabled (only the default pair and "
+            f"the tiny random pair); prompts up to {lim.prompt_chars:,} characters and {lim.prompt_tokens:,} tokens; "
+            f"at most {lim.max_new_tokens:,} new tokens, K ≤ {lim.k}, exactness lab N ≤ {lim.lab_n:,}. "
+            f"At most {self.max_decoding} session(s) decode at once; the others wait their turn."
+        )
+
+    # -- threads ---------------------------------------------------------------------------
+
+    def threads_per_step(self, cores: int | None = None) -> int:
+        """Torch threads for each decoding step: the cores shared among the decoding slots."""
+        if self.threads is not None:
+            return self.threads
+        return plan_threads(cores or _cores(), self.max_decoding)
+
+
+def plan_threads(cores: int, max_decoding: int) -> int:
+    """Intra-op threads so that `max_decoding` concurrent steps fill, and do not oversubscribe,
+    `cores`; 1 on machines with <= 2 cores (OpenMP busy-waiting under load, bench/threads.py)."""
+    if cores <= 2:
+        return 1
+    return max(1, cores // max(1, max_decoding))
+
+
+# ---------------------------------------------------------------- parsing ----------------------
+
+_BOOL = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
+_FIELDS = {
+    "classroom": "bool",
+    "max_prompt_chars": "posint",
+    "max_prompt_tokens": "posint",
+    "max_new_tokens": "posint",
+    "max_k": "posint",
+    "max_lab_n": "posint",
+    "max_decoding": "posint",
+    "busy_timeout": "seconds",
+    "idle_seconds": "seconds",
+    "threads": "posint",
+}
+
+
+def _env_name(field_name: str) -> str:
+    return "SPECVIZ_" + field_name.upper()
+
+
+def _parse(name: str, value: object, where: str) -> object:
+    kind = _FIELDS[name]
+    text = str(value).strip().lower()
+    if kind == "bool":
+        if isinstance(value, bool):
+            return value
+        if text in _BOOL:
+            return _BOOL[text]
+        raise ConfigError(f"{where}: {name} must be on or off (1/0, true/false), got {value!r}")
+    try:
+        number = float(text) if kind == "seconds" else int(text)
+    except ValueError:
+        number = None
+    bad = number is None or not math.isfinite(number) or number < (1 if kind == "posint" else 0)
+    if isinstance(value, bool) or bad:
+        wanted = "a positive integer" if kind == "posint" else "a number of seconds >= 0"
+        raise ConfigError(f"{where}: {name} must be {wanted}, got {value!r}")
+    return number
