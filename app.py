@@ -3,7 +3,9 @@
     streamlit run app.py                 # the embedded default pair (SmolLM2-135M-Instruct + draft)
     SPECVIZ_PAIR=tiny streamlit run app.py   # a tiny random pair: instant start, for tests and dev
     SPECVIZ_PAIR=custom SPECVIZ_TARGET=dir-or-id SPECVIZ_DRAFT=dir-or-id streamlit run app.py
-    SPECVIZ_THREADS=N                        # torch threads (default: 1 on machines with <= 2 cores)
+    SPECVIZ_THREADS=N                        # torch threads (default: the cores shared among decoding slots)
+    SPECVIZ_CLASSROOM=1                      # lock a shared server down (specviz.server; also .streamlit/specviz.toml)
+    SPECVIZ_MAX_DECODING=N, SPECVIZ_IDLE_SECONDS=S   # sessions decoding at once; release idle caches after S s
     SPECVIZ_TINY_EOS=1                       # the tiny pair can emit end-of-text (tests of how a text ends)
 
 This file is Streamlit only: layout, widgets, session state and cached model loading. All math
@@ -25,6 +27,12 @@ What-if mode is scoped (`specviz.whatif`): it forces the next cycle only, then t
 itself off with a note; forcing stops at an end-of-text draft, so it never ends the text by
 surprise; forced cycles are marked in every view and left out of the statistics. Reset asks before
 it clears recorded cycles. Cycles are numbered from 1 on screen (0-based in the traces).
+
+Sharing one server (`specviz.server`, `specviz.gate`, `specviz.parking`): every model run (a
+cycle, a prefill, the baseline, the lab) takes a slot of a process-wide gate, so at most
+`max_decoding` sessions decode at once and a waiting page says how many are ahead of it; a
+session idle for `idle_seconds` has its decoder parked (caches freed, history kept) and rebuilt
+exactly on its next action; in classroom mode custom pairs are off and inputs are capped.
 """
 
 from __future__ import annotations
@@ -34,6 +42,8 @@ import json
 import os
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,11 +51,13 @@ from typing import Any
 import streamlit as st
 
 import specviz
-from specviz import narrative, whatif
+from specviz import narrative, parking, whatif
 from specviz.config import DecodeConfig
 from specviz.errors import SpecvizError
+from specviz.gate import shared_gate
 from specviz.lab import LabResult, run_exactness_lab
 from specviz.models import preferred_proposer
+from specviz.server import ServerSettings
 from specviz.stats import acceptance_stats, cycle_costs, cycle_rows, measured_speedup
 from specviz.trace import CYCLE_PHASES, CacheSnapshot, CycleTrace, traces_to_json
 from specviz.viz import acceptance, distributions, exactness, kv, proposals, statistics, tokens
@@ -70,21 +82,48 @@ LIVE = ("k", "temperature", "top_k", "top_p", "check_invariant", "max_new_tokens
 WALKTHROUGH = ((1, True), (2, True), (3, True), (4, False))
 
 
-def configure_threads() -> None:
-    """Torch's intra-op thread count for this server process.
-
-    On a small shared machine (2 cores, other jobs running) OpenMP's busy-waiting makes a matmul
-    split over 2 threads stall whenever one of them is descheduled: a 5-token verify pass measured
-    ~6 s on 2 threads and ~0.16 s on 1 under load (bench/threads.py measures the same effect).
-    So on ≤ 2 cores the app uses 1 thread; SPECVIZ_THREADS=N overrides.
+def configure_threads(settings: ServerSettings) -> None:
+    """Torch's intra-op thread count for this server process (process-wide: every script thread
+    picks it up). Up to `max_decoding` sessions decode at once, each with its own team of this
+    many threads, so the cores are divided among them (`ServerSettings.threads_per_step`): 1 on
+    ≤ 2 cores, where OpenMP's busy-waiting also made a 5-token verify pass ~6 s on 2 threads vs
+    ~0.16 s on 1 under load (bench/threads.py). SPECVIZ_THREADS=N overrides.
     """
     import torch  # already imported by specviz; only the thread count is set here
 
-    wanted = os.environ.get("SPECVIZ_THREADS")
-    if wanted and wanted.isdigit() and int(wanted) > 0:
-        torch.set_num_threads(int(wanted))
-    elif (os.cpu_count() or 1) <= 2:
-        torch.set_num_threads(1)
+    wanted = settings.threads_per_step()
+    if torch.get_num_threads() != wanted:
+        torch.set_num_threads(wanted)
+
+
+def server_settings() -> ServerSettings:
+    """This server's settings (environment over .streamlit/specviz.toml; read on every run, cheap)."""
+    return ServerSettings.load()
+
+
+@contextmanager
+def decoding_slot() -> Iterator[None]:
+    """Hold one of the server's decoding slots while a model runs (`specviz.gate`). While the
+    slots are taken the page says so, with the session's place in the queue, instead of freezing;
+    after `busy_timeout` the action fails with a clear message and nothing changes."""
+    settings = server_settings()
+    box: Any = None
+
+    def waiting(place: Any) -> None:
+        nonlocal box
+        if box is None:
+            box = st.empty()
+        box.warning(place.message(), icon=":material/hourglass_top:")
+
+    with shared_gate(settings.max_decoding).slot(on_wait=waiting, timeout=settings.busy_timeout) as waited:
+        if box is not None:
+            box.empty()
+        if waited >= 1.0:
+            holder().waited_note = (
+                f"Waited {waited:.0f} s for a free decoding slot: this server decodes at most "
+                f"{settings.max_decoding} session(s) at once."
+            )
+        yield
 
 
 st.set_page_config(
@@ -148,7 +187,7 @@ class Session:
 
     restart_key: tuple
     pair: Any
-    dec: Any  # specviz.SpeculativeDecoder
+    dec: Any  # specviz.SpeculativeDecoder; None while parked (an idle session's caches released)
     prompt_ids: tuple[int, ...]
     prefill: tuple[CacheSnapshot, CacheSnapshot | None]  # target, proposer (None: prompt lookup keeps no cache)
     traces: tuple[CycleTrace, ...] = ()
@@ -158,6 +197,7 @@ class Session:
     baseline_tokens: int = 0
     lab: LabResult | None = None
     notices: tuple[str, ...] = field(default_factory=tuple)
+    parked: parking.ParkedDecoder | None = None  # what rebuilds `dec` exactly (specviz.parking)
 
 
 def view_of(step: int, sess: Session) -> tuple[int | None, str]:
@@ -183,9 +223,13 @@ def encode_prompt(tokenizer: Any, text: str, chat: bool) -> list[int]:
 
 def new_session(key: tuple, pair: Any, cfg: DecodeConfig, prompt: str, chat: bool, notice: str = "") -> Session:
     """Build and prefill a decoder; raises SpecvizError without touching the current session."""
+    settings = server_settings()
+    settings.check_prompt_text(prompt)  # before tokenizing: a huge text is already work
     ids = encode_prompt(pair.tokenizer, prompt, chat)
+    settings.check_prompt_ids(ids)
     dec = specviz.SpeculativeDecoder(pair, cfg)
-    dec.start(ids)
+    with decoding_slot():
+        dec.start(ids)
     n = len(dec.committed)
     # The proposer's own snapshot: None for prompt lookup; a feature head marks its real-feature entries.
     prefill = (dec.target_cache.snapshot(n), dec.proposer.snapshot(n))
@@ -211,7 +255,8 @@ def compute_cycle(sess: Session) -> Session:
         )
     forced = sess.dec.config.forced_outcomes
     try:
-        result = whatif.forced_step(sess.dec)
+        with decoding_slot():
+            result = whatif.forced_step(sess.dec)
     finally:
         whatif.exact_again(sess.dec)  # also when the step failed: forcing never outlives its one cycle
     whatif.exact_again(result.decoder)
@@ -242,14 +287,18 @@ def advance_cycle(sess: Session) -> Session:
 # ---------------------------------------------------------------- widgets -> config -----------
 
 
-def sidebar() -> tuple[str, str, str, str, bool, DecodeConfig, bool, Any]:
-    """All controls. Returns (pair kind, target, draft, prompt, chat, config, what-if on, proposer
-    slot): the proposer selector needs the loaded pair, so `main` fills the slot afterwards and sets
-    `config.proposer`."""
+def sidebar(settings: ServerSettings) -> tuple[str, str, str, str, bool, DecodeConfig, bool, Any]:
+    """All controls, within this server's limits. Returns (pair kind, target, draft, prompt, chat,
+    config, what-if on, proposer slot): the proposer selector needs the loaded pair, so `main` fills
+    the slot afterwards and sets `config.proposer`."""
     ss = st.session_state
+    lim = settings.limits
     with st.sidebar:
         st.markdown("### :material/visibility: specviz")
-        kind = st.radio("Model pair", list(PAIR_LABELS), format_func=PAIR_LABELS.get, key="pair_kind")
+        if settings.classroom:
+            st.info(settings.sidebar_markdown(), icon=":material/school:")
+        pairs = settings.allowed_pairs(PAIR_LABELS)
+        kind = st.radio("Model pair", pairs, format_func=PAIR_LABELS.get, key="pair_kind")
         target = draft = ""
         if kind == "custom":
             target = st.text_input(
@@ -262,7 +311,7 @@ def sidebar() -> tuple[str, str, str, str, bool, DecodeConfig, bool, Any]:
         st.markdown("**Prompt**")
         examples = example_prompts()
         st.selectbox("Example prompts", examples, key="example", on_change=_use_example, label_visibility="collapsed")
-        prompt = st.text_area("Prompt", key="prompt", height=90)
+        prompt = st.text_area("Prompt", key="prompt", height=90, max_chars=lim.prompt_chars)
         chat = st.toggle(
             "Apply the chat template",
             key="chat",
@@ -270,12 +319,12 @@ def sidebar() -> tuple[str, str, str, str, bool, DecodeConfig, bool, Any]:
             "(when it has one). Off: the raw text is the prompt.",
         )
         st.markdown("**Sampling** — applies from the next cycle")
-        k = st.slider("K (draft length)", 1, 16, key="k")
+        k = st.slider("K (draft length)", 1, lim.k, key="k")
         temperature = st.slider("Temperature (0 = greedy)", 0.0, 2.0, step=0.05, key="temperature")
         c1, c2 = st.columns(2)
         top_k = c1.number_input("top-k (0 = off)", 0, 100000, step=1, key="top_k")
         top_p = c2.number_input("top-p (1 = off)", 0.01, 1.0, step=0.05, key="top_p")
-        max_new = st.number_input("Max new tokens", 1, 4096, step=16, key="max_new")
+        max_new = st.number_input("Max new tokens", 1, lim.max_new_tokens, step=16, key="max_new")
         st.markdown("**Cache** — changing these restarts")
         layout = st.radio("Cache layout", ["paged", "contiguous"], key="layout", horizontal=True)
         page = st.select_slider(
@@ -313,6 +362,7 @@ def sidebar() -> tuple[str, str, str, str, bool, DecodeConfig, bool, Any]:
     forced: tuple[tuple[int, bool], ...] = ()
     if whatif:
         forced = tuple(sorted([(i, True) for i in ss.force_accept] + [(i, False) for i in ss.force_reject]))
+    settings.check_config(int(k), int(max_new))  # behind the widgets' bounds: never past a cap
     cfg = DecodeConfig(
         k=int(k),
         temperature=float(temperature),
@@ -447,6 +497,8 @@ class Holder:
     # The Session a Reset was asked for: the question shows while that very session is current, so
     # any other action (a step, a restart) withdraws it without extra bookkeeping.
     reset_asked: Session | None = None
+    last_active: float = 0.0  # time.monotonic() of the session's last run (specviz.parking)
+    waited_note: str | None = None  # "waited N s for a decoding slot", shown once
 
 
 def holder() -> Holder:
@@ -467,11 +519,14 @@ def session_lock() -> threading.Lock:
 def _act(fn: Any) -> None:
     """Run an action on the session; assign the result only if it succeeded."""
     h = holder()  # fetched before the (possibly slow) action: see Holder
+    parking.shared_registry().touch(h)
     with h.lock:
         if h.sess is None:
             return
-        forcing = bool(h.sess.dec.config.forced_outcomes)  # read first: a forced cycle clears it
+        h.waited_note = None
         try:
+            woke = wake(h)  # a parked (idle) session's decoder is rebuilt first
+            forcing = bool(h.sess.dec.config.forced_outcomes)  # read first: a forced cycle clears it
             new = fn(h.sess)
         except specviz.DecodingFinishedError as exc:  # not a failure: the text is complete
             h.error, h.finished_note, h.playing = None, str(exc), False
@@ -484,9 +539,44 @@ def _act(fn: Any) -> None:
             return
         if new.notices and new.notices == h.sess.notices:
             new = dataclasses.replace(new, notices=())  # a notice is shown once, until the next action
+        if woke:
+            new = dataclasses.replace(new, notices=(woke, *new.notices))
         if forcing and len(new.traces) > len(h.sess.traces):
             h.whatif_spent = True  # what-if forced this one cycle: switch the toggle off
         h.sess, h.error, h.finished_note = new, None, None
+
+
+def park_idle(h: Holder) -> bool:
+    """Release an idle session's decoder (its KV caches); the history stays (specviz.parking).
+    Called by another session's sweep, under this session's lock."""
+    sess = h.sess
+    if sess is None or sess.dec is None or h.playing:
+        return False
+    new = dataclasses.replace(sess, dec=None, parked=parking.park(sess.dec))
+    if h.reset_asked is sess:
+        h.reset_asked = new
+    h.sess = new
+    return True
+
+
+def wake(h: Holder) -> str | None:
+    """Rebuild a parked session's decoder, exactly where it was; returns a note saying so."""
+    sess = h.sess
+    if sess is None or sess.parked is None:
+        return None
+    with decoding_slot():
+        dec = parking.resume(sess.pair, sess.parked)
+    new = dataclasses.replace(sess, dec=dec, parked=None)
+    if h.reset_asked is sess:
+        h.reset_asked = new
+    h.sess = new
+    idle = time.time() - sess.parked.parked_at + server_settings().idle_seconds
+    idle_text = f"{idle / 60:.0f} min" if idle >= 90 else f"{idle:.0f} s"
+    return (
+        f"This session was idle for about {idle_text}, so its KV caches were released for other users. "
+        f"They were rebuilt now from the {len(sess.parked.committed)} committed tokens: the run continues "
+        "exactly where it was, and the recorded history is unchanged."
+    )
 
 
 def _on_next_phase() -> None:
@@ -635,16 +725,22 @@ def main_view() -> None:
     sess: Session = holder().sess
     if h.error:
         st.error(h.error, icon=":material/error:")
+    if h.waited_note:
+        note, h.waited_note = h.waited_note, None
+        st.caption(note)
     if h.finished_note:
         st.warning(h.finished_note, icon=":material/flag:")
     cycle, phase = view_of(sess.view, sess)
     st.markdown(status_line(sess, cycle, phase))
     if sess.revealed > 0:
         ss.history = sess.view
+        # Labels made now: Streamlit keeps a widget's format_func after the run, and one closing
+        # over `sess` would keep its decoder (the KV caches) alive after an idle session is parked.
+        labels = [step_label(step, sess) for step in range(sess.revealed + 1)]
         st.select_slider(
             "History (every revealed phase of every cycle)",
             options=list(range(sess.revealed + 1)),
-            format_func=lambda step: step_label(step, sess),
+            format_func=labels.__getitem__,
             key="history",
             on_change=_on_history,
         )
@@ -817,16 +913,17 @@ def _on_baseline() -> None:
     def run(sess: Session) -> Session:
         cfg = sess.dec.config.replace(forced_outcomes=())
         ar = specviz.AutoregressiveDecoder(sess.pair.target, cfg, tokenizer=sess.pair.tokenizer)
-        ar.start(list(sess.prompt_ids))
         n = max(8, min(64, sum(len(t.emitted) for t in sess.traces)))
-        t0 = time.perf_counter()
         steps = 0
-        for _ in range(n):
-            if getattr(ar, "finished", False):
-                break
-            ar.step()
-            steps += 1
-        ms = (time.perf_counter() - t0) * 1000 / max(steps, 1)
+        with decoding_slot():
+            ar.start(list(sess.prompt_ids))
+            t0 = time.perf_counter()
+            for _ in range(n):
+                if getattr(ar, "finished", False):
+                    break
+                ar.step()
+                steps += 1
+            ms = (time.perf_counter() - t0) * 1000 / max(steps, 1)
         return dataclasses.replace(sess, baseline_ms_per_token=ms, baseline_tokens=steps)
 
     _act(run)
@@ -839,11 +936,12 @@ def lab_tab(sess: Session, cycle: int | None) -> None:
         "means the speculative sampler's TV distance to p shrinks like 1/√N, exactly like the target's."
     )
     c1, c2 = st.columns([1, 3])
+    cap = server_settings().limits.lab_n
     n = c1.number_input(
         "N samples",
-        10,
-        2000,
-        value=60,
+        min(10, cap),
+        cap,
+        value=min(60, cap),
         step=10,
         key="lab_n",
         help="Each sample runs a fresh decoder from the context (both models prefill it), so on a "
@@ -853,9 +951,11 @@ def lab_tab(sess: Session, cycle: int | None) -> None:
         ctx = list(sess.prompt_ids) + [e.token_id for t in sess.traces[: (cycle or 0)] for e in t.emitted]
         bar = st.progress(0.0, text="sampling…")
         try:
-            res = run_exactness_lab(
-                sess.pair, ctx, sess.dec.config, int(n), progress=lambda f, msg: bar.progress(min(f, 1.0), text=msg)
-            )
+            server_settings().check_lab_n(int(n))
+            with decoding_slot():
+                res = run_exactness_lab(
+                    sess.pair, ctx, sess.dec.config, int(n), progress=lambda f, msg: bar.progress(min(f, 1.0), text=msg)
+                )
         except SpecvizError as exc:
             st.error(str(exc))
         else:
@@ -955,12 +1055,21 @@ def button_row(sess: Session | None) -> None:
 
 
 def main() -> None:
-    configure_threads()
+    try:
+        settings = server_settings()
+    except SpecvizError as exc:  # a typo in a server setting must not open a locked-down server
+        st.error(f"This server's specviz settings are invalid: {exc}", icon=":material/error:")
+        return
+    configure_threads(settings)
     init_state()
     ss = st.session_state
+    registry = parking.shared_registry()
+    registry.touch(holder())
+    registry.sweep(settings.idle_seconds, park_idle)  # other sessions idle for too long free their caches
     if holder().whatif_spent:  # before the toggle is drawn: its value can only change now
         ss.whatif, holder().whatif_spent = False, False
-    kind, target, draft, prompt, chat, cfg, _, proposer_slot = _safe_sidebar()
+    limit_notes = apply_limits(settings)
+    kind, target, draft, prompt, chat, cfg, _, proposer_slot = _safe_sidebar(settings)
     st.markdown("## Speculative decoding, exactly — step by step")
     st.caption(
         "A **proposer** — a small draft model, a feature head reading the target's hidden states, or prompt "
@@ -968,7 +1077,15 @@ def main() -> None:
         "rejection-sampling test keeps the output distributed exactly as the target's. Watch the KV caches "
         "grow provisionally and roll back."
     )
+    for note in limit_notes:
+        st.warning(note, icon=":material/school:")
     if cfg is None:
+        button_row(None)
+        return
+    try:
+        settings.check_pair(kind)  # behind the radio's options: a custom pair never loads here
+    except SpecvizError as exc:
+        st.error(str(exc), icon=":material/error:")
         button_row(None)
         return
     if kind == "custom" and not (target and draft):
@@ -1048,6 +1165,16 @@ def _ensure_session(ss: Any, restart_key: tuple, pair: Any, cfg: DecodeConfig, p
             holder().playing = False
             st.error(f"Could not start: {exc}", icon=":material/error:")
             return False
+    elif holder().sess.parked is not None:  # idle for a while: rebuild the released decoder
+        try:
+            note = wake(holder())
+        except SpecvizError as exc:  # e.g. the server stayed busy: the history is still there
+            st.error(f"Could not resume: {exc}", icon=":material/error:")
+            return False
+        h = holder()
+        new = dataclasses.replace(h.sess, notices=(note, *h.sess.notices))
+        h.reset_asked = new if h.reset_asked is h.sess else h.reset_asked
+        h.sess = new
     try:
         sync_config(holder().sess, cfg)
     except SpecvizError as exc:
@@ -1055,9 +1182,28 @@ def _ensure_session(ss: Any, restart_key: tuple, pair: Any, cfg: DecodeConfig, p
     return True
 
 
-def _safe_sidebar() -> tuple:
+def apply_limits(settings: ServerSettings) -> list[str]:
+    """Bring this session's values within the server's limits before the widgets are drawn (a
+    widget refuses a value past its bounds); returns what was changed, to say so."""
+    ss = st.session_state
+    notes = []
+    allowed = settings.allowed_pairs(PAIR_LABELS)
+    if ss.get("pair_kind") not in allowed:
+        server_pair = os.environ.get("SPECVIZ_PAIR", "default")
+        ss.pair_kind = server_pair if server_pair in allowed else "default"
+        notes.append("Custom model pairs are disabled on this classroom server: the server's own pair is used.")
+    keys = {"k": ("k", "K"), "max_new_tokens": ("max_new", "Max new tokens"), "lab_n": ("lab_n", "The lab's N")}
+    current = {name: int(ss.get(key, 0) or 0) for name, (key, _) in keys.items()}
+    for name, cap in settings.clamp(current).items():
+        key, label = keys[name]
+        ss[key] = cap
+        notes.append(f"{label} lowered from {current[name]} to {cap}: the limit on this classroom server.")
+    return notes
+
+
+def _safe_sidebar(settings: ServerSettings) -> tuple:
     try:
-        return sidebar()
+        return sidebar(settings)
     except SpecvizError as exc:  # e.g. an invalid DecodeConfig
         st.error(str(exc), icon=":material/error:")
         return ("", "", "", "", False, None, False, None)
