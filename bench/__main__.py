@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from .common import REPO, Log, Settings
-from .suite import SECTIONS, run_suite
+from .suite import OPTIONAL_SECTIONS, SECTIONS, run_suite
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -21,7 +21,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tiny", action="store_true", help="the tiny random pair with tiny settings (smoke)")
     ap.add_argument("--threads", default="auto", help="torch threads for every measurement, or 'auto' (probe)")
     ap.add_argument("--out", type=Path, default=REPO / "docs", help="where benchmarks.md/.json go")
-    ap.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated subset of {SECTIONS}")
+    ap.add_argument(
+        "--sections",
+        default=",".join(SECTIONS),
+        help=f"comma-separated subset of {SECTIONS}, plus the optional {OPTIONAL_SECTIONS} (not run by default)",
+    )
     args = ap.parse_args(argv)
     log = Log()
     import specviz

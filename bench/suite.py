@@ -16,10 +16,12 @@ from typing import Any
 
 import torch
 
-from . import app_step, lockstep, memory, paging, profiling, proposers, report, theory, threads, throughput
+from . import app_step, load, lockstep, memory, paging, profiling, proposers, report, theory, threads, throughput
 from .common import Log, Settings, load_prompts, machine, peak_rss_mb
 
 SECTIONS = ("throughput", "lockstep", "theory", "proposers", "app_step", "paging", "memory", "profile")
+# Run only when asked for (`--sections ...,load`): it starts real servers, one per N (bench/load.py).
+OPTIONAL_SECTIONS = ("load",)
 
 
 def run_suite(
@@ -50,7 +52,9 @@ def run_suite(
             "device": str(next(pair.target.parameters()).device),
         },
         "draft_file": _draft_file() if pair_name == "default" else None,
-        "feature_head": (getattr(pair, "feature_head", None).info if getattr(pair, "feature_head", None) is not None else None),
+        "feature_head": (
+            getattr(pair, "feature_head", None).info if getattr(pair, "feature_head", None) is not None else None
+        ),
         "settings": settings.to_dict(),
         "prompt_tokens": [len(p) for p in prompts],
         "machine": machine(),
@@ -83,7 +87,9 @@ def run_suite(
         mark("theory", t0)
     if "proposers" in sections:
         t0 = time.perf_counter()
-        results["proposers"] = proposers.run(pair, load_prompts(pair.tokenizer, settings.proposer_prompts), settings, log)
+        results["proposers"] = proposers.run(
+            pair, load_prompts(pair.tokenizer, settings.proposer_prompts), settings, log
+        )
         mark("proposers", t0)
     if "app_step" in sections:
         t0 = time.perf_counter()
@@ -102,6 +108,11 @@ def run_suite(
         t0 = time.perf_counter()
         results["profile"] = profiling.run(pair, prompts[0], settings, log)
         mark("profile", t0)
+    if "load" in sections:
+        t0 = time.perf_counter()
+        opts = load.Options(pair=pair_name, sessions=(1,) if pair_name == "tiny" else load.Options.sessions)
+        results["load"] = load.run(opts, say=log)
+        mark("load", t0)
 
     results.get("throughput", {}).pop("_generated", None)
     results["wall_seconds"] = time.perf_counter() - t_start
@@ -110,6 +121,8 @@ def run_suite(
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "benchmarks.json").write_text(json.dumps(results, indent=1, default=_jsonable) + "\n")
     (out_dir / "benchmarks.md").write_text(report.markdown(results))
+    if "load" in results:
+        load.update_markdown(out_dir / "benchmarks.md", load.markdown(results["load"]))
     log(f"wrote {out_dir / 'benchmarks.md'} and benchmarks.json ({results['wall_seconds']:.0f} s)")
     return results
 
