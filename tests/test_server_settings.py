@@ -114,3 +114,23 @@ def test_thread_override_and_torch_threads_are_process_wide():
     finally:
         torch.set_num_threads(before)
     assert seen == [wanted]  # a new (script) thread inherits the process-wide count
+
+
+def test_the_example_settings_file_parses_to_the_defaults():
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parent.parent / ".streamlit" / "specviz.example.toml"
+    s = load(path=example)
+    defaults = ServerSettings()
+    assert s.source == str(example)
+    for name in (
+        "classroom",
+        "max_prompt_chars",
+        "max_prompt_tokens",
+        "max_new_tokens",
+        "max_k",
+        "max_lab_n",
+        "busy_timeout",
+        "idle_seconds",
+    ):
+        assert getattr(s, name) == getattr(defaults, name), name
