@@ -14,7 +14,7 @@
 # repository's files: no internet, no model hub, no model file (the models are random weights
 # built from configs), nothing from .venv. If a folder .whl/ with wheels came along, they are
 # installed (no index, no dependencies) into a temporary folder first and put on PYTHONPATH.
-# Designed to finish within 8 minutes on one GPU: the tests are cut off at 200 s and the
+# Designed to finish within 8 minutes on one GPU: the tests are cut off at 180 s and the
 # benchmark skips what is left after 200 s. Exit status: 0 all passed, 1 a test failed or the
 # benchmark failed, 2 no CUDA device (use --cpu-smoke), 3 this Python cannot import specviz.
 set -uo pipefail
@@ -108,21 +108,21 @@ start=$SECONDS
 
 # ---------------------------------------------------------------- 1. device tests
 if [ "$mode" = cpu ]; then
-  say "tests: tests/cuda_checks.py --device cpu --quick (the plain runner; the CUDA cases skip on a CPU)"
+  say "tests: tests/cuda_checks.py --device cpu --quick (the plain runner, with the checks on the CPU)"
   timeout 120 "$PYTHON" tests/cuda_checks.py --device cpu --quick --json "$out/device_tests.json" 2>&1 | tee "$log"
   tests_rc=${PIPESTATUS[0]}
 elif [ "$use_pytest" = auto ] && "$PYTHON" -c "import pytest" 2>/dev/null; then
   say "tests: pytest tests/test_cuda.py and the CUDA parity test of tests/test_kv_parity.py"
-  timeout 200 "$PYTHON" -m pytest -q -p no:cacheprovider -o addopts="" -rfEs \
+  timeout 180 "$PYTHON" -m pytest -q -p no:cacheprovider -o addopts="" -rfEs \
     tests/test_cuda.py "tests/test_kv_parity.py::test_parity_on_cuda" 2>&1 | tee "$log"
   tests_rc=${PIPESTATUS[0]}
 else
   say "tests: pytest is missing here; running the same checks with tests/cuda_checks.py --device cuda"
-  timeout 200 "$PYTHON" tests/cuda_checks.py --device cuda --json "$out/device_tests.json" 2>&1 | tee "$log"
+  timeout 180 "$PYTHON" tests/cuda_checks.py --device cuda --json "$out/device_tests.json" 2>&1 | tee "$log"
   tests_rc=${PIPESTATUS[0]}
 fi
 summary=$(grep -E '[0-9]+ (passed|failed)' "$log" | tail -1 | sed -E 's/^=+ //; s/ =+$//')
-[ $tests_rc -eq 124 ] && summary="cut off after 200 s: ${summary:-nothing finished}"
+[ $tests_rc -eq 124 ] && summary="cut off after 180 s: ${summary:-nothing finished}"
 [ -n "$summary" ] || summary="no result (exit status $tests_rc)"
 say "tests: $summary (exit status $tests_rc, $((SECONDS - start)) s)"
 
@@ -131,7 +131,7 @@ bench_start=$SECONDS
 if [ "$mode" = cpu ]; then
   timeout 120 "$PYTHON" -m bench.gpu --tiny --device cpu --out "$out" --tests-summary "$summary (CPU, quick)"
 else
-  timeout 270 "$PYTHON" -m bench.gpu --device cuda --out "$out" --budget-s 200 --tests-summary "$summary"
+  timeout 260 "$PYTHON" -m bench.gpu --device cuda --out "$out" --budget-s 200 --tests-summary "$summary"
 fi
 bench_rc=$?
 say "benchmark: exit status $bench_rc ($((SECONDS - bench_start)) s); total $((SECONDS - start)) s"

@@ -69,7 +69,7 @@ class Tolerance:
 
 TOLERANCE = {
     "float32": Tolerance(logits=1e-4, kv=5e-4, greedy_gap=1e-3, bug=1e-2),
-    "bfloat16": Tolerance(logits=0.1, kv=0.03, greedy_gap=0.1, bug=0.1),
+    "bfloat16": Tolerance(logits=0.1, kv=0.03, greedy_gap=0.25, bug=0.1),
 }
 PROMPT = [3, 17, 42, 5, 9, 28, 11, 3, 17]  # ends on an earlier 2-gram: prompt lookup proposes too
 PARITY_CASES = [("contiguous", 16, "free"), ("paged", 3, "free"), ("paged", 3, "keep"), ("paged", 1, "free")]
@@ -277,7 +277,7 @@ def exact_joint(model, cfg: DecodeConfig, prompt=EXACT_PROMPT, length: int = 2) 
     return joint
 
 
-def check_exactness(device: str, dtype_name: str, runs: int = 1200) -> dict:
+def check_exactness(device: str, dtype_name: str, runs: int = 1000) -> dict:
     """The first two generated tokens of `runs` seeded speculative runs follow the target's exact
     joint law (chi-square p > 0.01) and reject the draft's (p < 1e-4): accepted, corrected and
     bonus tokens all occur."""
@@ -308,7 +308,7 @@ def check_exactness(device: str, dtype_name: str, runs: int = 1200) -> dict:
 def cases(device: str, quick: bool = False) -> list[tuple[str, Callable[[], dict]]]:
     """(name, thunk) for every check: each dtype x (parity per architecture, invariant per layout,
     greedy per architecture, exactness)."""
-    runs = 300 if quick else 1200
+    runs = 300 if quick else 1000
     out: list[tuple[str, Callable[[], dict]]] = []
     for dt in DTYPES:
         for arch in ("llama", "qwen2", "gpt2"):
@@ -346,7 +346,7 @@ def run_all(device: str, quick: bool = False, only: str = "", log: Callable[[str
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--quick", action="store_true", help="300 exactness runs instead of 1200 (CPU smoke)")
+    ap.add_argument("--quick", action="store_true", help="300 exactness runs instead of 1000 (CPU smoke)")
     ap.add_argument("--only", default="", help="run only the checks whose name contains this")
     ap.add_argument("--json", type=Path, help="write the results here")
     args = ap.parse_args(argv)

@@ -5,8 +5,11 @@ and a CPU run is labelled as a smoke and never lands in docs/. No timing is chec
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 
 import pytest
+import torch
 
 from bench import gpu
 from bench.common import REPO
@@ -80,3 +83,12 @@ def test_forced_patterns_and_marginal_cost():
     rows = [{"proposer": "p", "k": k, "pattern": "reject at 1", "ms_per_cycle": {"median": 2 + 3 * k}}
             for k in (1, 2, 4)]
     assert gpu.marginal_draft_ms(rows)["p"] == pytest.approx(3.0)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU: the script would run for real")
+def test_device_check_stops_clearly_without_a_gpu():
+    done = subprocess.run(["bash", "scripts/device_check.sh"], cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "torch sees no CUDA device" in done.stdout and "--cpu-smoke" in done.stdout
+    assert not (REPO / "docs" / "gpu.md").exists() or "CPU smoke" not in (REPO / "docs" / "gpu.md").read_text()
