@@ -10,8 +10,9 @@ the invariant check compares every cache against it.
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -73,30 +74,39 @@ def forward_with_features(
     a feature-level draft head gets them without a second forward."""
     start_len = cache.get_seq_length()
     cache.reserve(list(token_ids), phase)
-    caught: list[torch.Tensor] = []
-    hook = None
-    if features:
-        # The model is shared by every session of a server, and a module's hooks fire for every
-        # caller: keep only this thread's pass (another session's verify may run concurrently).
-        me = threading.get_ident()
-
-        def catch(_m: Any, args: tuple, _out: Any) -> None:
-            if threading.get_ident() == me:
-                caught.append(args[0])
-
-        hook = model.get_output_embeddings().register_forward_hook(catch)
-    try:
-        ids = torch.tensor([list(token_ids)], dtype=torch.long, device=model_device(model))  # [1, T]
-        keep = 1 if last_only and not features else 0  # features of every position need the full head input
-        out = model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=keep)
-    except BaseException:
-        cache.truncate(start_len, phase)  # cancel the reservation: the cache stays as it was
-        raise
-    finally:
-        if hook is not None:
-            hook.remove()
+    with output_head_inputs(model, enabled=features) as caught:
+        try:
+            ids = torch.tensor([list(token_ids)], dtype=torch.long, device=model_device(model))  # [1, T]
+            keep = 1 if last_only and not features else 0  # features of every position need the full head input
+            out = model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=keep)
+        except BaseException:
+            cache.truncate(start_len, phase)  # cancel the reservation: the cache stays as it was
+            raise
     logits = out.logits[0].float()  # [T, V]
     return (logits[-1:] if last_only else logits), (caught[0][0] if caught else None)
+
+
+@contextlib.contextmanager
+def output_head_inputs(model: Any, enabled: bool = True) -> Iterator[list[torch.Tensor]]:
+    """Collect the inputs of `model`'s output head ([1, T, H] each) during the `with` block.
+
+    The model is shared by every session of a server, and a module's hooks fire for every
+    caller: only this thread's passes are kept (another session's verify may run concurrently)."""
+    caught: list[torch.Tensor] = []
+    if not enabled:
+        yield caught
+        return
+    me = threading.get_ident()
+
+    def catch(_m: Any, args: tuple, _out: Any) -> None:
+        if threading.get_ident() == me:
+            caught.append(args[0])
+
+    hook = model.get_output_embeddings().register_forward_hook(catch)
+    try:
+        yield caught
+    finally:
+        hook.remove()
 
 
 def expected_reach(cfg: DecodeConfig, prompt_len: int, limit: int | None = None) -> int:

@@ -5,12 +5,8 @@ every step, so their forward passes overlap) and must commit exactly the tokens,
 exactly the drafts, that each commits when run alone. For the feature-head proposer this once
 failed: the target's features were caught by a forward hook on the shared output head, and a
 hook fires for every caller, so one session's verify pass could hand its features to the other
-(`runtime.forward_with_features` now keeps only its own thread's pass).
-
-Not covered here, and still open: `FeatureProposer.check_invariant` (specviz/proposers/feature.py)
-registers its own unfiltered hook on the shared output head, so an invariant check running while
-another session's target pass runs can catch that pass's features (a wrong number, or a size
-error). It needs the same per-thread filter.
+(`runtime.output_head_inputs` now keeps only its own thread's passes). The invariant check, which
+catches the target's features of a fresh prefill the same way, runs inside the threads too.
 """
 
 from __future__ import annotations
@@ -31,7 +27,8 @@ def shared_pair():
 
 
 def _decode(pair, proposer: str, prompt: str, seed: int, barrier: threading.Barrier | None = None):
-    cfg = DecodeConfig(proposer=proposer, k=4, seed=seed, temperature=1.0, max_new_tokens=200)
+    cfg = DecodeConfig(proposer=proposer, k=4, seed=seed, temperature=1.0, max_new_tokens=200,
+                       check_invariant=True)  # runs a fresh target prefill inside every step
     dec = SpeculativeDecoder(pair, cfg)
     if barrier is not None:
         barrier.wait(timeout=60)
@@ -43,6 +40,7 @@ def _decode(pair, proposer: str, prompt: str, seed: int, barrier: threading.Barr
         if dec.finished:
             continue  # keep meeting the barrier so the other session is not left waiting
         tr = dec.step()
+        assert max(tr.invariant_max_abs_diff.values()) < 1e-4, tr.invariant_max_abs_diff
         drafts.append(tuple(d.token_id for d in tr.drafts))
     return dec.committed, drafts, dec
 
@@ -72,6 +70,4 @@ def test_two_sessions_stepping_concurrently_commit_what_they_commit_alone(shared
         for (committed, drafts, dec), (want_committed, want_drafts) in zip(results, alone, strict=True):
             assert committed == want_committed
             assert drafts == want_drafts
-            # Checked after both threads ended: FeatureProposer.check_invariant still catches the
-            # target's features with an unfiltered hook (see the module docstring).
             assert max(dec.check_invariant().values()) < 1e-4

@@ -35,7 +35,7 @@ import torch
 from ..config import DecodeConfig
 from ..feature_head import FeatureHead
 from ..kv import create_cache
-from ..runtime import model_device
+from ..runtime import model_device, output_head_inputs
 from .base import Distribution, Drafts, Proposer, draft_tokens
 
 
@@ -147,12 +147,8 @@ class FeatureProposer(Proposer):
         if m == 0:
             return 0.0
         ids = torch.tensor([committed[: m + 1]], dtype=torch.long, device=model_device(self.target))
-        caught: list[torch.Tensor] = []
-        hook = self.target.get_output_embeddings().register_forward_hook(lambda _m, a, _o: caught.append(a[0]))
-        try:
+        with output_head_inputs(self.target) as caught:  # this thread's pass only (shared models)
             self.target(input_ids=ids[:, :m])
-        finally:
-            hook.remove()
         fresh_features = caught[0][0].to(self.head.fuse.weight.dtype)  # [m, H]
         reference = DynamicCache()
         self.head(fresh_features[None], ids[:, 1 : m + 1], cache=reference)
