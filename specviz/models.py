@@ -642,8 +642,9 @@ def attach_feature_head(pair: ModelPair, head: Any) -> ModelPair:
 
 def preferred_proposer(pair: ModelPair) -> str:
     """The proposer the app and CLI open on: the feature head when the pair carries one whose
-    model card records that it beat the pair's draft model on held-out prompts (T=0 acceptance
-    at K=4, written by `scripts/train_feature_head.py card` from docs/benchmarks.json), else the draft."""
+    model card records that it beat the pair's draft model on held-out prompts (faster at T=0 at
+    its best K, written by `scripts/train_feature_head.py card` from docs/benchmarks.json), else
+    the draft."""
     head = pair.feature_head
     return "feature" if head is not None and head.info.get("preferred_over_draft") else "draft"
 
