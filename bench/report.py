@@ -132,7 +132,8 @@ def add_proposer_goals(pr: dict[str, Any], add: Any) -> None:
     add(f"better learned proposer ({best}), K={k}, T=0: tokens per cycle", ">= 2.5", tpc, tpc >= 2.5, f"{tpc:.2f}")
     alpha = (pr["sampled"].get(best) or {}).get("alpha")
     if alpha is not None:
-        depth1 = pr["sampled"][best]["alpha_by_depth"].get(1, float("nan"))
+        by_depth = {int(d): v for d, v in pr["sampled"][best]["alpha_by_depth"].items()}  # JSON keys are strings
+        depth1 = by_depth.get(1, float("nan"))
         add(f"better learned proposer ({best}), K={k}, T=1: α = E[Σ min(p,q)]", ">= 0.55", alpha, alpha >= 0.55,
             f"{alpha:.3f} over all drafted positions (depth 1: {depth1:.3f})")
     c = ((pr["cost"].get(best) or {}).get("c") or {}).get("median")

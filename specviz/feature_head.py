@@ -219,6 +219,21 @@ class FeatureHead(nn.Module):
                 attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Predicted features [B, T, H] for input pairs (features [B, T, H], token_ids [B, T]).
         With `cache`, the pairs are appended to it (one sequence, B = 1)."""
-        out = self.decoder(inputs_embeds=self.fused_input(features, token_ids), past_key_values=cache,
-                           use_cache=cache is not None, attention_mask=attention_mask)
+        inputs = self.fused_input(features, token_ids)
+        if cache is not None and inputs.shape[1] == 1 and attention_mask is None:
+            return self._one_step(inputs, cache)
+        out = self.decoder(inputs_embeds=inputs, past_key_values=cache, use_cache=cache is not None,
+                           attention_mask=attention_mask)
         return out.last_hidden_state
+
+    def _one_step(self, inputs: torch.Tensor, cache: Any) -> torch.Tensor:
+        """One drafting step straight through the layer: a single new query attends to every
+        cached position, so it needs no mask, and skipping the model wrapper's mask and
+        bookkeeping saves a fifth of a draft step (what keeps the head's cost ratio low)."""
+        start = cache.get_seq_length()
+        positions = torch.arange(start, start + 1, device=inputs.device)[None]  # [1, 1]
+        rotary = self.decoder.rotary_emb(inputs, positions)
+        hidden = self.decoder.layers[0](inputs, attention_mask=None, position_ids=positions, past_key_values=cache,
+                                        use_cache=True, cache_position=positions[0], position_embeddings=rotary)
+        hidden = hidden[0] if isinstance(hidden, tuple) else hidden
+        return self.decoder.norm(hidden)
