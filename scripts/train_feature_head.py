@@ -258,7 +258,8 @@ def cmd_card(args: argparse.Namespace) -> None:
     bench_path = ROOT / "docs" / "benchmarks.json"
     pr = json.loads(bench_path.read_text()).get("proposers") if bench_path.exists() else None
     size_mb = (args.out / "model.safetensors").stat().st_size / 1e6
-    data_rows = sum(len(torch.load(p)["rows"]) for p in sorted(DATA.glob("shard-*.pt"))) if DATA.exists() else None
+    rows = [r for p in sorted(DATA.glob("shard-*.pt")) for r in torch.load(p)["rows"]] if DATA.exists() else []
+    generated = sum(len(r["ids"]) - r["num_prompt"] for r in rows)
     lines = [
         "# specviz feature head for SmolLM2-135M-Instruct (EAGLE-style)",
         "",
@@ -277,8 +278,9 @@ def cmd_card(args: argparse.Namespace) -> None:
         "  borrowed at load time, not stored); `config.json` holds the layer config, the vocabulary subset",
         "  is in the safetensors file, and a fingerprint of the target refuses any other model.",
         f"- Training: {info.get('steps')} steps, {info.get('train_minutes')} CPU-minutes on a shared 2-core CPU "
-        f"(settings {info.get('train_args')}); data: {data_rows} target generations (half greedy, half sampled at",
-        "  T=1) on `assets/prompts/train.jsonl`, with the target's features (`scripts/feature_data.py`).",
+        f"(settings {info.get('train_args')}); data: {len(rows)} target generations, {generated:,} generated",
+        "  tokens (half greedy, half sampled at T=1) on `assets/prompts/train.jsonl`, with the target's",
+        "  features (`scripts/feature_data.py`; 2% of the prompts held out for validation).",
         "- Loss: soft cross-entropy toward the target's exact distribution on the subset + smooth-L1 on the",
         "  predicted feature; Gaussian feature noise; an unrolled second pass where half the input features",
         "  are the head's own predictions.",
