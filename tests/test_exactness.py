@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import pytest
 import torch
+from cuda_checks import chi_square  # one scipy-free chi-square (checked against scipy in test_cuda.py)
 from engine_helpers import make_pair
-from scipy.stats import chisquare
 
 from specviz import DecodeConfig, SpeculativeDecoder
 from specviz.autoregressive import AutoregressiveDecoder
@@ -65,24 +65,6 @@ def marginal(joint: dict[tuple[int, ...], float], position: int) -> dict[int, fl
     for outcome, prob in joint.items():
         out[outcome[position]] += prob
     return out
-
-
-def chi_square(counts: collections.Counter, expected: dict, n: int) -> tuple[float, float]:
-    """Chi-square statistic and p-value; outcomes expected fewer than 5 times are pooled."""
-    observed, wanted, pool_obs, pool_exp = [], [], 0, 0.0
-    for outcome, prob in expected.items():
-        if prob * n >= 5:
-            observed.append(counts[outcome])
-            wanted.append(prob * n)
-        else:
-            pool_obs += counts[outcome]
-            pool_exp += prob * n
-    if pool_exp > 0:  # nothing to pool when every outcome is expected often enough
-        observed.append(pool_obs)
-        wanted.append(pool_exp)
-    total = sum(wanted)
-    result = chisquare(observed, [w * sum(observed) / total for w in wanted])
-    return float(result.statistic), float(result.pvalue)
 
 
 def total_variation(counts: collections.Counter, expected: dict, n: int) -> float:
