@@ -48,6 +48,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+# pandas is imported here, before any session draws a table: Streamlit imports it lazily on first
+# use and checks types through sys.modules, so two sessions drawing their first table at once could
+# meet a half-imported pandas ("partially initialized module 'pandas' has no attribute 'Series'",
+# seen with 8 concurrent sessions in bench/load.py).
+import pandas  # noqa: F401
 import streamlit as st
 
 import specviz
