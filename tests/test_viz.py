@@ -335,3 +335,17 @@ def test_demo_traces_simulate_lookup_and_plain_steps():
             kv.kv_figure(tr, demo_token_text, phase)
     with pytest.raises(ValueError):
         demo_traces(proposer="feature")
+
+
+def test_kv_panels_report_allocated_held_and_valid_memory():
+    """Each cache's heading states its KV memory from the snapshot: allocated >= held >= valid,
+    valid = positions ever read x bytes per position (issue 10: memory that fits the run)."""
+    dec, (tr,) = real_traces("draft", "hello world", 1)
+    snap = tr.snapshot("rollback")
+    for cache in (snap.target, snap.draft):
+        assert cache.bytes_per_slot > 0
+        assert cache.allocated_bytes >= cache.held_bytes >= cache.valid_bytes == cache.seq_len * cache.bytes_per_slot
+    texts = _annotations(kv.kv_figure(tr, dec.token_text, "rollback"))
+    want = kv.memory_text(snap.target)
+    assert want.startswith("KV ") and "allocated" in want and "held" in want and "valid" in want
+    assert any(want in t for t in texts) and any(kv.memory_text(snap.draft) in t for t in texts)

@@ -212,7 +212,23 @@ def _summary(name: str, snap: CacheSnapshot, entries: bool = False) -> str:
         head += (
             f"<br><span style='font-size:11px'>write pointer at slot {snap.seq_len} · capacity {snap.capacity}</span>"
         )
-    return head
+    return head + _memory_line(snap)
+
+
+def memory_text(snap: CacheSnapshot) -> str:
+    """KV memory of one cache: allocated (storage that exists), held (what the sequence owns:
+    the buffer, or its blocks incl. stale slots) and valid (positions ever read); '' if the
+    snapshot predates memory recording."""
+    if not snap.bytes_per_slot:
+        return ""
+    mib = 1024 * 1024
+    return (f"KV {snap.allocated_bytes / mib:.2f} MiB allocated · {snap.held_bytes / mib:.2f} held · "
+            f"{snap.valid_bytes / mib:.2f} valid")
+
+
+def _memory_line(snap: CacheSnapshot) -> str:
+    text = memory_text(snap)
+    return f"<br><span style='font-size:11px'>{text}</span>" if text else ""
 
 
 def _events_text(events: Sequence[CacheEvent], phase: str) -> str:
