@@ -1,7 +1,8 @@
 """The speculative decoder, one cycle at a time, and the plain autoregressive baseline.
 
-A cycle (docs/design.md §1) is layered as in gpt-fast: `_draft -> _verify -> _accept -> _resolve ->
-_rollback`, each a short method, and `step()` runs them and returns a `CycleTrace`.
+A cycle (docs/design.md §1) is layered as in gpt-fast: the proposer's `propose` (specviz.proposers)
+-> `_verify -> _accept -> _resolve -> _rollback`, each a short method, and `step()` runs them and
+returns a `CycleTrace`.
 
 The cache invariant ("last token separate", as in llama.cpp, HF and gpt-fast): at the start of a
 cycle with committed sequence x_1..x_n,
@@ -265,7 +266,7 @@ class SpeculativeDecoder:
         emitted, finish_reason = self._trim(emitted, remaining, room)
         t = mark("resolve", n + min(num_accepted, len(emitted)), t)  # accepted drafts the trim kept
         self._commit(s, emitted)
-        self._rollback(s, n)
+        self._rollback(s)
         t = mark("rollback", len(s.committed), t)
 
         invariant = None
@@ -410,14 +411,14 @@ class SpeculativeDecoder:
         s.committed.extend(t.token_id for t in emitted)
         s.origins.extend(t.kind for t in emitted)
 
-    def _rollback(self, s: _Session, n: int) -> None:
+    def _rollback(self, s: _Session) -> None:
         """Truncate the target cache to the new committed length minus one (the invariant); the
         proposer restores its own."""
         keep = len(s.committed) - 1
         cache = s.caches["target"]
         if cache.get_seq_length() > keep:
             cache.truncate(keep, "rollback")
-        s.proposer.rollback(s.committed, n)
+        s.proposer.rollback(s.committed)
 
     # -- checks and snapshots -------------------------------------------------------------
 

@@ -14,7 +14,7 @@ A proposer's life in one cycle, with committed tokens x_1..x_n:
    step over the tokens it did propose);
 2. ``observe_verify(features)`` -- the target's features for its verify inputs, from the verify
    pass itself (only proposers with ``wants_target_features`` get them);
-3. ``rollback(committed, n)`` -- after the engine committed the cycle's tokens, restore the
+3. ``rollback(committed)`` -- after the engine committed the cycle's tokens, restore the
    proposer's own invariant (its cache must equal a fresh prefill of what it holds).
 
 Each proposer also reports its cache (if any) for snapshots, its cache events for the trace, and
@@ -69,8 +69,8 @@ class Proposer:
     def observe_verify(self, features: torch.Tensor | None) -> None:
         """The target's features [k+1, H] for the verify inputs [x_n, d_1..d_k]."""
 
-    def rollback(self, committed: list[int], n: int) -> None:
-        """The cycle that started at committed length n has committed; restore the invariant."""
+    def rollback(self, committed: list[int]) -> None:
+        """The cycle has committed its tokens (`committed` is the new sequence); restore the invariant."""
 
     def check_invariant(self, committed: list[int]) -> float | None:
         """Max |difference| of the proposer's cache against a fresh recomputation (None: no cache)."""

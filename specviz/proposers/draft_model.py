@@ -39,7 +39,7 @@ class DraftModelProposer(Proposer):
         )  # d_k is never fed: the draft catches up on it next cycle
         return Drafts(tokens, probs, list(range(first, len(committed))))
 
-    def rollback(self, committed: list[int], n: int) -> None:
+    def rollback(self, committed: list[int]) -> None:
         keep = len(committed) - 1
         if self.cache.get_seq_length() > keep:
             self.cache.truncate(keep, "rollback")

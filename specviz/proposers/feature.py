@@ -35,7 +35,7 @@ import torch
 from ..config import DecodeConfig
 from ..feature_head import FeatureHead
 from ..kv import create_cache
-from ..runtime import model_device, output_head_inputs
+from ..runtime import expected_reach, model_device, output_head_inputs
 from .base import Distribution, Drafts, Proposer, draft_tokens
 
 
@@ -54,7 +54,7 @@ class FeatureProposer(Proposer):
         cfg = self.config
         self.cache = create_cache(self.head.decoder, cfg.cache_layout, page_size=cfg.page_size,
                                   policy=cfg.free_policy, max_len=self.max_context, num_blocks=cfg.num_blocks,
-                                  initial_len=len(prompt_ids) + cfg.max_new_tokens + cfg.k + 1)  # grows on demand
+                                  initial_len=expected_reach(cfg, len(prompt_ids), self.max_context))  # grows on demand
         hidden = self.head.layer_config.hidden_size
         empty = torch.zeros(0, hidden, device=model_device(self.target), dtype=self.head.fuse.weight.dtype)
         self.features = empty if prefill_features is None else prefill_features.to(empty.dtype)
@@ -110,7 +110,7 @@ class FeatureProposer(Proposer):
     def observe_verify(self, features: torch.Tensor | None) -> None:
         self.verify_features = features
 
-    def rollback(self, committed: list[int], n: int) -> None:
+    def rollback(self, committed: list[int]) -> None:
         # Keep the real features of positions 0..n'-2 (what the target cache keeps).
         known = self.features if self.verify_features is None else torch.cat([self.features, self.verify_features])
         self.features = known[: len(committed) - 1]
