@@ -7,19 +7,14 @@ and that no exception box appears, and saves screenshots under test-artifacts/ (
 
 from __future__ import annotations
 
-import os
 import shutil
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from bench.load import CHROMIUM, CHROMIUM_ARGS  # one launch recipe for the browser test and the load bench
+# One launch recipe (Chromium flags, `streamlit run` on a free port) for the browser test and the load bench.
+from bench.load import CHROMIUM, CHROMIUM_ARGS, start_server, stop_server
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
@@ -30,60 +25,13 @@ pytestmark = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _start_server(pair: str) -> tuple[subprocess.Popen, str]:
-    port = _free_port()
-    env = dict(os.environ, SPECVIZ_PAIR=pair, STREAMLIT_BROWSER_GATHER_USAGE_STATS="false")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "streamlit",
-            "run",
-            str(ROOT / "app.py"),
-            "--server.headless",
-            "true",
-            "--server.port",
-            str(port),
-            "--server.address",
-            "127.0.0.1",
-            "--server.fileWatcherType",
-            "none",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 90
-    while time.time() < deadline:
-        try:
-            with urllib.request.urlopen(url + "/_stcore/health", timeout=2) as r:
-                if r.status == 200:
-                    return proc, url
-        except OSError:
-            time.sleep(0.5)
-    proc.kill()
-    pytest.fail("streamlit did not become ready within 90 s")
-
-
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
-    proc, url = _start_server("tiny")
+    proc, url = start_server("tiny", ready_s=90)
     try:
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_server(proc)
 
 
 def _wait_idle(page, timeout_ms: int = 60_000) -> None:
@@ -162,7 +110,7 @@ def test_default_pair_in_the_browser() -> None:
     out = ARTIFACTS / "browser-default"
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
-    proc, url = _start_server("default")
+    proc, url = start_server("default", ready_s=90)
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -179,5 +127,4 @@ def test_default_pair_in_the_browser() -> None:
                 page.screenshot(path=str(out / f"{i + 1}-{phase}.png"), full_page=True)
             browser.close()
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+        stop_server(proc)
