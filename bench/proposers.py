@@ -24,12 +24,11 @@ from typing import Any
 import torch
 
 from specviz import DecodeConfig, SpeculativeDecoder
+from specviz.config import PROPOSERS
 from specviz.stats import expected_tokens_per_cycle
 
 from .common import Log, Settings, interleaved, median, summary
 from .systems import SEED, hf, spec
-
-PROPOSERS = ("draft", "feature", "lookup")
 
 
 def available(pair: Any) -> tuple[str, ...]:
@@ -114,7 +113,7 @@ def run(pair: Any, prompts: list[list[int]], s: Settings, log: Log) -> dict[str,
             systems[name(p, k, 0)] = spec(pair, _config(p, k, 0.0, s.proposer_max_new))
     by_index = {n_: (lambda i, f=f: f(prompts[i])) for n_, f in systems.items()}
     samples = interleaved(by_index, len(prompts), s.proposer_rounds, log)
-    out["greedy"] = analyse(samples, props, s.proposer_ks)
+    out["greedy"] = analyse(samples)
 
     log(f"proposers: T=1 alpha at K={qk}")
     alpha: dict[str, Any] = {}
@@ -145,7 +144,7 @@ def run(pair: Any, prompts: list[list[int]], s: Settings, log: Log) -> dict[str,
     return out
 
 
-def analyse(samples: list, props: tuple[str, ...], ks: tuple[int, ...]) -> dict[str, Any]:
+def analyse(samples: list) -> dict[str, Any]:
     """Per system: acceptance, tokens/cycle, verify ms; speedup over hf_greedy paired by prompt."""
     base = {(x.round, x.prompt): x for x in samples if x.system == "hf_greedy"}
     rows: dict[str, Any] = {}
