@@ -15,14 +15,20 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 from .errors import ConfigError
 
 MAX_K = 64  # a draft longer than this is never useful and only wastes memory
-LAYOUTS = ("paged", "contiguous")
-POLICIES = ("free", "keep")
-PROPOSERS = ("draft", "feature", "lookup")  # who guesses the drafts (specviz.proposers)
+
+# Each set of allowed values is defined once, as a type; the tuples below are read from it, and
+# the CLI, the app's selectors and the caches' own checks all use these.
+CacheLayout = Literal["paged", "contiguous"]
+FreePolicy = Literal["free", "keep"]  # paged rollback: free blocks, or keep them reserved (vLLM v1)
+ProposerName = Literal["draft", "feature", "lookup"]  # who guesses the drafts (specviz.proposers)
+LAYOUTS: tuple[str, ...] = get_args(CacheLayout)
+POLICIES: tuple[str, ...] = get_args(FreePolicy)
+PROPOSERS: tuple[str, ...] = get_args(ProposerName)
 
 # Fields that may change between cycles without restarting the decoder.
 LIVE_FIELDS = frozenset(
@@ -34,7 +40,7 @@ LIVE_FIELDS = frozenset(
 @dataclass(frozen=True)
 class DecodeConfig:
     k: int = 5  # draft length K
-    proposer: Literal["draft", "feature", "lookup"] = "draft"
+    proposer: ProposerName = "draft"
     lookup_max_ngram: int = 3  # prompt lookup: longest suffix n-gram matched first
     lookup_min_ngram: int = 1  # ... and the shortest tried before giving up
     # Adaptive K (HF's assistant_confidence_threshold): stop drafting once the proposer's most
@@ -45,9 +51,9 @@ class DecodeConfig:
     top_k: int = 0  # 0 = off
     top_p: float = 1.0  # 1 = off
     seed: int = 0
-    cache_layout: Literal["paged", "contiguous"] = "paged"
+    cache_layout: CacheLayout = "paged"
     page_size: int = 16
-    free_policy: Literal["free", "keep"] = "free"  # paged rollback: free blocks, or keep them reserved
+    free_policy: FreePolicy = "free"
     # Paged pool cap per model (a hard limit: the "pool exhausted" lesson); None = enough for max_context.
     # Either way the pool starts at what the run can reach and grows on demand up to the cap.
     num_blocks: int | None = None

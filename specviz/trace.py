@@ -22,11 +22,13 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
-Phase = Literal["start", "draft", "verify", "accept", "resolve", "rollback", "prefill", "decode"]
-# The phases of one cycle, in order; "start" is the state the cycle begins from.
-CYCLE_PHASES: tuple[str, ...] = ("start", "draft", "verify", "accept", "resolve", "rollback")
+# The phases of one cycle, in order ("start" is the state the cycle begins from), defined once as a
+# type; every phase name anywhere (views, narrative, app) is one of these or "prefill"/"decode".
+CyclePhase = Literal["start", "draft", "verify", "accept", "resolve", "rollback"]
+Phase = Literal[CyclePhase, "prefill", "decode"]
+CYCLE_PHASES: tuple[str, ...] = get_args(CyclePhase)
 
 EventKind = Literal["append", "truncate", "alloc", "free", "pointer", "reuse", "grow"]
 TokenKind = Literal["prompt", "accepted", "corrected", "bonus", "generated"]

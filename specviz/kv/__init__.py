@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import torch
 
+from specviz.config import LAYOUTS
 from specviz.errors import ConfigError
 from specviz.kv.base import DEFAULT_INITIAL_LEN, KVMemory, SpecvizCache, SpecvizLayer, num_attention_layers
 from specviz.kv.contiguous import ContiguousKVCache
 from specviz.kv.paged import POLICIES, BlockPool, BlockTable, KVBlock, PagedKVCache
-
-LAYOUTS = ("paged", "contiguous")
 
 __all__ = [
     "LAYOUTS",

@@ -48,11 +48,10 @@ from dataclasses import dataclass
 
 import torch
 
+from specviz.config import POLICIES
 from specviz.errors import CacheCapacityError, ConfigError, PoolExhaustedError
 from specviz.kv.base import DEFAULT_INITIAL_LEN, SpecvizCache, SpecvizLayer, grown
 from specviz.trace import CacheEvent, CacheSnapshot
-
-POLICIES = ("free", "keep")
 
 
 def cdiv(a: int, b: int) -> int:
