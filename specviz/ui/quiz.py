@@ -1,0 +1,101 @@
+"""Predict, then reveal: a quiz asked after the verify pass, before the outcome is shown.
+
+After **verify** the target has scored every draft, but the page has not shown the verdicts yet.
+That is the moment to ask a class what the next two phases will do:
+
+1. how many of the K drafts will be accepted (0 … K);
+2. which positions the rollback will drop from the target's cache (its provisional entries
+   past the new valid length — the rejected and untested drafts, and the newest committed token
+   whose K/V the next verify pass rewrites);
+3. (paged layout, policy "free") which physical blocks will return to the pool.
+
+The answers are scored against the recorded trace only (`specviz.outcome`), so the quiz is right
+even when an end-of-text token cuts a cycle short. No Streamlit here: the page asks and shows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..outcome import dropped_entries, freed_blocks
+from ..trace import CycleTrace
+
+
+@dataclass(frozen=True)
+class QuizTruth:
+    """What the cycle really did, read from its trace."""
+
+    k: int
+    accepted: int
+    dropped: tuple[int, ...]  # target-cache positions the rollback removed
+    freed: tuple[int, ...]  # physical blocks the target's rollback returned to the pool
+    candidates: tuple[int, ...]  # positions one could guess: the target's entries after verify
+    candidate_blocks: tuple[int, ...]  # the target's blocks after verify (paged), else ()
+
+
+@dataclass(frozen=True)
+class QuizResult:
+    cycle: int
+    guessed_accepted: int
+    guessed_dropped: tuple[int, ...]
+    guessed_freed: tuple[int, ...]
+    truth: QuizTruth
+
+    def marks(self) -> list[tuple[str, str, str, bool]]:
+        """(question, your answer, the truth, right?) per question asked."""
+        t = self.truth
+        rows = [
+            ("drafts accepted", str(self.guessed_accepted), str(t.accepted), self.guessed_accepted == t.accepted),
+            (
+                "positions dropped from the target cache",
+                _listed(self.guessed_dropped),
+                _listed(t.dropped),
+                set(self.guessed_dropped) == set(t.dropped),
+            ),
+        ]
+        if t.candidate_blocks:
+            rows.append(
+                (
+                    "blocks returned to the pool",
+                    _listed(self.guessed_freed),
+                    _listed(t.freed),
+                    set(self.guessed_freed) == set(t.freed),
+                )
+            )
+        return rows
+
+    @property
+    def score(self) -> tuple[int, int]:
+        marks = self.marks()
+        return sum(ok for *_, ok in marks), len(marks)
+
+
+def truth(trace: CycleTrace) -> QuizTruth:
+    """The quiz's answers for `trace`, from its recorded events and snapshots."""
+    n_after = trace.context_len + len(trace.emitted)
+    dropped = tuple(e.position for t in dropped_entries(trace, trace.target_events, n_after) for e in t.entries)
+    verify = trace.snapshot("verify").target
+    blocks = tuple(verify.block_table) if verify.layout == "paged" and verify.policy == "free" else ()
+    return QuizTruth(
+        k=trace.k,
+        accepted=trace.num_accepted,
+        dropped=dropped,
+        freed=freed_blocks(trace.target_events),
+        candidates=tuple(range(trace.context_len - 1, verify.seq_len)),
+        candidate_blocks=blocks,
+    )
+
+
+def answer(trace: CycleTrace, accepted: int, dropped: Sequence[int], freed: Sequence[int] = ()) -> QuizResult:
+    """Score a prediction for `trace`."""
+    return QuizResult(trace.cycle, int(accepted), tuple(sorted(dropped)), tuple(sorted(freed)), truth(trace))
+
+
+def tally(results: Sequence[QuizResult]) -> tuple[int, int]:
+    """Right answers and questions asked over a run."""
+    return sum(r.score[0] for r in results), sum(r.score[1] for r in results)
+
+
+def _listed(items: Sequence[int]) -> str:
+    return ", ".join(str(i) for i in items) if items else "none"

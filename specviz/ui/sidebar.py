@@ -1,0 +1,328 @@
+"""The sidebar: every control, within this server's limits, turned into a `DecodeConfig`.
+
+Two kinds of settings: **live** ones (K, temperature, top-k/p, max new tokens, the invariant
+check, what-if forcing) apply from the next cycle of the same run; **restart** ones (the pair,
+proposer, prompt, chat template, cache layout, page size, policy, seed, pool and context size)
+start a new run — the earlier run stays in the run list (specviz.ui.state.Workspace), so nothing
+is lost. Each restart setting is one sidebar widget, listed once in `RESTART_WIDGETS`; showing an
+earlier run writes its values back into these widgets.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import streamlit as st
+
+from ..config import LAYOUTS, POLICIES, PROPOSERS, DecodeConfig
+from ..errors import SpecvizError
+from ..models import preferred_proposer
+from ..server import ServerSettings
+
+PAIR_LABELS = {
+    "default": "Default: SmolLM2-135M-Instruct + trained draft",
+    "tiny": "Tiny random pair (instant; for demos of the mechanics)",
+    "custom": "Custom: hub ids or local directories",
+}
+# Who guesses the K drafts (docs/design.md §1b); the selector opens on `preferred_proposer(pair)`.
+PROPOSER_LABELS = dict(
+    zip(PROPOSERS, ("Draft model (a small LM)", "Feature head (EAGLE-style)", "Prompt lookup (n-gram copy)"),
+        strict=True)
+)  # fmt: skip
+DEFAULT_PROMPT = "Explain in two sentences why the sky is blue."
+EXAMPLES_FILE = Path(__file__).resolve().parents[2] / "assets" / "prompts" / "examples.json"
+SPEEDS = {"slow (2 s)": 2.0, "normal (1 s)": 1.0, "fast (0.5 s)": 0.5}
+PAGE_SIZES = (1, 2, 4, 8, 16, 32, 64)
+LIVE = ("k", "temperature", "top_k", "top_p", "check_invariant", "max_new_tokens", "forced_outcomes")
+# (widget key, what it is called in "restarted because the … changed"): the settings of a run.
+RESTART_WIDGETS = (
+    ("pair_kind", "model pair"),
+    ("custom_target", "target"),
+    ("custom_draft", "draft"),
+    ("proposer", "proposer"),
+    ("prompt", "prompt"),
+    ("chat", "chat template"),
+    ("layout", "cache layout"),
+    ("page_size", "page size"),
+    ("policy", "rollback policy"),
+    ("seed", "seed"),
+    ("num_blocks", "pool size"),
+    ("max_context", "max context"),
+)
+
+
+@dataclass(frozen=True)
+class Controls:
+    """What the sidebar asks for. `config.proposer` is filled in once the pair is loaded."""
+
+    kind: str
+    target: str
+    draft: str
+    prompt: str
+    chat: bool
+    config: DecodeConfig
+    proposer_slot: Any  # the sidebar container the proposer selector goes into
+
+    def restart_key(self) -> tuple:
+        c = self.config
+        return (
+            self.kind, self.target, self.draft, c.proposer, self.prompt, self.chat,
+            c.cache_layout, c.page_size, c.free_policy, c.seed, c.num_blocks, c.max_context,
+        )  # fmt: skip
+
+
+def key_without_proposer(key: tuple) -> tuple:
+    """A run key minus the proposer: what a recording (shown without loading the pair, so without
+    the proposer selector) compares with the sidebar to tell whether a new live run is wanted."""
+    return key[:3] + key[4:]
+
+
+def changed_settings(old_key: tuple, new_key: tuple) -> list[str]:
+    """Names of the restart settings that differ between two run keys."""
+    names = [name for _, name in RESTART_WIDGETS]
+    if len(old_key) == len(new_key) - 1:  # a recording's key has no proposer
+        names, new_key = names[:3] + names[4:], key_without_proposer(new_key)
+    return [name for name, a, b in zip(names, old_key, new_key, strict=True) if a != b]
+
+
+def widget_values() -> dict[str, Any]:
+    """The restart widgets' current values (stored with a run to show it again later)."""
+    ss = st.session_state
+    return {key: ss.get(key) for key, _ in RESTART_WIDGETS}
+
+
+def restore_widgets(values: dict[str, Any]) -> None:
+    """Put a run's settings back into the sidebar (in a callback, before the widgets are drawn)."""
+    ss = st.session_state
+    for key, value in values.items():
+        ss[key] = value
+    ss._proposer_auto = False  # the run's proposer, not the pair's preference
+
+
+def example_prompts() -> list[str]:
+    try:
+        data = json.loads(EXAMPLES_FILE.read_text())
+        return [str(p) for p in data] or [DEFAULT_PROMPT]
+    except (OSError, ValueError):
+        return [DEFAULT_PROMPT]
+
+
+def init_state() -> None:
+    env_pair = os.environ.get("SPECVIZ_PAIR", "default")
+    defaults = dict(
+        pair_kind=env_pair if env_pair in PAIR_LABELS else "default",
+        custom_target=os.environ.get("SPECVIZ_TARGET", ""),
+        custom_draft=os.environ.get("SPECVIZ_DRAFT", ""),
+        prompt=DEFAULT_PROMPT,
+        example=DEFAULT_PROMPT,
+        chat=True,
+        k=5,
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        max_new=128,
+        layout="paged",
+        page_size=16,
+        num_blocks=0,
+        max_context=2048,
+        policy="free",
+        seed=0,
+        check=False,
+        speed="normal (1 s)",
+        whatif=False,
+        force_accept=[],
+        force_reject=[],
+        lecture=False,
+        quiz=False,
+    )
+    if env_pair == "tiny":
+        defaults.update(page_size=4)  # short prompts: small pages show block traffic
+    for key, value in defaults.items():
+        st.session_state.setdefault(key, value)
+    st.session_state.setdefault("_proposer_auto", True)  # "proposer" itself is set once a pair is loaded
+
+
+def apply_limits(settings: ServerSettings) -> list[str]:
+    """Bring this session's values within the server's limits before the widgets are drawn (a
+    widget refuses a value past its bounds); returns what was changed, to say so."""
+    ss = st.session_state
+    notes = []
+    allowed = settings.allowed_pairs(PAIR_LABELS)
+    if ss.get("pair_kind") not in allowed:
+        server_pair = os.environ.get("SPECVIZ_PAIR", "default")
+        ss.pair_kind = server_pair if server_pair in allowed else "default"
+        notes.append("Custom model pairs are disabled on this classroom server: the server's own pair is used.")
+    keys = {"k": ("k", "K"), "max_new_tokens": ("max_new", "Max new tokens"), "lab_n": ("lab_n", "The lab's N")}
+    current = {name: int(ss.get(key, 0) or 0) for name, (key, _) in keys.items()}
+    for name, cap in settings.clamp(current).items():
+        key, label = keys[name]
+        ss[key] = cap
+        notes.append(f"{label} lowered from {current[name]} to {cap}: the limit on this classroom server.")
+    return notes
+
+
+def sidebar(settings: ServerSettings, on_walkthrough: Any) -> Controls | None:
+    """All controls; None (with the error shown) when they do not make a valid config."""
+    try:
+        return _sidebar(settings, on_walkthrough)
+    except SpecvizError as exc:  # e.g. an invalid DecodeConfig
+        st.error(str(exc), icon=":material/error:")
+        return None
+
+
+def _sidebar(settings: ServerSettings, on_walkthrough: Any) -> Controls:
+    ss = st.session_state
+    lim = settings.limits
+    with st.sidebar:
+        st.markdown("### :material/visibility: specviz")
+        if settings.classroom:
+            st.info(settings.sidebar_markdown(), icon=":material/school:")
+        st.toggle("Lecture mode (bigger type, fewer panels)", key="lecture")
+        st.toggle(
+            "Quiz: predict the outcome before it is shown",
+            key="quiz",
+            help="After the verify phase the page asks how many drafts will pass and what the rollback drops, "
+            "then reveals and scores.",
+        )
+        kind = st.radio("Model pair", settings.allowed_pairs(PAIR_LABELS), format_func=PAIR_LABELS.get, key="pair_kind")
+        target = draft = ""
+        if kind == "custom":
+            target = st.text_input(
+                "Target (hub id or directory)", key="custom_target", placeholder="HuggingFaceTB/SmolLM2-360M-Instruct"
+            )
+            draft = st.text_input(
+                "Draft (hub id or directory)", key="custom_draft", placeholder="HuggingFaceTB/SmolLM2-135M-Instruct"
+            )
+        proposer_slot = st.container()
+        st.markdown("**Prompt**")
+        st.selectbox(
+            "Example prompts", example_prompts(), key="example", on_change=_use_example, label_visibility="collapsed"
+        )
+        prompt = st.text_area("Prompt", key="prompt", height=90, max_chars=lim.prompt_chars)
+        chat = st.toggle(
+            "Apply the chat template",
+            key="chat",
+            help="Wrap the prompt as a user message with the tokenizer's chat template "
+            "(when it has one). Off: the raw text is the prompt.",
+        )
+        st.markdown("**Sampling** — applies from the next cycle")
+        k = st.slider("K (draft length)", 1, lim.k, key="k")
+        temperature = st.slider("Temperature (0 = greedy)", 0.0, 2.0, step=0.05, key="temperature")
+        c1, c2 = st.columns(2)
+        top_k = c1.number_input("top-k (0 = off)", 0, 100000, step=1, key="top_k")
+        top_p = c2.number_input("top-p (1 = off)", 0.01, 1.0, step=0.05, key="top_p")
+        max_new = st.number_input("Max new tokens", 1, lim.max_new_tokens, step=16, key="max_new")
+        st.markdown("**Cache** — changing these starts a new run (earlier runs stay in the run list)")
+        layout = st.radio("Cache layout", LAYOUTS, key="layout", horizontal=True)
+        page = st.select_slider("Page size (tokens per block)", PAGE_SIZES, key="page_size", disabled=layout != "paged")
+        policy = st.radio(
+            "Paged rollback policy",
+            POLICIES,
+            key="policy",
+            horizontal=True,
+            disabled=layout != "paged",
+            help="free: blocks holding only rejected positions return to the pool. "
+            "keep (vLLM v1): they stay reserved and are overwritten.",
+        )
+        with st.expander("Pool and context limits"):
+            num_blocks = st.number_input(
+                "Blocks in each pool (0 = enough for the context)",
+                0,
+                65536,
+                step=1,
+                key="num_blocks",
+                disabled=layout != "paged",
+                help="A small pool shows what happens when the BlockPool runs out.",
+            )
+            max_context = st.number_input("Max context (positions)", 16, 32768, step=64, key="max_context")
+        seed = st.number_input("Seed", 0, 2**31 - 1, step=1, key="seed")
+        check = st.toggle(
+            "Check the cache invariant every cycle",
+            key="check",
+            help="Compare both caches with a fresh prefill of the committed sequence (slower).",
+        )
+        st.markdown("**Play**")
+        st.select_slider("Play speed", list(SPEEDS), key="speed")
+        whatif = _whatif_controls(on_walkthrough)
+    forced: tuple[tuple[int, bool], ...] = ()
+    if whatif:
+        forced = tuple(sorted([(i, True) for i in ss.force_accept] + [(i, False) for i in ss.force_reject]))
+    settings.check_config(int(k), int(max_new))  # behind the widgets' bounds: never past a cap
+    cfg = DecodeConfig(
+        k=int(k),
+        temperature=float(temperature),
+        top_k=int(top_k),
+        top_p=float(top_p),
+        seed=int(seed),
+        cache_layout=layout,
+        page_size=int(page),
+        free_policy=policy,
+        max_new_tokens=int(max_new),
+        check_invariant=bool(check),
+        forced_outcomes=forced,
+        num_blocks=int(num_blocks) if num_blocks and layout == "paged" else None,
+        max_context=int(max_context),
+    )
+    return Controls(kind, target.strip(), draft.strip(), prompt, chat, cfg, proposer_slot)
+
+
+def proposer_control(pair: Any) -> str:
+    """The proposer selector, for a loaded pair. It follows `preferred_proposer(pair)` until the
+    user picks one; "feature" is offered only when the pair carries a feature head (and a caption
+    says why it is missing otherwise). Changing it starts a new run, like the cache settings."""
+    ss = st.session_state
+    has_head = getattr(pair, "feature_head", None) is not None
+    options = [name for name in PROPOSER_LABELS if name != "feature" or has_head]
+    if ss.get("_proposer_auto", True) or ss.get("proposer") not in options:
+        ss.proposer = preferred_proposer(pair) if preferred_proposer(pair) in options else options[0]
+    st.radio(
+        "Proposer — changing it starts a new run",
+        options,
+        format_func=PROPOSER_LABELS.get,
+        key="proposer",
+        on_change=_on_proposer_pick,
+        help="Who guesses the K drafts. The target's verify, the acceptance test, the residual, the bonus "
+        "and the target's rollback are the same for all three, and so is exactness.",
+    )
+    if not has_head:
+        st.caption(
+            "Feature head: unavailable — this pair carries no EAGLE-style head "
+            "(`load_pair(..., feature_head=...)` attaches one)."
+        )
+    return ss.proposer
+
+
+def _on_proposer_pick() -> None:
+    st.session_state._proposer_auto = False  # the user chose: stop following the pair's preference
+
+
+def _use_example() -> None:
+    st.session_state.prompt = st.session_state.example
+
+
+def _whatif_controls(on_walkthrough: Any) -> bool:
+    with st.expander(
+        "What-if (teaching) mode", icon=":material/science:", expanded=st.session_state.get("whatif", False)
+    ):
+        st.caption(
+            "Force the outcome of chosen acceptance tests in the **next cycle only**, to stage a scenario. "
+            "**This breaks exactness**: forced cycles are marked in every view and left out of the statistics. "
+            "After that one cycle the toggle switches itself off and decoding is exact again. Forcing stops at "
+            "an end-of-text draft — from there the real test decides — so a forced acceptance never ends the text."
+        )
+        on = st.toggle("Force outcomes in the next cycle (breaks exactness)", key="whatif")
+        positions = list(range(1, 17))
+        st.multiselect("Force accept at draft positions", positions, key="force_accept", disabled=not on)
+        st.multiselect("Force reject at draft positions", positions, key="force_reject", disabled=not on)
+        st.button(
+            "Walkthrough scenario (one cycle): K = 5, d1–d3 accepted, d4 rejected",
+            key="scenario",
+            on_click=on_walkthrough,
+            width="stretch",
+        )
+        st.caption("Exact scenarios, found by seed rather than forced, are in the **Runs & gallery** tab.")
+    return on

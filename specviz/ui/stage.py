@@ -1,0 +1,304 @@
+"""The stage: what a lecture looks at, above the fold.
+
+Top to bottom: the step buttons, one status line, the KV-cache picture (the hero: both caches and
+the cycle's drafts with their p, q and acceptance bars, linked on hover), the narrative of the
+phase, the token strip, the quiz when it is on, and the history slider. The stage runs as a
+Streamlit fragment, so a click on Next phase / Back re-runs only this part of the page (the
+sidebar and the rest stay as they are), and the picture animates from the step shown before the
+click (`Run.before`) to the new one.
+
+Keyboard: → next phase, Shift+→ next cycle, ← back, P play/pause (Streamlit button shortcuts);
+every control is a real button or widget, so Tab reaches it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import streamlit as st
+
+from .. import narrative
+from ..errors import SpecvizError
+from ..trace import CYCLE_PHASES, CycleTrace, traces_to_json
+from ..viz import kv_html, tokens
+from ..viz.style import PHASE_TITLES
+from . import quiz
+from .session import act, decoding_slot, workspace
+from .sidebar import PROPOSER_LABELS, SPEEDS
+from .state import (
+    PHASES_PER_CYCLE,
+    Run,
+    advance_cycle,
+    advance_phase,
+    back,
+    compute_cycle,
+    seek,
+    snapshots_at,
+    step_label,
+    view_of,
+)
+from .tab_runs import compare_view
+
+WALKTHROUGH = ((1, True), (2, True), (3, True), (4, False))
+
+
+# ---------------------------------------------------------------- actions (callbacks) ---------
+
+
+def on_next_phase() -> None:
+    act(lambda r: advance_phase(r, decoding_slot))
+
+
+def on_next_cycle() -> None:
+    act(lambda r: advance_cycle(r, decoding_slot))
+
+
+def on_back() -> None:
+    act(back)
+
+
+def on_history() -> None:
+    wanted = int(st.session_state.history)  # read before the lock: see Workspace
+    act(lambda r: seek(r, wanted))
+
+
+def on_play() -> None:
+    ws = workspace()
+    ws.playing = not ws.playing
+    if ws.playing:
+        on_next_phase()  # the first step happens at once; the timer does the rest
+
+
+def on_reset() -> None:
+    """Reset asks first when there are recorded cycles: clearing them silently loses a lecture's run."""
+    ws = workspace()
+    ws.playing = False
+    if ws.run is not None and ws.run.traces:
+        ws.reset_asked = ws.run  # the question shows under the buttons
+        return
+    reset_now()
+
+
+def reset_now() -> None:
+    ws = workspace()
+    ws.run = ws.reset_asked = None  # rebuilt from the current controls on this run
+    ws.playing, ws.error, ws.finished_note = False, None, None
+    st.session_state.reset_notice = "Reset: the decoder restarted from the prompt."
+
+
+def on_reset_cancel() -> None:
+    workspace().reset_asked = None
+
+
+def on_walkthrough() -> None:
+    """One click: K = 5, force d1–d3 accept and d4 reject for ONE cycle, and run it.
+
+    The forcing goes straight to the decoder for this cycle (`compute_cycle` clears it afterwards);
+    the what-if toggle stays off, so the next cycle is exact without anyone having to remember."""
+    ss = st.session_state
+    ss.k, ss.whatif = 5, False
+    workspace().playing = False
+
+    def run(r: Run) -> Run:
+        if not r.live:
+            raise SpecvizError("The walkthrough needs a live run: this one is a recording. Change a setting first.")
+        r.dec.update_config(r.dec.config.replace(k=5, forced_outcomes=WALKTHROUGH))
+        done = dataclasses.replace(r, revealed=PHASES_PER_CYCLE * len(r.traces))
+        new = compute_cycle(done, decoding_slot)
+        lesson = (
+            "Walkthrough scenario: K = 5 with d1–d3 forced to accept and d4 to reject, for this one cycle. "
+            "Step through the phases to follow the walkthrough."
+        )
+        return dataclasses.replace(new, notices=(lesson, *new.notices))
+
+    act(run)
+
+
+def on_quiz_submit(cycle: int) -> None:
+    ss = st.session_state
+    guess = (int(ss.get("quiz_accepted", 0)), list(ss.get("quiz_dropped", [])), list(ss.get("quiz_freed", [])))
+
+    def run(r: Run) -> Run:
+        result = quiz.answer(r.traces[cycle], *guess)
+        answered = dataclasses.replace(r, quiz=(*[q for q in r.quiz if q.cycle != cycle], result))
+        return advance_phase(answered, decoding_slot)
+
+    act(run)
+
+
+# ---------------------------------------------------------------- views -----------------------
+
+
+def button_row(run: Run | None) -> None:
+    cols = st.columns([1.5, 1.7, 1.1, 1.2, 1.1, 1.5])
+    disabled = run is None
+    playing = workspace().playing
+    # Material icons ship with Streamlit's frontend (no emoji font needed on the viewer's machine).
+    buttons = (
+        ("Next phase", "next_phase", on_next_phase, ":material/play_arrow:", "Right", disabled, "primary"),
+        ("Next cycle", "next_cycle", on_next_cycle, ":material/skip_next:", "Shift+Right", disabled, "secondary"),
+        ("Back", "back", on_back, ":material/undo:", "Left", disabled or run.view == 0, "secondary"),
+        (
+            "Pause" if playing else "Play", "play", on_play,
+            ":material/pause:" if playing else ":material/slow_motion_video:", "P", disabled, "secondary",
+        ),
+    )  # fmt: skip
+    for col, (label, key, fn, icon, shortcut, off, kind) in zip(cols, buttons, strict=False):
+        col.button(
+            label, key=key, on_click=fn, type=kind, disabled=off, icon=icon, shortcut=shortcut, width="stretch",
+            help=f"Keyboard: {shortcut.replace('Right', '→').replace('Left', '←')}",
+        )  # fmt: skip
+    cols[4].button("Reset", key="reset", on_click=on_reset, icon=":material/restart_alt:", width="stretch")
+
+
+def reset_question(run: Run) -> None:
+    """'Reset clears N cycles — sure?' with a way to keep them (and to save them first)."""
+    n = len(run.traces)
+    with st.container(border=True):
+        st.warning(
+            f"**Reset starts this run again from the prompt.** Its {n} recorded cycle{'s' if n != 1 else ''} "
+            "stay in the run list only if you keep them; download them to keep them for good.",
+            icon=":material/warning:",
+        )
+        c1, c2, c3 = st.columns(3)
+        c1.button(f"Reset and clear {n} cycle{'s' if n != 1 else ''}", key="reset_confirm", on_click=reset_now)
+        c2.button("Keep the history", key="reset_cancel", on_click=on_reset_cancel, type="primary")
+        traces = list(run.traces)
+        c3.download_button(
+            "Download the traces (JSON)",
+            data=lambda: traces_to_json(traces),
+            file_name="specviz-traces.json",
+            mime="application/json",
+            key="reset_download",
+            on_click="ignore",
+        )
+
+
+def status_line(run: Run, cycle: int | None, phase: str) -> str:
+    """From the recorded traces only (`narrative.status_markdown`): the finish reason shows at the
+    resolve and rollback phases of the cycle that ended the text, never earlier."""
+    proposer = PROPOSER_LABELS.get(run.proposer, run.proposer).split(" (")[0].lower()
+    line = narrative.status_markdown(len(run.prompt_ids), run.traces, cycle, phase, proposer)
+    if not run.live:
+        line += f" · {run.source} run (no model)"
+    return line
+
+
+def hero_html(run: Run, lecture: bool) -> str:
+    """The KV-cache picture at the step shown, animated from the step shown before."""
+    cycle, phase = view_of(run.view, run)
+    shown_before = run.before is not None and run.before != run.view and 0 <= run.before <= run.revealed
+    return kv_html.kv_stage_html(
+        snapshots_at(run, run.view),
+        snapshots_at(run, run.before) if shown_before else None,
+        run.texts,
+        trace=run.traces[cycle] if cycle is not None else None,
+        phase=phase,
+        proposer=run.proposer,
+        lecture=lecture,
+    )
+
+
+def narrative_box(run: Run, tr: CycleTrace | None, phase: str) -> None:
+    with st.container(border=True):
+        if tr is None:
+            target, proposer = run.prefill
+            proposer_len = proposer.seq_len if proposer is not None else None
+            st.markdown(narrative.prefill_markdown(len(run.prompt_ids), target.seq_len, proposer_len, run.proposer))
+        else:
+            st.markdown(narrative.phase_markdown(tr, phase))
+
+
+def quiz_box(run: Run, cycle: int | None, phase: str) -> None:
+    """Ask at the verify phase of a cycle not yet past it; score from the accept phase on."""
+    if cycle is None or phase == "start":
+        return
+    tr = run.traces[cycle]
+    result = next((q for q in run.quiz if q.cycle == cycle), None)
+    step = CYCLE_PHASES.index(phase)
+    frontier = run.revealed == run.view
+    if result is None and phase == "verify" and frontier and tr.k > 0:
+        truth = quiz.truth(tr)
+        with st.container(border=True):
+            st.markdown("**Predict, then reveal** — the target has scored the drafts; what happens next?")
+            c1, c2, c3 = st.columns([1, 2, 2])
+            c1.radio("Drafts accepted", list(range(tr.k + 1)), key="quiz_accepted", horizontal=True)
+            c2.multiselect("Positions the rollback drops (target cache)", truth.candidates, key="quiz_dropped")
+            if truth.candidate_blocks:
+                c3.multiselect("Blocks returned to the pool", truth.candidate_blocks, key="quiz_freed")
+            st.button("Lock in and reveal", key="quiz_submit", on_click=on_quiz_submit, args=(cycle,), type="primary")
+    elif result is not None and step >= CYCLE_PHASES.index("accept"):
+        shown = result.marks() if step >= CYCLE_PHASES.index("rollback") else result.marks()[:1]
+        rows = " · ".join(f"{'✓' if ok else '✗'} {q}: you said {yours}, it was {real}" for q, yours, real, ok in shown)
+        right, asked = quiz.tally(run.quiz)
+        st.caption(f"**Quiz** — {rows}. Score over this run: {right}/{asked}.")
+
+
+def history_slider(run: Run) -> None:
+    if run.revealed == 0:
+        return
+    st.session_state.history = run.view
+    # Labels made now: Streamlit keeps a widget's format_func after the run, and one closing over
+    # `run` would keep its decoder (the KV caches) alive after an idle session is parked.
+    labels = [step_label(step, run, PHASE_TITLES) for step in range(run.revealed + 1)]
+    st.select_slider(
+        "History (every revealed phase of every cycle)",
+        options=list(range(run.revealed + 1)),
+        format_func=labels.__getitem__,
+        key="history",
+        on_change=on_history,
+    )
+
+
+def messages(ws: Any) -> None:
+    if ws.error:
+        st.error(ws.error, icon=":material/error:")
+    if ws.waited_note:
+        note, ws.waited_note = ws.waited_note, None
+        st.caption(note)
+    if ws.finished_note:
+        st.warning(ws.finished_note, icon=":material/flag:")
+
+
+def stage(after: Any = None) -> None:
+    """The fragment body: buttons, status, picture, narrative, strip, quiz, history; then `after`
+    (the tabs, which follow the phase shown)."""
+    ss = st.session_state
+    ws = workspace()
+    if ws.playing and not ss.get("_full_run"):
+        on_next_phase()
+        run = ws.run
+        done = run.finished and run.view == run.revealed == PHASES_PER_CYCLE * len(run.traces)
+        if ws.error or ws.finished_note or done:
+            ws.playing = False
+            st.rerun(scope="app")
+        if ws.whatif_spent:
+            st.rerun(scope="app")  # redraw the sidebar: the what-if toggle has switched itself off
+    ss._full_run = False
+    run = ws.run
+    button_row(run)
+    if ws.reset_asked is run:
+        reset_question(run)
+    messages(ws)
+    cycle, phase = view_of(run.view, run)
+    st.markdown(status_line(run, cycle, phase))
+    lecture = bool(ss.get("lecture"))
+    st.html(hero_html(run, lecture))
+    compare_view(run, lecture, hero_html)
+    tr = run.traces[cycle] if cycle is not None else None
+    if ss.get("quiz"):
+        quiz_box(run, cycle, phase)
+    narrative_box(run, tr, phase)
+    st.html(tokens.strip_html(tokens.strip_chips(run.prompt_ids, run.traces, run.texts, cycle, phase)))
+    history_slider(run)
+    if after is not None:
+        after(run, cycle, phase)
+
+
+def run_stage(after: Any = None) -> None:
+    """The stage as a fragment; while playing it re-runs itself on a timer."""
+    ss = st.session_state
+    ss._full_run = True
+    run_every = SPEEDS.get(ss.get("speed"), 1.0) if workspace().playing else None
+    st.fragment(run_every=run_every)(stage)(after)

@@ -1,0 +1,333 @@
+"""The run/session state machine, without Streamlit.
+
+A **run** is one recorded sequence of cycles from one prompt with one set of cache settings. The
+page never recomputes a cycle to show it: the decoder computes a whole cycle at once
+(`SpeculativeDecoder.step()` → `CycleTrace`) and the page then *reveals* it phase by phase. So a
+run is a timeline of steps::
+
+    step 0            after prefill (or the "start" of cycle 1)
+    step 5c + p       cycle c (0-based), phase CYCLE_PHASES[p] for p = 1..5 (draft … rollback)
+
+`revealed` is the furthest step shown so far, `view` the step shown now; stepping past
+`revealed` reveals the next phase, and stepping past the last recorded cycle runs the decoder
+(live runs only). `before` is the step shown before the last move, so the picture can animate
+from it.
+
+Runs come from three sources: **live** (a decoder, possibly parked while idle), **imported**
+(a run file: no model at all) and **replay** (a live or imported run's committed token stream
+replayed into another cache layout/policy). Only live runs can grow.
+
+A `Workspace` holds the runs of one browser session: the one shown and the earlier ones, which
+stay selectable (their decoders parked, so their KV memory is released). Every function here
+returns a new `Run`; the caller swaps it in with one assignment, so a failed step never leaves a
+half-updated run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .. import parking, whatif
+from ..config import DecodeConfig
+from ..errors import DecodingFinishedError, SpecvizError
+from ..trace import CYCLE_PHASES, CacheSnapshot, CycleTrace, PhaseSnapshot
+
+PHASES_PER_CYCLE = len(CYCLE_PHASES) - 1  # "start" of cycle c+1 is "rollback" of cycle c
+RunSource = Literal["live", "imported", "replay"]
+Slot = Callable[[], AbstractContextManager]  # a decoding slot of the server's gate (specviz.gate)
+MAX_RUNS = 8  # runs kept per browser session; the oldest is dropped first
+
+
+class RecordingEndError(SpecvizError):
+    """A recorded (imported or replayed) run has no more cycles to show."""
+
+
+@dataclass(frozen=True)
+class Run:
+    """Everything one run shows. Replaced as a whole, never mutated in place (the decoder inside
+    a live run is the one mutable object; it only changes inside `step()`, which leaves it
+    untouched when it raises)."""
+
+    id: int
+    title: str
+    source: RunSource
+    restart_key: tuple  # the settings that started it; other settings start a new run
+    config: DecodeConfig
+    prompt_ids: tuple[int, ...]
+    prefill: tuple[CacheSnapshot, CacheSnapshot | None]  # target, proposer (None: lookup keeps no cache)
+    texts: Callable[[int], str]  # token id -> display text (the tokenizer's, or the run file's table)
+    pair: Any = None  # the loaded model pair (live runs)
+    dec: Any = None  # the live SpeculativeDecoder; None while parked and for recorded runs
+    parked: parking.ParkedDecoder | None = None  # what rebuilds `dec` exactly (specviz.parking)
+    widgets: dict[str, Any] | None = None  # sidebar values that re-create this run's settings
+    prompt_text: str = ""
+    chat: bool = False
+    pair_description: str = ""
+    traces: tuple[CycleTrace, ...] = ()
+    revealed: int = 0  # furthest step of the timeline shown so far
+    view: int = 0  # the step shown now
+    before: int | None = None  # the step shown before the last move (the picture animates from it)
+    baseline_ms_per_token: float | None = None
+    baseline_tokens: int = 0
+    lab: Any = None  # specviz.lab.LabResult of the last exactness lab
+    notices: tuple[str, ...] = ()
+    quiz: tuple[Any, ...] = ()  # specviz.ui.quiz.QuizResult per answered cycle
+
+    @property
+    def live(self) -> bool:
+        return self.source == "live"
+
+    @property
+    def proposer(self) -> str:
+        return self.dec.config.proposer if self.dec is not None else self.config.proposer
+
+    @property
+    def finished(self) -> bool:
+        """No more cycles: the text ended, or a recording has shown all it holds."""
+        if self.dec is not None:
+            return bool(self.dec.finished)
+        if self.parked is not None:
+            return bool(self.traces and self.traces[-1].finish_reason)
+        return True
+
+    @property
+    def cycles_shown(self) -> int:
+        """Cycles whose rollback has been revealed (what the statistics count)."""
+        return self.revealed // PHASES_PER_CYCLE
+
+    def label(self) -> str:
+        """One line naming the run in the run selector."""
+        c = self.config
+        cache = f"paged {c.page_size}/{c.free_policy}" if c.cache_layout == "paged" else "contiguous"
+        cycles = f"{len(self.traces)} cycle{'s' if len(self.traces) != 1 else ''}"
+        return f"#{self.id} · {self.title} · {c.proposer} · {cache} · seed {c.seed} · {cycles}"
+
+
+def view_of(step: int, run: Run) -> tuple[int | None, str]:
+    """(cycle index or None before the first cycle, phase name) of a timeline step."""
+    if step == 0:
+        return (0, "start") if run.traces else (None, "prefill")
+    c, p = divmod(step - 1, PHASES_PER_CYCLE)
+    return c, CYCLE_PHASES[p + 1]
+
+
+def snapshots_at(run: Run, step: int) -> PhaseSnapshot:
+    """Both caches' layout at a timeline step."""
+    cycle, phase = view_of(step, run)
+    if cycle is None:
+        return PhaseSnapshot("prefill", run.prefill[0], run.prefill[1])
+    return run.traces[cycle].snapshot(phase)
+
+
+def step_label(step: int, run: Run, phase_titles: dict[str, str]) -> str:
+    """A history position as people count it: 'cycle 3 · 2 · Target verifies' (cycles from 1)."""
+    cycle, phase = view_of(step, run)
+    if cycle is None:
+        return "prefill"
+    forced = " (what-if)" if cycle < len(run.traces) and run.traces[cycle].forced else ""
+    return f"cycle {cycle + 1}{forced} · {phase_titles.get(phase, phase)}"
+
+
+def revealed_traces(run: Run) -> list[CycleTrace]:
+    return list(run.traces[: run.cycles_shown])
+
+
+def committed_ids(run: Run, cycle: int | None) -> list[int]:
+    """The committed sequence at the start of `cycle` (the prompt before the first)."""
+    return list(run.prompt_ids) + [e.token_id for t in run.traces[: (cycle or 0)] for e in t.emitted]
+
+
+# ---------------------------------------------------------------- moving along the timeline ----
+
+
+def _moved(run: Run, view: int, **changes: Any) -> Run:
+    return dataclasses.replace(run, before=run.view, view=view, **changes)
+
+
+def seek(run: Run, step: int) -> Run:
+    """Show an already revealed step (the history slider)."""
+    return _moved(run, max(0, min(step, run.revealed)))
+
+
+def back(run: Run) -> Run:
+    return _moved(run, max(0, run.view - 1))
+
+
+def advance_phase(run: Run, slot: Slot = nullcontext) -> Run:
+    """Show the next phase: replay a revealed one, reveal a recorded one, or run a new cycle."""
+    if run.view < run.revealed:
+        return _moved(run, run.view + 1)
+    if run.revealed < PHASES_PER_CYCLE * len(run.traces):
+        return _moved(run, run.revealed + 1, revealed=run.revealed + 1)
+    return compute_cycle(run, slot)
+
+
+def advance_cycle(run: Run, slot: Slot = nullcontext) -> Run:
+    """Show the end (rollback) of the current cycle, or of the next one when at a cycle end."""
+    at_end = run.view % PHASES_PER_CYCLE == 0
+    target_cycle = run.view // PHASES_PER_CYCLE if at_end else (run.view - 1) // PHASES_PER_CYCLE
+    before = run.view
+    if target_cycle >= len(run.traces):
+        run = compute_cycle(run, slot)
+    end = PHASES_PER_CYCLE * (target_cycle + 1)
+    return dataclasses.replace(run, before=before, view=end, revealed=max(run.revealed, end))
+
+
+def compute_cycle(run: Run, slot: Slot = nullcontext) -> Run:
+    """Run one real cycle; returns the run showing its draft phase.
+
+    Forced outcomes (what-if) apply to this one cycle only: `whatif.forced_step` keeps a forced
+    acceptance from ending the text at an end-of-text draft, and afterwards the decoder is exact
+    again. The notice says what was forced and that exact decoding resumes."""
+    if not run.live:
+        raise RecordingEndError(
+            f"This run is a recording with {len(run.traces)} cycle(s) and they are all shown. "
+            "Start a live run (change a setting, or Reset) to decode further."
+        )
+    if run.dec.finished:
+        raise DecodingFinishedError(
+            f"Generation has finished ({run.dec.finish_reason}). Press Reset or change the prompt to start again."
+        )
+    forced = run.dec.config.forced_outcomes
+    try:
+        with slot():
+            result = whatif.forced_step(run.dec)
+    finally:
+        whatif.exact_again(run.dec)  # also when the step failed: forcing never outlives its one cycle
+    whatif.exact_again(result.decoder)
+    traces = (*run.traces, result.trace)
+    step = PHASES_PER_CYCLE * (len(traces) - 1) + 1
+    notices = whatif.notices(result, forced) if forced else ()
+    return dataclasses.replace(
+        run, dec=result.decoder, traces=traces, revealed=step, before=run.view, view=step, notices=notices
+    )
+
+
+def run_to_cycle(run: Run, cycle: int, slot: Slot = nullcontext) -> Run:
+    """Compute (without revealing) cycles until `cycle` exists, then show its start."""
+    while len(run.traces) <= cycle:
+        if run.dec.finished:
+            raise DecodingFinishedError(f"Generation finished after {len(run.traces)} cycle(s).")
+        run = compute_cycle(run, slot)
+    start = PHASES_PER_CYCLE * cycle
+    return dataclasses.replace(run, view=start, revealed=start, before=None)
+
+
+# ---------------------------------------------------------------- starting and sleeping ----------
+
+
+def start_live_run(
+    run_id: int,
+    title: str,
+    restart_key: tuple,
+    pair: Any,
+    cfg: DecodeConfig,
+    prompt_ids: list[int],
+    *,
+    slot: Slot = nullcontext,
+    **fields: Any,
+) -> Run:
+    """Build and prefill a decoder; raises SpecvizError and leaves nothing behind."""
+    from ..engine import SpeculativeDecoder  # torch-heavy: only live runs need it
+
+    dec = SpeculativeDecoder(pair, cfg)
+    with slot():
+        dec.start(prompt_ids)
+    n = len(dec.committed)
+    prefill = (dec.target_cache.snapshot(n), dec.proposer.snapshot(n))
+    return Run(
+        id=run_id,
+        title=title,
+        source="live",
+        restart_key=restart_key,
+        config=cfg,
+        prompt_ids=tuple(prompt_ids),
+        prefill=prefill,
+        texts=dec.token_text,
+        pair=pair,
+        dec=dec,
+        **fields,
+    )
+
+
+def sync_config(run: Run, cfg: DecodeConfig, live_fields: tuple[str, ...]) -> None:
+    """Apply changed live fields (K, temperature, top-k/p, ...) from the next cycle on."""
+    cur = run.dec.config
+    if any(getattr(cur, f) != getattr(cfg, f) for f in live_fields):
+        run.dec.update_config(cur.replace(**{f: getattr(cfg, f) for f in live_fields}))
+
+
+def park(run: Run) -> Run:
+    """Release a live run's decoder (its KV caches); the history stays."""
+    if run.dec is None:
+        return run
+    return dataclasses.replace(run, dec=None, parked=parking.park(run.dec))
+
+
+def wake(run: Run, slot: Slot = nullcontext) -> Run:
+    """Rebuild a parked run's decoder, exactly where it was."""
+    if run.parked is None:
+        return run
+    with slot():
+        dec = parking.resume(run.pair, run.parked)
+    return dataclasses.replace(run, dec=dec, parked=None)
+
+
+# ---------------------------------------------------------------- the workspace ----------------
+
+
+@dataclass
+class Workspace:
+    """One browser session's runs and the lock around them: its one mutable cell.
+
+    Actions build a new immutable `Run` and assign it to `run` in one statement, under `lock`.
+    Keeping the cell an object, fetched *before* a slow step, matters in Streamlit: a script run
+    abandoned while busy in the decoder cannot touch `st.session_state` any more, but writing
+    through the object it already holds cannot fail, so the decoder and the history never
+    disagree.
+    """
+
+    run: Run | None = None  # the run shown
+    others: tuple[Run, ...] = ()  # earlier runs, newest last, parked
+    next_id: int = 1
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    error: str | None = None  # the last action's error, shown until the next action
+    finished_note: str | None = None
+    playing: bool = False
+    whatif_spent: bool = False  # a forced cycle ran: the what-if toggle switches off on the next run
+    reset_asked: Run | None = None  # the run a Reset question is shown for
+    last_active: float = 0.0  # time.monotonic() of the last script run (specviz.parking)
+    waited_note: str | None = None
+
+    def new_id(self) -> int:
+        self.next_id += 1
+        return self.next_id - 1
+
+    def runs(self) -> list[Run]:
+        """Every run, oldest first, the shown one included."""
+        return [*self.others, *([self.run] if self.run is not None else [])]
+
+    def add(self, run: Run) -> None:
+        """Show `run`; the one shown so far stays selectable (parked) when it recorded anything."""
+        if self.run is not None and self.run.traces:
+            self.others = (*self.others, park(self.run))[-(MAX_RUNS - 1) :]
+        self.run, self.reset_asked = run, None
+
+    def select(self, run_id: int) -> Run:
+        """Show an earlier run; the current one joins the others."""
+        chosen = next((r for r in self.others if r.id == run_id), None)
+        if chosen is None:
+            raise SpecvizError(f"There is no run #{run_id} in this session.")
+        rest = tuple(r for r in self.others if r.id != run_id)
+        if self.run is not None:
+            rest = (*rest, park(self.run))
+        self.others, self.run, self.reset_asked = rest, chosen, None
+        return chosen
+
+    def iter_live(self) -> Iterator[Run]:
+        return (r for r in self.runs() if r.live)

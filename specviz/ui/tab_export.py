@@ -1,0 +1,77 @@
+"""Export: the run as a file that opens anywhere, and as pages that need no server at all.
+
+* **Run file (JSON)** — the whole run with every token's text (`specviz.runfile`); open it in any
+  specviz with the sidebar's "Open a run file": every view works with no model loaded.
+* **Standalone run page (HTML)** — every phase of every cycle with its KV picture and narrative,
+  stepped with its own Next/Back buttons (or the arrow keys) in any browser, offline
+  (`specviz.viz.standalone`).
+* **Current figures (HTML)** — the charts on screen, with plotly.js embedded once.
+
+The download callables run only when a button is clicked, possibly outside this script run:
+they close over plain values and never touch `st.session_state`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import streamlit as st
+
+from ..viz import standalone
+from .state import Run
+from .tab_charts import cycle_figures
+from .tab_runs import record_of
+
+
+def export_tab(run: Run, cycle: int | None, phase: str) -> None:
+    record = record_of(run)
+    tr = run.traces[cycle] if cycle is not None and phase != "start" else None
+    shown = cycle_figures(tr, phase, st.session_state.get("dist_pos")) if tr is not None else {}
+    c1, c2, c3 = st.columns(3)
+    c1.download_button(
+        "Run file (JSON)",
+        data=lambda: record.to_json(),
+        file_name="specviz-run.json",
+        mime="application/json",
+        key="dl_json",
+        on_click="ignore",  # downloading changes nothing: no rerun
+        disabled=not run.traces,
+        help="Opens in any specviz (sidebar: Open a run file) with no model loaded.",
+    )
+    c2.download_button(
+        "Standalone run page (HTML)",
+        data=lambda: standalone.run_html(record),
+        file_name="specviz-run.html",
+        mime="text/html",
+        key="dl_run_html",
+        on_click="ignore",
+        disabled=not run.traces,
+        help="Every phase of every cycle, with its own Next/Back buttons: no server, no Python, works offline.",
+    )
+    c3.download_button(
+        "Current figures (HTML)",
+        data=lambda: figures_html(shown),
+        file_name="specviz-figures.html",
+        mime="text/html",
+        key="dl_html",
+        on_click="ignore",
+        disabled=not shown,
+        help="The charts of the cycle and phase shown (step into a cycle first).",
+    )
+    st.caption(
+        "The run file and the run page hold every token's text, so they need no tokenizer; the figures page "
+        "embeds plotly.js. All three work offline."
+    )
+
+
+def figures_html(figs: dict[str, Any]) -> str:
+    """The figures on screen as one standalone HTML page (plotly.js embedded once)."""
+    parts = [
+        "<html><head><meta charset='utf-8'><title>specviz figures</title></head>"
+        "<body style='font-family:sans-serif;max-width:1200px;margin:auto'>"
+    ]
+    for i, (name, fig) in enumerate(figs.items()):
+        parts.append(f"<h3>{name}</h3>")
+        parts.append(fig.to_html(full_html=False, include_plotlyjs=(i == 0), auto_play=False))
+    parts.append("</body></html>")
+    return "".join(parts)

@@ -1,0 +1,241 @@
+"""Runs: keep every run, open recordings, compare cache layouts, and load exact scenarios.
+
+* **Run list.** A restart setting (layout, page size, policy, seed, prompt, proposer, …) starts a
+  new run; the earlier ones stay here, selectable, their decoders parked (KV memory released and
+  rebuilt exactly when shown again). Showing an earlier live run puts its settings back in the
+  sidebar.
+* **Open a run file** (the app's own export, or the CLI's `--json` traces): every view works with
+  no model loaded (`specviz.runfile`), so a lecture prepared at home can be shown anywhere.
+* **Side-by-side replay.** The decisions of a cycle (drafts, verdicts, emitted tokens) do not
+  depend on the cache layout; only the bookkeeping does. `specviz.replay` replays the run's
+  committed token stream into another layout/policy, and the stage draws it under the real one
+  at the same phase, so free vs keep or paged vs contiguous are compared on the very same cycle.
+* **Scenario gallery.** Deterministic, exact scenarios on the default pair, found by seed rather
+  than forced (`specviz.scenarios`); one click sets the sidebar and runs up to the cycle.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import streamlit as st
+
+from ..config import LAYOUTS, POLICIES, DecodeConfig
+from ..errors import SpecvizError
+from ..runfile import RunRecord, load_run, record_run
+from ..scenarios import Scenario, load_scenarios
+from . import sidebar
+from .session import workspace
+from .state import Run
+
+# ---------------------------------------------------------------- runs <-> run files -----------
+
+
+def record_of(run: Run) -> RunRecord:
+    """A run as a run file's record (every token text included: it draws with no tokenizer)."""
+    return record_run(
+        title=run.title,
+        pair_description=run.pair_description or _pair_text(run),
+        proposer=run.proposer,
+        config=run.dec.config if run.dec is not None else run.config,
+        prompt_text=run.prompt_text,
+        chat=run.chat,
+        prompt_ids=run.prompt_ids,
+        prefill=run.prefill,
+        traces=run.traces,
+        token_text=run.texts,
+        baseline_ms_per_token=run.baseline_ms_per_token,
+    )
+
+
+def run_of(record: RunRecord, run_id: int, source: str, title: str | None = None) -> Run:
+    """A recorded run to step through: nothing revealed yet, no model."""
+    return Run(
+        id=run_id,
+        title=title or record.title,
+        source=source,  # type: ignore[arg-type]
+        restart_key=None,  # type: ignore[arg-type]  # adopts the sidebar when shown (app.showing_recording)
+        config=record.config,
+        prompt_ids=tuple(record.prompt_ids),
+        prefill=record.prefill,
+        texts=record.token_text,
+        prompt_text=record.prompt_text,
+        chat=record.chat,
+        pair_description=record.pair,
+        traces=tuple(record.traces),
+        baseline_ms_per_token=record.baseline_ms_per_token,
+    )
+
+
+def _pair_text(run: Run) -> str:
+    pair = run.pair
+    if pair is None:
+        return ""
+    name = getattr(getattr(pair.target, "config", None), "_name_or_path", "") or "target"
+    return f"{name} + {run.proposer}"
+
+
+def on_open_file() -> None:
+    """The uploader's callback: the file becomes a new run, shown at once."""
+    upload = st.session_state.get("run_file")
+    if upload is None:
+        return
+    ws = workspace()
+    try:
+        record = load_run(upload.getvalue())
+    except SpecvizError as exc:
+        ws.error = f"Could not open {upload.name}: {exc}"
+        return
+    with ws.lock:
+        ws.add(run_of(record, ws.new_id(), "imported", title=record.title or upload.name))
+        ws.error, ws.playing = None, False
+        st.session_state.pop("_force_new_run", None)
+
+
+def open_file_control() -> None:
+    st.file_uploader(
+        "Open a run file (JSON) — no model needed",
+        type=["json"],
+        key="run_file",
+        on_change=on_open_file,
+        help="A run exported from the Export tab (or traces from `python -m specviz walk --json`). "
+        "Every view works without loading a model.",
+    )
+
+
+# ---------------------------------------------------------------- run list ----------------------
+
+
+def on_select(run_id: int) -> None:
+    ws = workspace()
+    with ws.lock:
+        try:
+            chosen = ws.select(run_id)
+        except SpecvizError as exc:
+            ws.error = str(exc)
+            return
+        ws.playing, ws.error, ws.finished_note = False, None, None
+        if chosen.live and chosen.widgets:
+            sidebar.restore_widgets(chosen.widgets)  # its settings, so the sidebar matches the run
+        elif not chosen.live:
+            ws.run = dataclasses.replace(chosen, restart_key=None)
+
+
+def on_live_again() -> None:
+    st.session_state._force_new_run = True
+
+
+def run_list(run: Run) -> None:
+    ws = workspace()
+    st.markdown("**Runs of this session** — the one shown is marked ▶")
+    for r in reversed(ws.runs()):
+        c1, c2 = st.columns([5, 1])
+        c1.markdown(("▶ " if r is run else "") + r.label() + ("" if r.live else f" · {r.source}, no model"))
+        if r is not run:
+            c2.button("Show", key=f"show_run_{r.id}", on_click=on_select, args=(r.id,), width="stretch")
+    if not run.live:
+        st.button("Start a live run from the sidebar's settings", key="live_again", on_click=on_live_again)
+
+
+# ---------------------------------------------------------------- side-by-side replay ---------
+
+
+def compare_controls(run: Run) -> None:
+    st.markdown("**Side-by-side replay** — the same cycles replayed into another cache layout, drawn below the stage")
+    c1, c2, c3, c4 = st.columns([1, 1.4, 1.6, 1.2])
+    c1.toggle("Compare", key="compare_on")
+    c2.radio("Layout", LAYOUTS, key="compare_layout", horizontal=True)
+    c3.select_slider("Page size", sidebar.PAGE_SIZES, key="compare_page", value=run.config.page_size)
+    c4.radio("Policy", POLICIES, key="compare_policy", horizontal=True)
+
+
+def compare_settings() -> tuple[str, int, str] | None:
+    ss = st.session_state
+    if not ss.get("compare_on"):
+        return None
+    return (ss.get("compare_layout", "contiguous"), int(ss.get("compare_page", 16)), ss.get("compare_policy", "free"))
+
+
+def replayed(run: Run, settings: tuple[str, int, str]) -> Run:
+    """`run` replayed into `settings` (memoised per run, cycle count and settings)."""
+    cache: dict = st.session_state.setdefault("_replays", {})
+    key = (run.id, len(run.traces), settings)
+    if key not in cache:
+        from ..replay import replay_run  # TEMP until replay lands
+
+        layout, page, policy = settings
+        record = replay_run(record_of(run), cache_layout=layout, page_size=page, free_policy=policy)
+        cache.clear()  # one replay per session is plenty: it is cheap to redo
+        cache[key] = run_of(record, run.id, "replay", title=f"{run.title} → {layout}")
+    return dataclasses.replace(cache[key], revealed=run.revealed, view=run.view, before=run.before)
+
+
+def compare_title(settings: tuple[str, int, str]) -> str:
+    layout, page, policy = settings
+    what = f"paged, page size {page}, policy “{policy}”" if layout == "paged" else "contiguous"
+    return f"**The same cycles replayed into a {what} cache** — same tokens, same verdicts, other bookkeeping"
+
+
+# ---------------------------------------------------------------- scenario gallery ------------
+
+
+def on_scenario(scenario_id: str) -> None:
+    """Set the sidebar to the scenario's settings and ask for a fresh run up to its cycle."""
+    scenario = next(s for s in load_scenarios() if s.id == scenario_id)
+    cfg = scenario.config()
+    defaults = DecodeConfig()
+    values = dict(
+        pair_kind="default", prompt=scenario.prompt, chat=scenario.chat, k=cfg.k, temperature=cfg.temperature,
+        seed=cfg.seed, layout=cfg.cache_layout, page_size=cfg.page_size, policy=cfg.free_policy,
+        max_new=cfg.max_new_tokens, proposer=cfg.proposer, top_k=defaults.top_k, top_p=defaults.top_p,
+        num_blocks=0, max_context=defaults.max_context, whatif=False,
+    )  # fmt: skip
+    sidebar.restore_widgets(values)
+    ss = st.session_state
+    ss._pending_scenario, ss._force_new_run = scenario.id, True
+    workspace().playing = False
+
+
+def take_pending_scenario() -> Scenario | None:
+    wanted = st.session_state.pop("_pending_scenario", None)
+    if wanted is None:
+        return None
+    return next((s for s in load_scenarios() if s.id == wanted), None)
+
+
+def gallery() -> None:
+    st.markdown("**Scenario gallery** — exact runs on the default pair, found by seed (nothing is forced)")
+    try:
+        scenarios = load_scenarios()
+    except SpecvizError as exc:
+        st.error(f"The scenario file cannot be read: {exc}")
+        return
+    for s in scenarios:
+        c1, c2 = st.columns([5, 1])
+        settings = f"seed {s.seed}, K = {s.k}, T = {s.temperature:g}, cycle {s.cycle + 1}"
+        c1.markdown(f"**{s.title}** — {s.lesson} *({settings})*")
+        c2.button("Load", key=f"scenario_{s.id}", on_click=on_scenario, args=(s.id,), width="stretch")
+
+
+def runs_tab(run: Run) -> None:
+    gallery()
+    st.divider()
+    compare_controls(run)
+    st.divider()
+    run_list(run)
+
+
+def compare_view(run: Run, lecture: bool, hero: Any) -> None:
+    """Under the stage's picture: the replay at the same step, when comparing is on."""
+    settings = compare_settings()
+    if settings is None or not run.traces:
+        return
+    try:
+        other = replayed(run, settings)
+    except SpecvizError as exc:
+        st.warning(f"The replay into {settings[0]} could not be drawn: {exc}")
+        return
+    st.markdown(compare_title(settings))
+    st.html(hero(other, lecture))
+
