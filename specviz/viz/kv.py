@@ -231,7 +231,7 @@ def _memory_line(snap: CacheSnapshot) -> str:
     return f"<br><span style='font-size:11px'>{text}</span>" if text else ""
 
 
-def _events_text(events: Sequence[CacheEvent], phase: str) -> str:
+def events_text(events: Sequence[CacheEvent], phase: str) -> str:
     """The phase's cache events in one line. The draft appends one position per forward pass, so
     consecutive appends are merged into one range, and block allocations into one list."""
     here = [e for e in events if e.phase == phase]
@@ -274,8 +274,8 @@ def frames_for_trace(trace: CycleTrace) -> list[KVFrame]:
             KVFrame(
                 phase,
                 trace.snapshot(phase),
-                _events_text(trace.target_events, phase),
-                _events_text(trace.draft_events, phase),
+                events_text(trace.target_events, phase),
+                events_text(trace.draft_events, phase),
             )
         )
     return out

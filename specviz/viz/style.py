@@ -1,9 +1,17 @@
 """Shared colours, labels and small helpers for every specviz figure.
 
 One palette is used everywhere so that a colour means the same thing in every view:
-a slot of the KV cache that holds a *provisional* entry is the same amber as a pending draft
-token in the token strip; a *rejected* draft is the same red in the acceptance chart and in the
-cache view's rollback frame. Keeping it in one module is what makes the page readable at a glance.
+a slot of the KV cache that holds a *provisional* entry is the same orange as a pending draft
+token in the token strip and as the draft's q bars; a *rejected* draft is the same dark
+vermillion in the acceptance chart and in the cycle panel under the cache view. Keeping it in
+one module is what makes the page readable at a glance.
+
+The palette is built on Okabe & Ito's colour-blind-safe set (blue #0072B2, orange #E69F00,
+bluish green #009E73, vermillion, sky blue #56B4E9, reddish purple): every pair of slot states
+and every pair of accepted / rejected / corrected / bonus stays at CIE ΔE76 ≥ 20 under simulated
+deuteranopia and protanopia (viz/cvd.py; tests/test_kv_html.py). The previous palette put
+accepted green and rejected red at ΔE 2 for a deuteranope: the same colour. Colour is still never
+the only cue: the KV view adds patterns and glyphs (viz/kv_html.py).
 """
 
 from __future__ import annotations
@@ -14,34 +22,35 @@ import plotly.graph_objects as go
 
 # Cache slot states (CacheSnapshot.slot_state).
 SLOT_COLORS: dict[str, str] = {
-    "free": "#eef0f4",
-    "committed": "#4c78a8",
-    "provisional": "#f2b134",
-    "stale": "#d9a3a3",
+    "free": "#ffffff",  # empty: drawn with a dotted border, so it needs no fill
+    "committed": "#0072b2",
+    "provisional": "#e69f00",
+    "stale": "#d9a3c4",  # light reddish purple: far in lightness from committed blue for protanopes
 }
 SLOT_ORDER: tuple[str, ...] = ("free", "committed", "provisional", "stale")
 SLOT_TEXT_COLORS: dict[str, str] = {
-    "free": "#9aa1ad",
+    "free": "#6b7280",
     "committed": "#ffffff",
-    "provisional": "#3b2a00",
-    "stale": "#5a2a2a",
+    "provisional": "#1f1300",
+    "stale": "#3d1030",
 }
 
 # Token origins / verdicts.
 KIND_COLORS: dict[str, str] = {
     "prompt": "#e6e8ec",
     "generated": "#c7d3e6",
-    "accepted": "#54a24b",
-    "corrected": "#f58518",
-    "bonus": "#b279a2",
-    "pending": "#f2b134",
-    "rejected": "#e45756",
+    "accepted": "#009e73",
+    "corrected": "#e69f00",
+    "bonus": "#56b4e9",
+    "pending": "#e69f00",
+    # darker than Okabe-Ito's #D55E00, which a deuteranope cannot tell from the corrected orange
+    "rejected": "#b84a00",
     "untested": "#bab0ac",
 }
-TARGET_COLOR = "#4c78a8"  # p: the target's distribution
-DRAFT_COLOR = "#f2b134"  # q: the draft's distribution
-RESIDUAL_COLOR = "#f58518"
-BONUS_COLOR = "#b279a2"
+TARGET_COLOR = "#0072b2"  # p: the target's distribution
+DRAFT_COLOR = "#e69f00"  # q: the draft's distribution
+RESIDUAL_COLOR = KIND_COLORS["corrected"]
+BONUS_COLOR = KIND_COLORS["bonus"]
 U_COLOR = "#1f2937"
 FONT = "Inter, 'Segoe UI', Roboto, Helvetica, Arial, sans-serif"
 

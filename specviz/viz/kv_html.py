@@ -1,0 +1,651 @@
+"""The KV caches as lecture-grade HTML: one block per row, full token text, animated in place.
+
+What the picture teaches is the same as viz/kv.py (DESIGN §1, §2): the *paged* layout is a pool of
+fixed-size blocks, so every row is one physical block tagged with the logical block it serves in
+the sequence's `block_table` ("block 7 · logical 3") or "free"; the *contiguous* layout is one
+buffer, drawn in rows of 16 slots with the write pointer marked. A slot holds committed K/V,
+provisional K/V (written by the verify pass or the proposer's own passes, not yet known to
+survive), stale K/V (past the valid length: still in memory, never read, overwritten next) or
+nothing. Below the caches the *cycle panel* shows each draft d1..dK with q(d), and, once the phase
+has revealed them, p(d), the acceptance bar min(1, p/q) with the uniform draw u, and the verdict.
+
+How it is built, and why:
+
+* **HTML, not a chart.** Text has to be text to stay readable on a projector: every cell shows the
+  token's full text (␣ for a space, ↵ for a newline) wrapping inside the cell, and nothing is
+  smaller than 14 px (18 px with `lecture=True`, which also drops the secondary lines). Each row is
+  a CSS grid `tag | repeat(page_size, minmax(0, 1fr))`, so a block can never wrap into a column.
+* **Side by side, or stacked.** The two caches share a grid of `repeat(auto-fit, minmax(W, 1fr))`
+  where W is the narrowest width at which one cache's cells stay legible (tag column + page size
+  × a minimum cell). Small pages sit side by side; a 16-slot row stacks below ~1600 px; pages of
+  32 or 64 slots always stack, because half a screen would leave a cell a few pixels wide.
+* **Animation without a timeline.** The page replaces this HTML on every click and CSS animations
+  run on insertion, so the view animates from `before` (what the page showed before the click) to
+  `now`: every slot whose state or token changed carries `svkv-anim` and its old colours as custom
+  properties (`--from-bg`, `--from-fg`) that a `@keyframes` rule starts from; the write pointer
+  glides from its old slot; a block's tag flips when it joins or leaves the table; free-list entries
+  slide in or fade out. `prefers-reduced-motion` turns all of it off. No buttons, no sliders.
+* **Not colour alone.** Committed = solid fill; provisional = stripes, a dashed border and "P";
+  stale = cross-hatch, struck-through text and "✕"; free = empty with a dotted border. Verdicts carry
+  ✓ / ✗ / –. The palette (viz/style.py) stays apart under simulated colour blindness (viz/cvd.py).
+* **Linked hover, no script.** (`st.html` runs none.) Every cache slot holding draft d_i of this
+  cycle, the draft's column and its bars carry `data-d="i"` and `tabindex="0"`; generated
+  `.svkv:has([data-d="i"]:hover) [data-d="i"]` rules outline all of them at once, on hover or on
+  keyboard focus.
+* **Long contexts.** Past `max_rows` rows a cache shows the rows where something happens plus the
+  newest committed rows; each hidden run becomes one "⋯ hidden ⋯" line, and an overview strip (one
+  tiny cell per row, the shown ones outlined) keeps the whole cache in sight.
+* **A text alternative.** The wrapper is a `role="figure"` with an `aria-label`; a visually hidden
+  paragraph and a "Describe this picture" `<details>` say the same in words.
+
+Every CSS rule is scoped under `.svkv` (the page's styles are global) and the fragment starts with
+the wrapper `<div>`, so Streamlit's sanitiser keeps the inline `<style>`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ..trace import CYCLE_PHASES, CacheSnapshot, CycleTrace, DraftStep, PhaseSnapshot
+from .kv import NO_CACHE, PANEL_TITLES, events_text, memory_text
+from .style import KIND_COLORS, PHASE_TITLES, SLOT_COLORS, SLOT_TEXT_COLORS, esc_attr, fmt_p, show_token
+
+TokenText = Callable[[int], str]
+CONTIGUOUS_ROW = 16  # slots per drawn row of a contiguous buffer
+MAX_ROWS, MAX_ROWS_LECTURE = 20, 12  # rows per cache before the view windows around the action
+ANIM_MS = 700
+FREE_LIST_SHOWN = 24  # free-list entries drawn; the rest are counted
+MIN_CELL_EM = 3.0  # the narrowest legible cell (in em of the cell text) for the side-by-side decision
+TAG_EM = 6.5
+GLYPHS = {"provisional": "P", "stale": "✕", "committed": "", "free": ""}
+VERDICT_GLYPHS = {"accepted": "✓", "rejected": "✗", "untested": "–"}
+STATE_ORDER = ("committed", "provisional", "stale", "free")
+
+
+def kv_stage_html(
+    now: PhaseSnapshot,
+    before: PhaseSnapshot | None,
+    token_text: TokenText,
+    *,
+    trace: CycleTrace | None,
+    phase: str,
+    proposer: str,
+    lecture: bool = False,
+    max_rows: int | None = None,
+) -> str:
+    """Both caches at `now` (animated from `before`, when given), the cycle panel for `trace` at
+    `phase`, a legend and a text description, as one self-contained HTML fragment for `st.html`."""
+    rows_cap = max_rows or (MAX_ROWS_LECTURE if lecture else MAX_ROWS)
+    entries = proposer == "feature"
+    drafts = trace.drafts if trace is not None and _step(phase) >= _step("draft") else ()
+    panels = [
+        _Cache("Target cache", now.target, _same_shape(before and before.target, now.target),
+               _events(trace, "target", phase), drafts, entries=False)
+    ]
+    if now.draft is not None:
+        panels.append(_Cache(PANEL_TITLES.get(proposer, "Draft cache"), now.draft,
+                             _same_shape(before and before.draft, now.draft),
+                             _events(trace, "draft", phase), drafts, entries=entries))
+    title = PHASE_TITLES.get(phase, phase)
+    cycle = f"Cycle {trace.cycle + 1} · " if trace is not None else ""
+    min_w = max(_min_width_em(p.snap) for p in panels)
+    body = [f"<div class='svkv-caches' style='--minw:{min_w:.1f}em'>"]
+    body += [_cache_html(p, token_text, rows_cap, lecture) for p in panels]
+    if now.draft is None:
+        body.append(f"<div class='svkv-nocache'>{_no_cache_text()}</div>")
+    body.append("</div>")
+    described = _describe(panels, now.draft is None)
+    label = f"KV caches, {cycle}{title}: " + ("target and proposer" if now.draft is not None else "target only")
+    return "".join(
+        [
+            f"<div class='svkv{' svkv-lecture' if lecture else ''}' role='figure' aria-label='{esc_attr(label)}'>",
+            f"<style>{_css(len(drafts))}</style>",
+            f"<div class='svkv-phase'>{esc_attr(cycle + title)}</div>",
+            *body,
+            _legend_html(),
+            _cycle_html(trace, phase) if trace is not None and _step(phase) >= _step("draft") else "",
+            f"<p class='svkv-sr'>{esc_attr(described)}</p>",
+            "<details class='svkv-describe'><summary>Describe this picture</summary>"
+            f"<p>{esc_attr(described)}</p></details>",
+            "</div>",
+        ]
+    )
+
+
+def _step(phase: str) -> int:
+    """Index of `phase` in the cycle; -1 for "prefill" and anything outside a cycle."""
+    return CYCLE_PHASES.index(phase) if phase in CYCLE_PHASES else -1
+
+
+def _same_shape(before: CacheSnapshot | None, now: CacheSnapshot) -> CacheSnapshot | None:
+    """`before` if it is comparable slot for slot with `now` (same layout and page size), else None."""
+    if before is None or before.layout != now.layout or before.page_size != now.page_size:
+        return None
+    return before
+
+
+def _events(trace: CycleTrace | None, which: str, phase: str) -> str:
+    if trace is None:
+        return "prefill of the prompt"
+    return events_text(trace.target_events if which == "target" else trace.draft_events, phase)
+
+
+def _no_cache_text() -> str:
+    """kv.NO_CACHE's words without plotly's markup."""
+    return NO_CACHE.replace("<br>", " ").replace("<b>", "<strong>").replace("</b>", "</strong>").replace(
+        "<span style='font-size:11px'>", "<span>"
+    )
+
+
+# ---- one cache --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Cache:
+    title: str
+    snap: CacheSnapshot
+    before: CacheSnapshot | None
+    events: str
+    drafts: Sequence[DraftStep]
+    entries: bool  # a feature head's cache: entry p pairs the feature at p with the token at p+1
+
+    @property
+    def width(self) -> int:
+        return self.snap.page_size if self.snap.layout == "paged" else CONTIGUOUS_ROW
+
+
+@dataclass(frozen=True)
+class _Slot:
+    state: str
+    pos: int
+    tok: int
+
+    @property
+    def key(self) -> tuple[str, int]:
+        """What the eye sees: a free slot looks the same whatever it last held."""
+        return (self.state, -1 if self.state == "free" else self.tok)
+
+
+def _slot(snap: CacheSnapshot, slot: int) -> _Slot:
+    state = snap.slot_state(slot) if snap.layout == "contiguous" or slot < snap.capacity else "free"
+    pos = snap.slot_positions[slot] if slot < len(snap.slot_positions) else -1
+    tok = snap.slot_tokens[slot] if slot < len(snap.slot_tokens) else -1
+    return _Slot(state, pos, tok)
+
+
+def _n_rows(snaps: Sequence[CacheSnapshot], width: int) -> int:
+    """Rows worth drawing: every block (row) ever touched, and every block in a table."""
+    if snaps[0].layout == "paged":
+        touched = max(-(-len(s.slot_positions) // width) for s in snaps)
+        in_use = max(max(s.block_table, default=-1) for s in snaps) + 1
+        return max(touched, in_use, 1)
+    return max(-(-max(len(s.slot_positions), s.seq_len + 1) // width) for s in snaps)
+
+
+def _tag(snap: CacheSnapshot, row: int, width: int) -> tuple[str, str]:
+    """The row's two-line tag: physical block and its logical index, or the buffer's slot range."""
+    if snap.layout == "paged":
+        logical = f"logical {snap.block_table.index(row)}" if row in snap.block_table else "free"
+        return f"block {row}", logical
+    return "slots", f"{row * width}–{row * width + width - 1}"
+
+
+def _pointer(snap: CacheSnapshot, width: int) -> tuple[int, int] | None:
+    """(row, column) of the slot position `seq_len` goes to next; None when that needs a new block."""
+    logical, col = divmod(snap.seq_len, width)
+    if snap.layout == "paged":
+        if logical >= len(snap.block_table):
+            return None
+        return snap.block_table[logical], col
+    return logical, col
+
+
+def _draft_index(cache: _Cache, cell: _Slot) -> int | None:
+    """The draft d_i this slot holds (by position and token), if any. A feature head's entry p
+    carries the token at p+1."""
+    if cell.state == "free":
+        return None
+    shift = 1 if cache.entries else 0
+    for d in cache.drafts:
+        if cell.pos + shift == d.position and cell.tok == d.token_id:
+            return d.index
+    return None
+
+
+def _window(cache: _Cache, n_rows: int, hot: set[int], cap: int) -> list[int]:
+    """The rows to draw: all of them if they fit, else the rows where something happens (`hot`)
+    plus the newest committed ones, in physical order."""
+    if n_rows <= cap:
+        return list(range(n_rows))
+    snap = cache.snap
+    newest = list(reversed(snap.block_table)) if snap.layout == "paged" else list(range(n_rows - 1, -1, -1))
+    shown = set(hot)
+    for row in newest:
+        if len(shown) >= cap:
+            break
+        shown.add(row)
+    return sorted(r for r in shown if r < n_rows)
+
+
+def _cache_html(cache: _Cache, token_text: TokenText, cap: int, lecture: bool) -> str:
+    snap, before, width = cache.snap, cache.before, cache.width
+    n_rows = _n_rows([snap] + ([before] if before else []), width)
+    now_cells = [[_slot(snap, r * width + c) for c in range(width)] for r in range(n_rows)]
+    was_cells = [[_slot(before, r * width + c) for c in range(width)] for r in range(n_rows)] if before else None
+    ptr, was_ptr = _pointer(snap, width), (_pointer(before, width) if before else None)
+    hot = {r for r in range(n_rows) if any(s.state in ("provisional", "stale") for s in now_cells[r])}
+    if was_cells is not None:
+        hot |= {r for r in range(n_rows) if _row_changed(now_cells[r], was_cells[r])}
+        hot |= {r for r in range(n_rows) if _tag(snap, r, width) != _tag(before, r, width)}
+    hot |= {p[0] for p in (ptr, was_ptr) if p is not None}
+    rows = _window(cache, n_rows, hot, cap)
+    order = {r: i for i, r in enumerate(rows)}
+
+    parts = [f"<section class='svkv-cache' aria-label='{esc_attr(cache.title)}'>", _heading(cache, lecture)]
+    if snap.layout == "paged":
+        parts.append(_free_list_html(snap, before))
+    if len(rows) < n_rows:
+        parts.append(_overview_html(now_cells, rows))
+    parts.append(f"<div class='svkv-grid' style='--cols:{width}'>")
+    last = -1
+    for row in rows:
+        if row > last + 1:
+            parts.append(_gap_html(snap, now_cells, last + 1, row, width))
+        parts.append(
+            _row_html(cache, row, now_cells[row], was_cells[row] if was_cells else None, token_text,
+                      _pointer_cell(ptr, was_ptr, before is not None, row, order))
+        )
+        last = row
+    if last < n_rows - 1:
+        parts.append(_gap_html(snap, now_cells, last + 1, n_rows, width))
+    parts.append("</div></section>")
+    return "".join(parts)
+
+
+def _row_changed(now: Sequence[_Slot], was: Sequence[_Slot]) -> bool:
+    return any(a.key != b.key for a, b in zip(now, was, strict=True))
+
+
+def _pointer_cell(ptr: tuple[int, int] | None, was_ptr: tuple[int, int] | None, animate: bool, row: int,
+                  order: dict[int, int]) -> tuple[int, str] | None:
+    """(column, inline style) of the pointer if it sits in `row`. When it moved, the style starts its
+    glide at the old slot, in cells and drawn rows (the pointer box is one pitch wide and tall); from
+    a slot not drawn (or no slot: a new block) it drops in from the row above."""
+    if ptr is None or ptr[0] != row:
+        return None
+    if not animate or was_ptr == ptr:
+        return ptr[1], ""
+    if was_ptr is None or was_ptr[0] not in order:
+        return ptr[1], "--dx:0;--dy:-1"
+    return ptr[1], f"--dx:{was_ptr[1] - ptr[1]};--dy:{order[was_ptr[0]] - order[row]}"
+
+
+def _heading(cache: _Cache, lecture: bool) -> str:
+    snap = cache.snap
+    provisional = snap.seq_len - snap.num_committed
+    if cache.entries:
+        split = (f"{snap.num_committed} from real features + {provisional} from predicted features"
+                 if provisional else "all from real features")
+    else:
+        split = f"{snap.num_committed} committed + {provisional} provisional" if provisional else "all committed"
+    lines = [f"<h3 class='svkv-title'>{esc_attr(cache.title)}</h3>",
+             f"<p class='svkv-len'>length {snap.seq_len} ({split}){_next_write(snap, cache.width)}</p>"]
+    if not lecture:
+        if snap.layout == "paged":
+            table = ", ".join(str(b) for b in snap.block_table)
+            detail = f"block_table [{table}] · {snap.page_size} slots per block · policy {snap.policy or 'free'}"
+        else:
+            detail = f"write pointer at slot {snap.seq_len} · capacity {snap.capacity}"
+        lines.append(f"<p class='svkv-sub'>{esc_attr(detail)}</p>")
+        if memory_text(snap):
+            lines.append(f"<p class='svkv-sub'>{esc_attr(memory_text(snap))}</p>")
+    lines.append(f"<p class='svkv-ev'>{esc_attr(cache.events)}</p>")
+    return "".join(lines)
+
+
+def _next_write(snap: CacheSnapshot, width: int) -> str:
+    """Where the pointer bar is missing: the next position starts a block the table lacks."""
+    return " · the next position needs a new block" if _pointer(snap, width) is None else ""
+
+
+def _free_list_html(snap: CacheSnapshot, before: CacheSnapshot | None) -> str:
+    """The pool's free list in hand-out order; blocks that just joined slide in, blocks that just
+    left fade out where they stood."""
+    old = before.free_blocks if before else snap.free_blocks
+    joined = set(snap.free_blocks) - set(old)
+    left = [b for b in old if b not in set(snap.free_blocks)]
+    chips = [f"<span class='svkv-fb svkv-fb-out svkv-anim'>{b}</span>" for b in left[:FREE_LIST_SHOWN]]
+    for b in snap.free_blocks[:FREE_LIST_SHOWN]:
+        cls = "svkv-fb svkv-fb-in svkv-anim" if b in joined else "svkv-fb"
+        chips.append(f"<span class='{cls}'>{b}</span>")
+    more = len(snap.free_blocks) - FREE_LIST_SHOWN
+    if more > 0:
+        chips.append(f"<span class='svkv-fb-more'>… +{more}</span>")
+    return (f"<div class='svkv-free'><span class='svkv-free-h'>free list ({snap.num_free_blocks} of "
+            f"{snap.num_blocks} blocks) →</span>{''.join(chips) or '<span>empty</span>'}</div>")
+
+
+def _overview_html(cells: Sequence[Sequence[_Slot]], shown: Sequence[int]) -> str:
+    """One tiny cell per row, in the state that matters most in it; the drawn rows outlined."""
+    spans = []
+    shown_set = set(shown)
+    for r, row in enumerate(cells):
+        states = {s.state for s in row}
+        state = next((s for s in ("provisional", "stale", "committed") if s in states), "free")
+        cls = f"svkv-ovc svkv-s-{state}" + (" svkv-ov-shown" if r in shown_set else "")
+        spans.append(f"<span class='{cls}' title='row {r}: {state}'></span>")
+    return f"<div class='svkv-ov' aria-hidden='true'><span>whole cache</span>{''.join(spans)}</div>"
+
+
+def _gap_html(snap: CacheSnapshot, cells, start: int, end: int, width: int) -> str:
+    """One line standing for rows start..end-1, which are not drawn."""
+    committed = sum(s.state == "committed" for row in cells[start:end] for s in row)
+    free = sum(all(s.state == "free" for s in row) for row in cells[start:end])
+    unit = "blocks" if snap.layout == "paged" else "rows"
+    span = f"{start}–{end - 1}" if end - start > 1 else f"{start}"
+    extra = f", {free} free {unit}" if free else ""
+    return (f"<div class='svkv-gap'>⋯ {unit} {span} hidden: {committed} committed positions{extra} ⋯</div>")
+
+
+def _row_html(cache: _Cache, row: int, now: Sequence[_Slot], was: Sequence[_Slot] | None,
+              token_text: TokenText, pointer: tuple[int, str] | None) -> str:
+    snap, before, width = cache.snap, cache.before, cache.width
+    tag = _tag(snap, row, width)
+    tag_cls = "svkv-tag"
+    if before is not None and _tag(before, row, width) != tag:
+        tag_cls += " svkv-anim svkv-tagflip"
+    if snap.layout == "paged" and tag[1] == "free":
+        tag_cls += " svkv-tag-free"
+    parts = [f"<div class='svkv-row' data-row='{row}'><div class='{tag_cls}'>{tag[0]}<br>{tag[1]}</div>"]
+    for col, cell in enumerate(now):
+        old = was[col] if was is not None else None
+        mark = pointer[1] if pointer is not None and pointer[0] == col else None
+        parts.append(_cell_html(cache, row * width + col, cell, old, token_text, mark))
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def _cell_html(cache: _Cache, slot: int, cell: _Slot, old: _Slot | None, token_text: TokenText,
+               pointer_style: str | None) -> str:
+    classes = ["svkv-cell", f"svkv-s-{cell.state}"]
+    style = ""
+    if old is not None and old.key != cell.key:
+        classes += ["svkv-anim", "svkv-appear" if old.state == "free" else "svkv-morph"]
+        style = f"--from-bg:{SLOT_COLORS[old.state]};--from-fg:{SLOT_TEXT_COLORS[old.state]}"
+    d = _draft_index(cache, cell)
+    attrs = f" data-d='{d}' tabindex='0'" if d is not None else ""
+    if cell.state == "free" or cell.tok < 0:
+        text, tip = "", f"slot {slot}: free"
+        pos = ""
+    else:
+        raw = token_text(cell.tok)
+        text = esc_attr(show_token(raw, 10**6))
+        pos = str(cell.pos)
+        what = (f"entry {cell.pos}: feature at {cell.pos} + token at {cell.pos + 1}" if cache.entries
+                else f"position {cell.pos}")
+        tip = f"slot {slot} · {what} · token {cell.tok} {raw!r} · {cell.state}" + (f" · draft d{d}" if d else "")
+    glyph = GLYPHS[cell.state]
+    ptr = ""
+    if pointer_style is not None:
+        anim = " svkv-anim" if pointer_style else ""
+        ptr = f"<span class='svkv-ptr{anim}' style='{pointer_style}' aria-hidden='true'></span>"
+    style_attr = f" style='{style}'" if style else ""
+    return (
+        f"<div class='{' '.join(classes)}'{style_attr}{attrs} title='{esc_attr(tip)}'>{ptr}"
+        f"<span class='svkv-meta'><span class='svkv-pos'>{pos}</span><span class='svkv-glyph'>{glyph}</span></span>"
+        f"<span class='svkv-tok'>{text}</span></div>"
+    )
+
+
+def _min_width_em(snap: CacheSnapshot) -> float:
+    cols = snap.page_size if snap.layout == "paged" else CONTIGUOUS_ROW
+    return TAG_EM + cols * MIN_CELL_EM
+
+
+# ---- the cycle panel ----------------------------------------------------------------------------
+
+
+def _cycle_html(trace: CycleTrace, phase: str) -> str:
+    step = _step(phase)
+    if not trace.drafts:
+        note = trace.proposer_note or "the proposer proposed nothing: the target took one plain step"
+        return f"<div class='svkv-cycle'><h3 class='svkv-title'>This cycle</h3><p>{esc_attr(note)}</p></div>"
+    greedy = trace.temperature == 0
+    intro = ("temperature 0: q and p are one-hot — q(d) = 1 for every draft (it is the draft's argmax), and a "
+             "draft passes iff it is also the target's argmax" if greedy
+             else "q(d): the proposer's probability of its draft" + (
+                 "; p(d): the target's, from the verify pass" if step >= _step("verify") else ""))
+    cols = [_draft_column(d, step, greedy) for d in trace.drafts]
+    if step >= _step("resolve"):
+        cols.append(_result_column(trace))
+    n = len(cols)
+    return (
+        "<div class='svkv-cycle'><h3 class='svkv-title'>This cycle's drafts</h3>"
+        f"<p class='svkv-sub2'>{esc_attr(intro)}</p>"
+        f"<div class='svkv-drafts' style='--n:{n}'>{''.join(cols)}</div></div>"
+    )
+
+
+def _bar(d: int, label: str, value: float, kind: str, marker: float | None = None) -> str:
+    width = max(0.0, min(1.0, value)) * 100
+    mark = f"<span class='svkv-u' style='left:{marker * 100:.1f}%'></span>" if marker is not None else ""
+    return (
+        f"<div class='svkv-barrow' data-d='{d}'><span class='svkv-barlabel'>{label}</span>"
+        f"<span class='svkv-bar svkv-bar-{kind}' data-d='{d}'><span style='width:{width:.1f}%'></span>{mark}</span>"
+        "</div>"
+    )
+
+
+def _draft_column(d: DraftStep, step: int, greedy: bool) -> str:
+    parts = [
+        f"<div class='svkv-draft' data-d='{d.index}' tabindex='0'>",
+        f"<div class='svkv-dhead'>d{d.index} <span class='svkv-dpos'>position {d.position}</span></div>",
+        f"<div class='svkv-dtok'>{esc_attr(show_token(d.text, 10**6))}</div>",
+    ]
+    if greedy:
+        parts.append(f"<div class='svkv-barrow' data-d='{d.index}'>q(d) = 1 (one-hot)</div>")
+    else:
+        parts.append(_bar(d.index, f"q(d) = {fmt_p(d.draft_prob)}", d.draft_prob, "q"))
+    if step >= _step("verify"):
+        if greedy:
+            top = "the target's argmax" if d.target_prob >= 1 else "not the target's argmax"
+            parts.append(f"<div class='svkv-barrow' data-d='{d.index}'>p: {top}</div>")
+        else:
+            parts.append(_bar(d.index, f"p(d) = {fmt_p(d.target_prob)}", d.target_prob, "p"))
+    if step >= _step("accept"):
+        parts.append(_acceptance(d, greedy))
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def _acceptance(d: DraftStep, greedy: bool) -> str:
+    glyph = VERDICT_GLYPHS[d.verdict]
+    forced = " (forced: what-if)" if d.forced else ""
+    verdict = (f"<div class='svkv-verdict svkv-v-{d.verdict}' data-d='{d.index}'>"
+               f"<span class='svkv-vglyph'>{glyph}</span> {d.verdict}{esc_attr(forced)}</div>")
+    if d.verdict == "untested":
+        return verdict + "<div class='svkv-barrow'>not tested: an earlier draft was rejected</div>"
+    if greedy:
+        return verdict
+    test = f"u = {fmt_p(d.u)} {'≤' if d.verdict == 'accepted' else '>'} {fmt_p(d.ratio)}" if d.u is not None else ""
+    return _bar(d.index, f"min(1, p/q) = {fmt_p(d.ratio)}", d.ratio, "a", d.u) + (
+        f"<div class='svkv-barrow'>{test}</div>" if test else "") + verdict
+
+
+def _result_column(trace: CycleTrace) -> str:
+    token = trace.corrected_token or trace.bonus_token
+    if token is None:
+        return ""
+    where = "from the residual norm(max(0, p − q))" if token.kind == "corrected" else "from p_K+1 (all passed)"
+    return (
+        f"<div class='svkv-draft svkv-result svkv-k-{token.kind}'>"
+        f"<div class='svkv-dhead'>{token.kind} <span class='svkv-dpos'>position {token.position}</span></div>"
+        f"<div class='svkv-dtok'>{esc_attr(show_token(token.text, 10**6))}</div>"
+        f"<div class='svkv-barrow'>{esc_attr(where)}</div></div>"
+    )
+
+
+# ---- legend and words -------------------------------------------------------------------------
+
+
+def _legend_html() -> str:
+    items = [
+        ("committed", "ab", "committed K/V (solid)"),
+        ("provisional", "ab", "provisional K/V (stripes, dashed, P)"),
+        ("stale", "ab", "stale: past the valid length (hatched, struck, ✕)"),
+        ("free", "", "free slot (dotted, empty)"),
+    ]
+    parts = ["<div class='svkv-legend'>"]
+    for state, text, words in items:
+        parts.append(
+            f"<span class='svkv-lg'><span class='svkv-cell svkv-s-{state} svkv-lgcell'><span class='svkv-meta'>"
+            f"<span class='svkv-pos'></span><span class='svkv-glyph'>{GLYPHS[state]}</span></span>"
+            f"<span class='svkv-tok'>{text}</span></span>{words}</span>"
+        )
+    parts.append("<span class='svkv-lg'><span class='svkv-lgptr'></span>next write (valid length)</span>")
+    parts += [
+        f"<span class='svkv-lg'><span class='svkv-verdict svkv-v-{v}'><span class='svkv-vglyph'>{g}</span></span>{v}"
+        "</span>" for v, g in VERDICT_GLYPHS.items()
+    ]
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def _describe(panels: Sequence[_Cache], no_proposer_cache: bool) -> str:
+    out = []
+    for p in panels:
+        n_rows = _n_rows([p.snap], p.width)
+        counts = {s: 0 for s in STATE_ORDER}
+        for slot in range(n_rows * p.width):
+            counts[_slot(p.snap, slot).state] += 1
+        text = (f"{p.title} ({p.snap.layout}): length {p.snap.seq_len}; " + ", ".join(
+            f"{counts[s]} {s}" for s in STATE_ORDER) + " slots")
+        if p.snap.layout == "paged":
+            table, free = (", ".join(map(str, ids)) for ids in (p.snap.block_table, p.snap.free_blocks))
+            text += f"; {len(p.snap.block_table)} blocks in the block table [{table}]; free list [{free}]"
+        else:
+            text += f"; write pointer at slot {p.snap.seq_len}"
+        out.append(text + f". This phase: {p.events}.")
+    if no_proposer_cache:
+        out.append("Prompt lookup keeps no draft cache.")
+    return " ".join(out)
+
+
+# ---- styles -------------------------------------------------------------------------------------
+
+
+def _hover_rules(k: int) -> str:
+    """Outline draft d_i everywhere when any element of it is hovered or focused (no script)."""
+    rules = []
+    for i in range(1, k + 1):
+        sel = f'[data-d="{i}"]'
+        rules.append(f".svkv:has({sel}:hover) {sel},.svkv:has({sel}:focus) {sel}"
+                     "{outline:4px solid #111827;outline-offset:2px;box-shadow:0 0 0 8px #ffe36e;z-index:3}")
+    return "".join(rules)
+
+
+def _css(k: int) -> str:
+    c, t = SLOT_COLORS, SLOT_TEXT_COLORS
+    return f"""
+.svkv{{font-family:Inter,'Segoe UI',Roboto,Helvetica,Arial,sans-serif;font-size:16px;color:#1f2937;width:100%;
+line-height:1.3;--tagw:{TAG_EM}em}}
+.svkv *{{box-sizing:border-box}}
+.svkv.svkv-lecture{{font-size:22px}}
+.svkv .svkv-phase{{font-size:1.35em;font-weight:700;margin:0 0 .4em}}
+.svkv .svkv-caches{{display:grid;grid-template-columns:repeat(auto-fit,minmax(min(100%,var(--minw)),1fr));
+gap:1.2em 2em;align-items:start}}
+.svkv .svkv-title{{font-size:1.2em;font-weight:700;margin:0 0 .15em;padding:0}}
+.svkv .svkv-len,.svkv .svkv-ev{{margin:0 0 .2em;font-size:1em}}
+.svkv .svkv-ev{{color:#374151;font-style:italic}}
+.svkv .svkv-sub,.svkv .svkv-sub2{{margin:0 0 .2em;font-size:max(14px,.875em);color:#4b5563}}
+.svkv .svkv-nocache{{border:2px dashed #9ca3af;border-radius:8px;padding:.8em 1em;color:#4b5563;align-self:start}}
+.svkv .svkv-grid{{display:flex;flex-direction:column;gap:6px;margin-top:.4em}}
+.svkv .svkv-row{{display:grid;grid-template-columns:var(--tagw) repeat(var(--cols),minmax(0,1fr));gap:6px;
+align-items:stretch}}
+.svkv .svkv-tag{{font-size:max(14px,.875em);color:#374151;padding:.2em .4em;border-radius:6px;background:#eef2f7;
+display:flex;flex-direction:column;justify-content:center;line-height:1.2;font-variant-numeric:tabular-nums}}
+.svkv .svkv-tag-free{{background:#fff;border:2px dotted #9ca3af;color:#6b7280}}
+.svkv .svkv-cell{{position:relative;min-height:3.1em;border-radius:6px;padding:.15em .3em .25em;display:flex;
+flex-direction:column;border:2px solid transparent;min-width:0}}
+.svkv .svkv-meta{{display:flex;justify-content:space-between;font-size:max(14px,.8em);line-height:1.1;
+font-variant-numeric:tabular-nums;opacity:.92}}
+.svkv .svkv-glyph{{font-weight:700}}
+.svkv .svkv-tok{{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:1.3em;font-weight:600;
+overflow-wrap:anywhere;word-break:break-word;align-self:center;text-align:center;padding:0 .1em;border-radius:3px}}
+.svkv .svkv-s-committed{{background-color:{c['committed']};color:{t['committed']};border-color:{c['committed']}}}
+.svkv .svkv-s-provisional{{background-color:{c['provisional']};color:{t['provisional']};border:3px dashed #5c3a00;
+background-image:repeating-linear-gradient(135deg,rgba(255,255,255,.42) 0 6px,transparent 6px 13px)}}
+.svkv .svkv-s-stale{{background-color:{c['stale']};color:{t['stale']};border-color:#8c4f75;
+background-image:repeating-linear-gradient(45deg,rgba(61,16,48,.25) 0 2px,transparent 2px 9px),
+repeating-linear-gradient(-45deg,rgba(61,16,48,.25) 0 2px,transparent 2px 9px)}}
+.svkv .svkv-s-provisional .svkv-tok,.svkv .svkv-s-stale .svkv-tok{{background:rgba(255,255,255,.72)}}
+.svkv .svkv-s-stale .svkv-tok{{text-decoration:line-through 2px}}
+.svkv .svkv-s-free{{background-color:{c['free']};color:{t['free']};border:2px dotted #9ca3af}}
+.svkv .svkv-ptr{{position:absolute;top:-4px;bottom:-4px;left:-6px;width:calc(100% + 6px);border-left:6px solid #111827;
+border-radius:3px;pointer-events:none;z-index:2}}
+.svkv .svkv-gap{{text-align:center;color:#4b5563;font-size:max(14px,.9em);padding:.25em;border:1px dashed #cbd5e1;
+border-radius:6px;background:#f8fafc}}
+.svkv .svkv-free{{display:flex;flex-wrap:wrap;gap:4px;align-items:center;margin:.25em 0;font-size:max(14px,.875em)}}
+.svkv .svkv-free-h{{color:#374151;margin-right:.3em}}
+.svkv .svkv-fb{{display:inline-block;min-width:1.9em;text-align:center;border:2px dotted #6b7280;border-radius:5px;
+padding:0 .2em;background:#fff;font-variant-numeric:tabular-nums}}
+.svkv .svkv-fb-out{{text-decoration:line-through;opacity:0;max-width:0;padding:0;border-width:0;overflow:hidden;
+min-width:0}}
+.svkv .svkv-ov{{display:flex;flex-wrap:wrap;gap:2px;align-items:center;margin:.3em 0;font-size:max(14px,.8em);
+color:#4b5563}}
+.svkv .svkv-ov>span:first-child{{margin-right:.4em}}
+.svkv .svkv-ovc{{display:inline-block;width:10px;height:16px;border-radius:2px;border-width:1px}}
+.svkv .svkv-ov-shown{{outline:2px solid #111827;outline-offset:1px}}
+.svkv .svkv-legend{{display:flex;flex-wrap:wrap;gap:.4em 1.3em;margin:.9em 0 .3em;font-size:max(14px,.875em);
+align-items:center}}
+.svkv .svkv-lg{{display:inline-flex;align-items:center;gap:.4em}}
+.svkv .svkv-lgcell{{width:3.2em;min-height:2.6em}}
+.svkv .svkv-lgptr{{display:inline-block;width:6px;height:1.6em;background:#111827;border-radius:3px}}
+.svkv .svkv-cycle{{margin-top:.8em;border-top:2px solid #e5e7eb;padding-top:.5em}}
+.svkv .svkv-drafts{{display:grid;grid-template-columns:repeat(var(--n),minmax(0,1fr));gap:.8em}}
+.svkv .svkv-draft{{border:2px solid #d1d5db;border-radius:8px;padding:.4em .5em;min-width:0;background:#fff;
+position:relative}}
+.svkv .svkv-dhead{{font-weight:700}}
+.svkv .svkv-dpos{{font-weight:400;color:#4b5563;font-size:max(14px,.85em)}}
+.svkv .svkv-dtok{{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:1.3em;font-weight:700;
+overflow-wrap:anywhere;margin:.15em 0}}
+.svkv .svkv-barrow{{font-size:max(14px,.875em);margin:.2em 0}}
+.svkv .svkv-barlabel{{display:block}}
+.svkv .svkv-bar{{position:relative;display:block;height:.9em;background:#f1f5f9;border:1px solid #94a3b8;
+border-radius:3px}}
+.svkv .svkv-bar>span:first-child{{display:block;height:100%}}
+.svkv .svkv-bar-q>span:first-child{{background:{c['provisional']}}}
+.svkv .svkv-bar-p>span:first-child{{background:{c['committed']}}}
+.svkv .svkv-bar-a>span:first-child{{background:#6b7280}}
+.svkv .svkv-u{{position:absolute;top:-.3em;bottom:-.3em;width:4px;margin-left:-2px;background:#111827}}
+.svkv .svkv-verdict{{display:inline-flex;align-items:center;gap:.3em;font-weight:700;padding:.1em .5em;
+border-radius:999px;border:2px solid currentColor}}
+.svkv .svkv-vglyph{{font-size:1.2em}}
+.svkv .svkv-v-accepted{{color:#fff;background:{KIND_COLORS['accepted']};border-color:{KIND_COLORS['accepted']}}}
+.svkv .svkv-v-rejected{{color:#fff;background:{KIND_COLORS['rejected']};border-color:{KIND_COLORS['rejected']}}}
+.svkv .svkv-v-untested{{color:#374151;background:#fff;border-style:dashed}}
+.svkv .svkv-k-corrected{{border-color:{KIND_COLORS['corrected']};border-width:4px}}
+.svkv .svkv-k-bonus{{border-color:{KIND_COLORS['bonus']};border-width:4px;border-style:double}}
+.svkv .svkv-sr{{position:absolute;width:1px;height:1px;overflow:hidden;clip:rect(0 0 0 0);white-space:nowrap}}
+.svkv .svkv-describe{{margin-top:.6em;font-size:max(14px,.875em);color:#374151}}
+.svkv.svkv-lecture .svkv-sub,.svkv.svkv-lecture .svkv-sub2,.svkv.svkv-lecture .svkv-meta,.svkv.svkv-lecture .svkv-tag,
+.svkv.svkv-lecture .svkv-barrow,.svkv.svkv-lecture .svkv-dpos,.svkv.svkv-lecture .svkv-free,
+.svkv.svkv-lecture .svkv-legend,.svkv.svkv-lecture .svkv-gap{{font-size:max(18px,.8em)}}
+.svkv [data-d]{{cursor:pointer}}
+@keyframes svkv-morph{{from{{background-color:var(--from-bg);color:var(--from-fg)}}}}
+@keyframes svkv-appear{{from{{background-color:var(--from-bg);transform:scale(.45);opacity:.15}}
+70%{{transform:scale(1.07);opacity:1}}}}
+@keyframes svkv-glide{{from{{transform:translate(calc(var(--dx) * 100%),calc(var(--dy) * 100%))}}}}
+@keyframes svkv-flip{{from{{background-color:#fde68a;transform:rotateX(90deg)}}}}
+@keyframes svkv-in{{from{{transform:translateY(-.8em);opacity:0;background:#fde68a}}}}
+@keyframes svkv-out{{from{{opacity:1;max-width:3em;padding:0 .2em;border-width:2px;min-width:1.9em}}}}
+.svkv .svkv-morph{{animation:svkv-morph {ANIM_MS}ms ease-in-out both}}
+.svkv .svkv-appear{{animation:svkv-appear {ANIM_MS}ms cubic-bezier(.2,.8,.3,1) both}}
+.svkv .svkv-ptr.svkv-anim{{animation:svkv-glide {ANIM_MS}ms ease-in-out both}}
+.svkv .svkv-tagflip{{animation:svkv-flip {ANIM_MS}ms ease-out both}}
+.svkv .svkv-fb-in{{animation:svkv-in {ANIM_MS}ms ease-out both}}
+.svkv .svkv-fb-out{{animation:svkv-out {ANIM_MS}ms ease-in both}}
+@media (prefers-reduced-motion:reduce){{.svkv .svkv-anim{{animation:none!important}}}}
+{_hover_rules(k)}
+"""
