@@ -23,10 +23,16 @@ __all__ = [
     "Drafts",
     "FeatureProposer",
     "LookupProposer",
+    "PROPOSER_CLASSES",
     "Proposer",
     "find_continuation",
     "make_proposer",
 ]
+
+# name -> class, for what can be known of a proposer without building it (e.g. its cache_token_offset)
+PROPOSER_CLASSES: dict[str, type[Proposer]] = {
+    cls.name: cls for cls in (DraftModelProposer, FeatureProposer, LookupProposer)
+}
 
 
 def make_proposer(pair: Any, config: DecodeConfig, max_context: int, vocab_size: int) -> Proposer:

@@ -54,6 +54,10 @@ class Proposer:
     name: ClassVar[str] = ""
     label: ClassVar[str] = ""  # a few words for views: "independent draft model"
     wants_target_features: ClassVar[bool] = False
+    # Cache entry p holds the K/V of the token at sequence position p + cache_token_offset: 0 for
+    # a draft model (entry p is token x[p]), 1 for a feature head (entry p pairs F[p] with x[p+1]).
+    # `specviz.replay` reads it to know which token each recorded append wrote.
+    cache_token_offset: ClassVar[int] = 0
     cache: SpecvizCache | None = None
 
     def start(self, prompt_ids: list[int], prefill_features: torch.Tensor | None) -> None:

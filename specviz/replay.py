@@ -1,0 +1,234 @@
+"""The same run in another KV-cache layout: replaying its cache bookkeeping without a model.
+
+Speculative decoding *decides* the same things whatever the KV cache looks like: which tokens
+are drafted, which pass the test, which are committed. The layout -- one contiguous buffer, or
+pages of 1, 4 or 16 slots found through a block table -- and the rollback policy ("free" gives
+blocks back at once, "keep" holds them for the next cycle) change only the *bookkeeping*: where
+each position's K/V lives, which blocks are taken, freed, reused or added to a growing pool
+(docs/design.md §1, "Roll back"). So a recorded run can be shown side by side in every layout
+without running a model again.
+
+How the replay stays exactly in step with the engine: it invents nothing. Every cycle's trace
+already holds the log of the calls the engine and the proposer made on each cache, as
+layout-independent events: an "append" for every `reserve()` (positions start..end-1, in the
+phase that made it) and a "truncate" for every rollback (length from -> to). Everything else in
+the log -- "pointer", "alloc", "free", "reuse", "grow" -- is what the *layout* made of those
+calls. The replay builds real `specviz.kv` caches of the requested layout, sized exactly as the
+decoder sizes them (the run's context limit and its reach, `RunRecord.cache_reach`), and makes
+the recorded calls on them, in order:
+
+* the prefill: the prompt's positions each cache held after `start()` (the prefill snapshots);
+* per cycle, phase by phase: the recorded appends and truncates of both caches, taking a
+  snapshot wherever the run took one (with the same committed boundary, which depends on the
+  decisions, not the layout);
+* the token an append wrote is the committed sequence's (or the cycle's draft's) at that
+  position -- shifted by one for a feature head, whose entry p pairs F[p] with x[p+1]
+  (`Proposer.cache_token_offset`).
+
+The writes go through the caches' own layer `update()` with tiny dummy K/V tensors (one layer,
+one head, one dimension): no model, no real memory. The one figure that depends on the model --
+bytes of K/V per slot, from its layers, heads and head size -- is taken from the recorded
+snapshots, so the memory lines stay honest (`_StandInBytes`).
+
+The result is the same `RunRecord` with new `target_events`, `draft_events` and `snapshots`
+(and prefill snapshots); drafts, verdicts and emitted tokens are untouched.
+tests/test_replay_layouts.py checks it against real decoders run in each layout.
+
+A layout with too small a pool runs out where a real run would: the same `PoolExhaustedError`
+(with the cycle named), before anything is returned.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import torch
+
+from .errors import CacheCapacityError, SpecvizError
+from .kv import ContiguousKVCache, PagedKVCache, SpecvizCache
+from .proposers import PROPOSER_CLASSES
+from .runfile import RunRecord
+from .trace import CYCLE_PHASES, CacheEvent, CacheSnapshot, CycleTrace, PhaseSnapshot
+
+# Phases of a cycle in which caches change (every phase but "start"), in order.
+_WORK_PHASES = CYCLE_PHASES[1:]
+
+
+class ReplayError(SpecvizError):
+    """A recorded run cannot be replayed: its cache log does not fit its own tokens (a damaged file)."""
+
+
+class _StandInBytes:
+    """Reports the recorded model's bytes per slot instead of the dummy tensors' (0 until written)."""
+
+    recorded_bytes_per_slot = 0
+
+    def bytes_per_position(self) -> int:
+        return self.recorded_bytes_per_slot if self.layers[0].is_initialized else 0
+
+
+class _ContiguousStandIn(_StandInBytes, ContiguousKVCache):
+    pass
+
+
+class _PagedStandIn(_StandInBytes, PagedKVCache):
+    pass
+
+
+def replay_run(
+    record: RunRecord,
+    *,
+    cache_layout: str,
+    page_size: int = 16,
+    free_policy: str = "free",
+    num_blocks: int | None = None,
+) -> RunRecord:
+    """`record` with its cache bookkeeping re-run in another layout / page size / policy / pool cap.
+
+    Raises ConfigError for a bad layout setting, PoolExhaustedError (or CacheCapacityError) where
+    the run does not fit the layout, and ReplayError for a damaged record.
+    """
+    config = record.config.replace(
+        cache_layout=cache_layout, page_size=page_size, free_policy=free_policy, num_blocks=num_blocks
+    )  # validated: ConfigError for a bad value
+    proposer = PROPOSER_CLASSES.get(record.proposer)
+    if proposer is None:
+        raise ReplayError(f"this run's proposer {record.proposer!r} is unknown to this version of specviz")
+    offset = proposer.cache_token_offset
+    target_snap, draft_snap = record.prefill
+
+    def new_cache(recorded: Sequence[CacheSnapshot | None]) -> SpecvizCache:
+        # Sized exactly as the decoder sizes its caches (runtime.open_cache_with_features,
+        # FeatureProposer.start): the context limit is the hard limit, the run's reach the start.
+        if config.cache_layout == "contiguous":
+            cache = _ContiguousStandIn(1, max_len=record.max_context, initial_len=record.cache_reach)
+        else:
+            cache = _PagedStandIn(1, max_len=record.max_context, page_size=config.page_size,
+                                  policy=config.free_policy, num_blocks=config.num_blocks,
+                                  initial_len=record.cache_reach)
+        cache.recorded_bytes_per_slot = max((s.bytes_per_slot for s in recorded if s is not None), default=0)
+        return cache
+
+    target = new_cache([target_snap, *_snapshots_of(record.traces, "target")])
+    draft = None if draft_snap is None else new_cache([draft_snap, *_snapshots_of(record.traces, "draft")])
+    committed = list(record.prompt_ids)
+    try:
+        prefill = _replay_prefill(committed, target, target_snap, draft, draft_snap, offset)
+    except CacheCapacityError as err:
+        raise type(err)(f"the prompt's prefill does not fit {_layout_words(config)}: {err}") from None
+    traces = []
+    for trace in record.traces:
+        try:
+            traces.append(_replay_cycle(trace, committed, target, draft, offset))
+        except CacheCapacityError as err:
+            raise type(err)(f"cycle {trace.cycle + 1} does not fit {_layout_words(config)}: {err}") from None
+        committed.extend(tok.token_id for tok in trace.emitted)
+    return dataclasses.replace(record, config=config, prefill=prefill, traces=tuple(traces),
+                               notes=(*record.notes, f"cache bookkeeping replayed into {_layout_words(config)}"))
+
+
+def _snapshots_of(traces: Sequence[CycleTrace], role: str) -> list[CacheSnapshot | None]:
+    return [getattr(snap, role) for t in traces for snap in t.snapshots]
+
+
+def _layout_words(config) -> str:
+    if config.cache_layout == "contiguous":
+        return "a contiguous buffer"
+    pool = "" if config.num_blocks is None else f", a pool of at most {config.num_blocks} blocks"
+    return f"pages of {config.page_size} ({config.free_policy!r} policy{pool})"
+
+
+def _replay_prefill(
+    prompt: list[int], target: SpecvizCache, target_snap: CacheSnapshot,
+    draft: SpecvizCache | None, draft_snap: CacheSnapshot | None, offset: int,
+) -> tuple[CacheSnapshot, CacheSnapshot | None]:
+    """Each cache prefilled with the prompt positions it held after start(), as recorded."""
+    _append(target, prompt, 0, target_snap.seq_len, "prefill", 0)
+    target.drain_events()  # start() drains them too: a trace's events begin with its cycle
+    if draft is None:
+        return target.snapshot(target_snap.num_committed), None
+    _append(draft, prompt, 0, draft_snap.seq_len, "prefill", offset)
+    draft.drain_events()
+    return target.snapshot(target_snap.num_committed), draft.snapshot(draft_snap.num_committed)
+
+
+def _replay_cycle(
+    trace: CycleTrace, committed: list[int], target: SpecvizCache, draft: SpecvizCache | None, offset: int
+) -> CycleTrace:
+    """One cycle's recorded cache calls made again, phase by phase, with a snapshot wherever the run took one."""
+    if trace.context_len != len(committed):
+        raise ReplayError(
+            f"cycle {trace.cycle + 1} starts from {trace.context_len} tokens, but the cycles before it committed "
+            f"{len(committed)}: the record is damaged"
+        )
+    if draft is None and (trace.draft_events or any(s.draft is not None for s in trace.snapshots)):
+        raise ReplayError(f"cycle {trace.cycle + 1} records a proposer cache, but the run's prefill has none")
+    sequence = committed + [step.token_id for step in trace.drafts]  # what each position holds this cycle
+    target_log = _by_phase(trace, trace.target_events)
+    draft_log = _by_phase(trace, trace.draft_events)
+    recorded = {snap.phase: snap for snap in trace.snapshots}
+    snapshots = []
+    for phase in CYCLE_PHASES:
+        if phase != "start":
+            _apply(target, target_log[phase], sequence, 0, trace)
+            if draft is not None:
+                _apply(draft, draft_log[phase], sequence, offset, trace)
+        if phase in recorded:
+            snap = recorded[phase]
+            snapshots.append(PhaseSnapshot(
+                phase,
+                target.snapshot(snap.target.num_committed),
+                None if draft is None or snap.draft is None else draft.snapshot(snap.draft.num_committed),
+            ))
+    return dataclasses.replace(
+        trace,
+        target_events=tuple(target.drain_events()),
+        draft_events=() if draft is None else tuple(draft.drain_events()),
+        snapshots=tuple(snapshots),
+    )
+
+
+def _by_phase(trace: CycleTrace, events: Sequence[CacheEvent]) -> dict[str, list[CacheEvent]]:
+    """The recorded calls (appends and truncates) grouped by the phase that made them, in order."""
+    log: dict[str, list[CacheEvent]] = {phase: [] for phase in _WORK_PHASES}
+    for event in events:
+        if event.kind not in ("append", "truncate"):
+            continue  # what the layout made of the calls: the replay's own cache makes it anew
+        if event.phase not in log:
+            raise ReplayError(
+                f"cycle {trace.cycle + 1} records a cache {event.kind} in phase {event.phase!r}, "
+                "which is not a phase of a cycle: the record is damaged"
+            )
+        log[event.phase].append(event)
+    return log
+
+
+def _apply(cache: SpecvizCache, events: list[CacheEvent], sequence: list[int], offset: int, trace: CycleTrace) -> None:
+    for event in events:
+        if event.start != cache.get_seq_length():
+            raise ReplayError(
+                f"cycle {trace.cycle + 1}: a recorded {event.kind} starts at length {event.start}, but the cache "
+                f"holds {cache.get_seq_length()} positions there: the record is damaged"
+            )
+        if event.kind == "append":
+            _append(cache, sequence, event.start, event.end, event.phase, offset)
+        else:
+            cache.truncate(event.end, event.phase)
+
+
+def _append(cache: SpecvizCache, sequence: list[int], start: int, end: int, phase: str, offset: int) -> None:
+    """reserve() entries start..end-1 and write them through every layer, as a model's forward would."""
+    if end <= start:
+        return
+    tokens = sequence[start + offset : end + offset]
+    if len(tokens) != end - start:
+        raise ReplayError(
+            f"a recorded append of positions {start}..{end - 1} goes past the run's {len(sequence)} tokens: "
+            "the record is damaged"
+        )
+    cache.reserve(tokens, phase)
+    dummy = torch.zeros(1, 1, len(tokens), 1)  # [B, H, T, D]: the bookkeeping needs no real K/V
+    with torch.no_grad():
+        for layer in cache.layers:
+            layer.update(dummy, dummy)

@@ -1,0 +1,481 @@
+"""A recorded run as one file: everything the views need, and no model.
+
+A lecture room rarely has the model a run was made with, and never its GPU. What a viewer needs
+to draw a speculative-decoding run is small: the prompt, the prefill's cache layout, one
+`CycleTrace` per cycle (docs/design.md §5) and the *text* of every token id that appears
+anywhere in them. A `RunRecord` holds exactly that, plus how the run was made (the pair, the
+proposer, the `DecodeConfig`, the context limit and how far the caches were sized to reach), so
+that `specviz.replay` can also re-run its cache bookkeeping in another layout without a model.
+
+    record = record_run("Why is the sky blue?", "SmolLM2-135M + draft", "draft", dec.config,
+                        prompt_text, chat, prompt_ids, prefill, traces, dec.token_text,
+                        max_context=dec.max_context)
+    text = record.to_json()          # one JSON object, format "specviz-run", version "1.0"
+    record = load_run(text)          # also accepts the older export: a bare list of traces
+    record.token_text(42)            # drawn without any tokenizer
+
+`prefill` is `(dec.target_cache.snapshot(n), dec.proposer.snapshot(n))` taken right after
+`start()` (n = the prompt's length); the first cycle's "start" snapshot is the same picture.
+`config` is the config the run was *started* with: the caches were sized from it.
+
+Token texts: `token_texts` maps every token id of the run -- the prompt, every slot of every
+snapshot of both caches, catch-up, drafts, every top-N list, the emitted tokens -- to its text,
+so no view ever needs a tokenizer. `token_text(id)` falls back to ``<id>`` only for an id that
+is not part of the run.
+
+The older export (`specviz.traces_to_json`, `python -m specviz walk --json`) is a JSON list of
+traces. `load_run` turns it into a `RunRecord` too: the prompt comes from the first cycle's target
+snapshots (slot positions and tokens), the prefill view is that cycle's "start" snapshot, token
+texts come from the texts the traces carry, and the settings the list does not hold are
+estimated and said so in `notes`.
+
+Anything wrong with a file -- not JSON, another format, a newer major version, missing fields,
+a cycle that cannot be rebuilt, no cycles, too large -- raises `RunFileError` with a sentence
+that says what is wrong, never a traceback.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from .config import DecodeConfig
+from .errors import SpecvizError
+from .trace import CYCLE_PHASES, CacheSnapshot, CycleTrace
+
+FORMAT_NAME = "specviz-run"
+FORMAT_VERSION = "1.0"  # major.minor: a newer minor only adds optional fields; a newer major is refused
+MAX_RUN_BYTES = 64 * 1024 * 1024  # far above any classroom run (a few hundred cycles are a few MB)
+OLD_FORMAT_TITLE = "Imported cycles (older export)"
+
+_REQUIRED = ("format", "version", "config", "prompt_ids", "prefill", "traces", "token_texts")
+
+
+class RunFileError(SpecvizError, ValueError):
+    """A run file cannot be read: not JSON, not a specviz run, too new, incomplete or damaged."""
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One recorded speculative-decoding run, complete enough to draw and to replay without a model."""
+
+    title: str
+    created: str  # ISO 8601, UTC
+    pair: str  # the pair in words: target and proposer names
+    proposer: str  # "draft", "feature" or "lookup"
+    config: DecodeConfig  # the config the run was started with
+    max_context: int  # the most positions a sequence could hold (config, capped by the models)
+    cache_reach: int  # positions each cache was sized for at start (it grows past that on demand)
+    prompt_text: str
+    chat: bool  # the prompt went through the chat template
+    prompt_ids: tuple[int, ...]
+    prefill: tuple[CacheSnapshot, CacheSnapshot | None]  # (target, proposer) right after start()
+    traces: tuple[CycleTrace, ...]
+    token_texts: dict[int, str]  # every token id of the run -> its text
+    baseline_ms_per_token: float | None = None  # a plain autoregressive run's cost, when measured
+    format: str = FORMAT_NAME
+    version: str = FORMAT_VERSION
+    # What loading had to guess or ignore (older export, settings from a newer specviz): shown,
+    # never saved.
+    notes: tuple[str, ...] = field(default=(), compare=False)
+
+    def token_text(self, token_id: int) -> str:
+        """The token's text; ``<id>`` only for an id outside the run (never for a recorded run)."""
+        text = self.token_texts.get(token_id)
+        return f"<{token_id}>" if text is None else text
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": self.format,
+            "version": self.version,
+            "title": self.title,
+            "created": self.created,
+            "pair": self.pair,
+            "proposer": self.proposer,
+            "config": dataclasses.asdict(self.config),
+            "max_context": self.max_context,
+            "cache_reach": self.cache_reach,
+            "prompt_text": self.prompt_text,
+            "chat": self.chat,
+            "prompt_ids": list(self.prompt_ids),
+            "prefill": [None if s is None else dataclasses.asdict(s) for s in self.prefill],
+            "traces": [t.to_dict() for t in self.traces],
+            "baseline_ms_per_token": self.baseline_ms_per_token,
+            # JSON keys are strings; load_run turns them back into ints
+            "token_texts": {str(k): v for k, v in sorted(self.token_texts.items())},
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict())
+
+
+# ---------------------------------------------------------------- recording
+
+
+def record_run(
+    title: str,
+    pair_description: str,
+    proposer: str,
+    config: DecodeConfig,
+    prompt_text: str,
+    chat: bool,
+    prompt_ids: Sequence[int],
+    prefill: tuple[CacheSnapshot, CacheSnapshot | None],
+    traces: Iterable[CycleTrace],
+    token_text: Callable[[int], str],
+    baseline_ms_per_token: float | None = None,
+    *,
+    max_context: int | None = None,
+) -> RunRecord:
+    """A `RunRecord` of a run, with the text of every token id in it looked up once, now.
+
+    `max_context` is the decoder's `max_context` (the config's, capped by the models); without
+    it, it is read from the prefill snapshot where that says it exactly (contiguous layout) and
+    taken from the config otherwise.
+    """
+    traces = tuple(traces)
+    prompt_ids = tuple(int(t) for t in prompt_ids)
+    target, draft = prefill
+    if max_context is None:
+        max_context = _max_context_of(target, config)
+    reach = _cache_reach(config, len(prompt_ids), max_context, target)
+    ids = run_token_ids(prompt_ids, prefill, traces)
+    return RunRecord(
+        title=title,
+        created=datetime.now(UTC).isoformat(timespec="seconds"),
+        pair=pair_description,
+        proposer=proposer,
+        config=config,
+        max_context=max_context,
+        cache_reach=reach,
+        prompt_text=prompt_text,
+        chat=bool(chat),
+        prompt_ids=prompt_ids,
+        prefill=(target, draft),
+        traces=traces,
+        token_texts={i: token_text(i) for i in sorted(ids)},
+        baseline_ms_per_token=baseline_ms_per_token,
+    )
+
+
+def run_token_ids(
+    prompt_ids: Iterable[int], prefill: Iterable[CacheSnapshot | None], traces: Iterable[CycleTrace]
+) -> set[int]:
+    """Every token id a view of this run may draw (slots never written, -1, are not tokens)."""
+    ids = set(prompt_ids)
+    snapshots = [s for s in prefill if s is not None]
+    for t in traces:
+        ids.update(tok.token_id for tok in (*t.catch_up, *t.emitted))
+        for step in t.drafts:
+            ids.add(step.token_id)
+            ids.update(tp.token_id for tp in (*step.draft_top, *step.target_top))
+        ids.update(tp.token_id for tp in (*t.residual_top, *t.bonus_top))
+        snapshots.extend(s for snap in t.snapshots for s in (snap.target, snap.draft) if s is not None)
+    for snap in snapshots:
+        ids.update(snap.slot_tokens)
+    return {i for i in ids if i >= 0}
+
+
+def _max_context_of(target: CacheSnapshot, config: DecodeConfig) -> int:
+    """The context limit as far as a snapshot tells it: a contiguous buffer's hard limit is the
+    context itself; a paged pool's cap is rounded to pages (or is an explicit num_blocks)."""
+    if target.layout == "contiguous" and target.max_capacity > 0:
+        return target.max_capacity
+    return config.max_context
+
+
+def _cache_reach(config: DecodeConfig, prompt_len: int, max_context: int, target: CacheSnapshot) -> int:
+    """Positions the caches were sized for at start: the config's reach -- unless the prefill
+    snapshot shows storage of another size (a config changed live before recording), in which
+    case the snapshot's own size (to whole pages, for the paged layout)."""
+    from .runtime import expected_reach
+
+    reach = expected_reach(config, prompt_len, max_context)
+    if target.capacity <= 0:
+        return reach
+    if target.layout == "paged":
+        cap = target.max_capacity // target.page_size if target.max_capacity else target.num_blocks
+        sized = min(cap, math.ceil(reach / target.page_size)) * target.page_size
+    else:
+        sized = max(1, reach)
+    return reach if sized == target.capacity else target.capacity
+
+
+# ---------------------------------------------------------------- loading
+
+
+def load_run(data: str | bytes | bytearray) -> RunRecord:
+    """A `RunRecord` from a run file (or the older list-of-traces export); `RunFileError` otherwise."""
+    obj = _parse(data)
+    if isinstance(obj, list):
+        return _from_old_export(obj)
+    if not isinstance(obj, dict):
+        raise RunFileError("this file holds JSON, but not a specviz run (expected an object or a list of cycles)")
+    _check_format(obj)
+    missing = [k for k in _REQUIRED if k not in obj]
+    if missing:
+        raise RunFileError(f"this run file is incomplete: it lacks {', '.join(missing)}")
+    notes: list[str] = []
+    config = _config_from_dict(obj["config"], notes)
+    traces = _traces_from(obj["traces"])
+    prompt_ids = _int_list(obj["prompt_ids"], "prompt_ids")
+    if not prompt_ids:
+        raise RunFileError("this run file has an empty prompt")
+    prefill = _prefill_from(obj["prefill"])
+    max_context = _int_field(obj, "max_context", _max_context_of(prefill[0], config))
+    reach = _int_field(obj, "cache_reach", _cache_reach(config, len(prompt_ids), max_context, prefill[0]))
+    return RunRecord(
+        title=str(obj.get("title", "")),
+        created=str(obj.get("created", "")),
+        pair=str(obj.get("pair", "")),
+        proposer=str(obj.get("proposer", traces[0].proposer)),
+        config=config,
+        max_context=max_context,
+        cache_reach=reach,
+        prompt_text=str(obj.get("prompt_text", "")),
+        chat=bool(obj.get("chat", False)),
+        prompt_ids=tuple(prompt_ids),
+        prefill=prefill,
+        traces=traces,
+        token_texts=_token_texts_from(obj["token_texts"]),
+        baseline_ms_per_token=_optional_float(obj.get("baseline_ms_per_token")),
+        version=str(obj["version"]),
+        notes=tuple(notes),
+    )
+
+
+def _parse(data: str | bytes | bytearray) -> Any:
+    if isinstance(data, str):
+        raw = data.encode("utf-8", errors="surrogatepass")
+    elif isinstance(data, (bytes, bytearray)):
+        raw = bytes(data)
+    else:
+        raise RunFileError(f"a run file is text or bytes, not {type(data).__name__}")
+    if len(raw) > MAX_RUN_BYTES:
+        raise RunFileError(
+            f"this file is {len(raw) / 2**20:.0f} MB; a run file may be at most {MAX_RUN_BYTES // 2**20} MB"
+        )
+    if not raw.strip():
+        raise RunFileError("this file is empty; a run file is the JSON that 'export run' writes")
+    try:
+        return json.loads(raw)
+    except UnicodeDecodeError:
+        raise RunFileError("this file is not text (not UTF-8), so it is not a specviz run file") from None
+    except json.JSONDecodeError as err:
+        raise RunFileError(
+            f"this file is not valid JSON (line {err.lineno}, column {err.colno}: {err.msg}); "
+            "a run file is the JSON that 'export run' writes"
+        ) from None
+
+
+def _check_format(obj: Mapping[str, Any]) -> None:
+    name = obj.get("format")
+    if name != FORMAT_NAME:
+        shown = "no format name" if name is None else f"format {name!r}"
+        raise RunFileError(f"this JSON file is not a specviz run: it has {shown}, expected {FORMAT_NAME!r}")
+    version = str(obj.get("version", ""))
+    major, mine = _major(version), _major(FORMAT_VERSION)
+    if major is None:
+        raise RunFileError(f"this run file has an unreadable version {version!r} (expected e.g. {FORMAT_VERSION!r})")
+    if major > mine:
+        raise RunFileError(
+            f"this run file was written by a newer specviz (format version {version}; this one reads "
+            f"{mine}.x): update specviz to open it"
+        )
+
+
+def _major(version: str) -> int | None:
+    head = version.split(".", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+def _config_from_dict(data: Any, notes: list[str]) -> DecodeConfig:
+    """A DecodeConfig from its saved dict; settings this specviz does not know are ignored, with a note."""
+    if not isinstance(data, dict):
+        raise RunFileError("the run file's 'config' is not a table of settings")
+    known = {f.name for f in dataclasses.fields(DecodeConfig)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        notes.append(f"ignored setting(s) this version of specviz does not know: {', '.join(unknown)}")
+    values = {k: v for k, v in data.items() if k in known}
+    if "forced_outcomes" in values and isinstance(values["forced_outcomes"], list):
+        values["forced_outcomes"] = tuple(tuple(x) if isinstance(x, list) else x for x in values["forced_outcomes"])
+    try:
+        return DecodeConfig(**values)
+    except (SpecvizError, TypeError) as err:
+        raise RunFileError(f"the run file's settings are not valid: {err}") from None
+
+
+def _traces_from(items: Any) -> tuple[CycleTrace, ...]:
+    if not isinstance(items, list):
+        raise RunFileError("the run file's 'traces' is not a list of cycles")
+    if not items:
+        raise RunFileError("this run file holds no cycles: there is nothing to show")
+    traces = []
+    for i, item in enumerate(items, start=1):
+        if not isinstance(item, dict):
+            raise RunFileError(f"cycle {i} of the file is not a cycle record")
+        try:
+            traces.append(CycleTrace.from_dict(item))
+        except Exception as err:  # any shape error in hand-edited or damaged JSON
+            raise RunFileError(f"cycle {i} of the file cannot be read ({type(err).__name__}: {err})") from None
+    return tuple(traces)
+
+
+def _snapshot_from(data: Any, what: str) -> CacheSnapshot:
+    if not isinstance(data, dict):
+        raise RunFileError(f"the {what} snapshot is not a cache snapshot")
+    known = {f.name for f in dataclasses.fields(CacheSnapshot)}
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in known}
+    try:
+        return CacheSnapshot(**values)
+    except TypeError as err:
+        raise RunFileError(f"the {what} snapshot cannot be read ({err})") from None
+
+
+def _prefill_from(data: Any) -> tuple[CacheSnapshot, CacheSnapshot | None]:
+    if not isinstance(data, list) or len(data) != 2 or data[0] is None:
+        raise RunFileError("the run file's 'prefill' must hold the target's snapshot and the proposer's (or null)")
+    target = _snapshot_from(data[0], "target's prefill")
+    return target, None if data[1] is None else _snapshot_from(data[1], "proposer's prefill")
+
+
+def _token_texts_from(data: Any) -> dict[int, str]:
+    if not isinstance(data, dict):
+        raise RunFileError("the run file's 'token_texts' is not a table of token id -> text")
+    try:
+        return {int(k): str(v) for k, v in data.items()}
+    except ValueError:
+        raise RunFileError("the run file's 'token_texts' has a key that is not a token id") from None
+
+
+def _int_list(data: Any, what: str) -> list[int]:
+    if not isinstance(data, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in data):
+        raise RunFileError(f"the run file's {what!r} is not a list of token ids")
+    return data
+
+
+def _int_field(obj: Mapping[str, Any], name: str, default: int) -> int:
+    value = obj.get(name, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise RunFileError(f"the run file's {name!r} must be a positive whole number, got {value!r}")
+    return value
+
+
+def _optional_float(value: Any) -> float | None:
+    if value is None:
+        return None
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise RunFileError(f"the run file's 'baseline_ms_per_token' must be a number, got {value!r}")
+    return float(value)
+
+
+# ---------------------------------------------------------------- the older export
+
+
+def _from_old_export(items: list[Any]) -> RunRecord:
+    """A RunRecord from a bare list of traces (traces_to_json / `walk --json`)."""
+    traces = _traces_from(items)
+    first = traces[0]
+    if not first.snapshots:
+        raise RunFileError(
+            "these cycles were recorded without cache snapshots (instrument off), so the prompt and the "
+            "prefill cannot be rebuilt from them"
+        )
+    prompt_ids = _prompt_from(first)
+    start = first.snapshot("start")
+    notes = [
+        "rebuilt from an older export (a list of cycles): the prompt and the prefill come from the first "
+        "cycle's cache snapshots; max_new_tokens and the seed are not stored there"
+    ]
+    if first.cycle != 0:
+        notes.append(f"the export starts at cycle {first.cycle + 1}: its 'prompt' is the text up to there")
+    config = _config_of_old(traces, start.target, notes)
+    max_context = _max_context_of(start.target, config)
+    if start.target.layout == "paged" and start.target.max_capacity:
+        max_context = start.target.max_capacity  # rounded to whole pages: exact unless the pool was capped
+    reach = start.target.capacity or len(prompt_ids)  # a paged pool tells it to whole pages only
+    texts = _texts_carried(traces)
+    return RunRecord(
+        title=OLD_FORMAT_TITLE,
+        created="",
+        pair="unknown pair (older export)",
+        proposer=first.proposer,
+        config=config,
+        max_context=max_context,
+        cache_reach=reach,
+        prompt_text="".join(texts.get(t, f"<{t}>") for t in prompt_ids),
+        chat=False,
+        prompt_ids=tuple(prompt_ids),
+        prefill=(start.target, start.draft),
+        traces=traces,
+        token_texts=texts,
+        notes=tuple(notes),
+    )
+
+
+def _prompt_from(first: CycleTrace) -> list[int]:
+    """The committed tokens x_1..x_n the first cycle started from: after its verify pass the target
+    cache holds K/V for all of them (positions 0..n-1), each slot naming its position and token."""
+    n = first.context_len
+    tokens: dict[int, int] = {}
+    for phase in CYCLE_PHASES:
+        snap = next((s.target for s in first.snapshots if s.phase == phase), None)
+        if snap is None:
+            continue
+        for slot, (pos, tok) in enumerate(zip(snap.slot_positions, snap.slot_tokens)):
+            if 0 <= pos < n and snap.slot_state(slot) in ("committed", "provisional"):
+                tokens.setdefault(pos, tok)
+    missing = [p for p in range(n) if p not in tokens]
+    if missing:
+        raise RunFileError(
+            f"the first cycle's snapshots do not show every prompt token (positions {missing[:5]} are missing), "
+            "so the prompt cannot be rebuilt"
+        )
+    return [tokens[p] for p in range(n)]
+
+
+def _config_of_old(traces: Sequence[CycleTrace], target: CacheSnapshot, notes: list[str]) -> DecodeConfig:
+    """The settings a list of traces shows: sampling from the first cycle, the layout from its
+    snapshot; K is the largest any cycle used, max_new_tokens what the run generated."""
+    first = traces[0]
+    layout: dict[str, Any] = {"cache_layout": target.layout}
+    if target.layout == "paged":
+        layout.update(page_size=target.page_size, free_policy=target.policy or "free")
+    try:
+        return DecodeConfig(
+            k=max(1, min(64, max(t.k for t in traces))),
+            proposer=first.proposer,
+            temperature=first.temperature,
+            top_k=first.top_k,
+            top_p=first.top_p,
+            max_new_tokens=max(1, sum(len(t.emitted) for t in traces)),
+            **layout,
+        )
+    except SpecvizError as err:
+        raise RunFileError(f"the cycles' settings are not valid: {err}") from None
+
+
+def _texts_carried(traces: Iterable[CycleTrace]) -> dict[int, str]:
+    """Token texts the traces themselves carry (empty texts -- instrument off -- are not texts)."""
+    texts: dict[int, str] = {}
+
+    def add(token_id: int, text: str) -> None:
+        if text and token_id not in texts:
+            texts[token_id] = text
+
+    for t in traces:
+        for tok in (*t.catch_up, *t.emitted):
+            add(tok.token_id, tok.text)
+        for step in t.drafts:
+            add(step.token_id, step.text)
+            for tp in (*step.draft_top, *step.target_top):
+                add(tp.token_id, tp.text)
+        for tp in (*t.residual_top, *t.bonus_top):
+            add(tp.token_id, tp.text)
+    return texts
