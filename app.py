@@ -50,6 +50,9 @@ TABS = {
 
 MYTHS_INTRO = "The classic walkthrough of the cache bookkeeping gets these wrong. specviz shows the precise version:"
 
+# The stage must sit above the fold at 1440x900: Streamlit's default top padding (6 rem) is halved.
+COMPACT_PAGE = "<style>.stMainBlockContainer { padding-top: 2.5rem; }</style>"
+
 st.set_page_config(
     page_title="specviz — speculative decoding, exactly", page_icon=":material/visibility:", layout="wide"
 )
@@ -163,9 +166,10 @@ def main() -> None:
     controls = sidebar.sidebar(settings, stage.on_walkthrough)
     with st.sidebar:
         open_file_control()
-    st.markdown(
-        "#### Speculative decoding, exactly — a **proposer** guesses K tokens, the **target** checks them in one "
-        "pass, and a rejection test keeps the output exactly the target's"
+    st.html(COMPACT_PAGE)
+    st.caption(
+        "**Speculative decoding, exactly** — a proposer guesses K tokens, the target checks them in one pass, and a "
+        "rejection test keeps the output exactly the target's. Keys: → phase · Shift+→ cycle · ← back · P play"
     )
     for note in limit_notes:
         st.warning(note, icon=":material/school:")

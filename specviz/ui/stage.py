@@ -41,6 +41,9 @@ from .state import (
 from .tab_runs import compare_view
 
 WALKTHROUGH = ((1, True), (2, True), (3, True), (4, False))
+# Cache rows drawn around the action; the rest fold into the overview strip. Six rows keep the
+# action above the fold at 1440x900 with the buttons and the status line.
+STAGE_ROWS = 6
 
 
 # ---------------------------------------------------------------- actions (callbacks) ---------
@@ -197,6 +200,7 @@ def hero_html(run: Run, lecture: bool) -> str:
         phase=phase,
         proposer=run.proposer,
         lecture=lecture,
+        max_rows=STAGE_ROWS,
     )
 
 
