@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from . import tokenbytes
 from .config import DecodeConfig
 from .errors import PromptError
 from .kv import SpecvizCache, create_cache
@@ -197,15 +198,62 @@ def copy_generator(gen: torch.Generator) -> torch.Generator:
 
 
 class TokenTexts:
-    """Token id -> display text, memoised (decoding is slow compared with a cycle)."""
+    """Token id -> display text, memoised (decoding is slow compared with a cycle).
+
+    The text is `tokenizer.decode([id])`, except for a token whose bytes are not whole UTF-8
+    characters (a piece of an emoji or a CJK character under a byte-level BPE, or a sentencepiece
+    byte-fallback token): `decode` would show "�", so it is labelled with its bytes, `<0xF0><0x9F>`
+    (specviz.tokenbytes). `characters(ids)` tells which consecutive tokens make which character."""
 
     def __init__(self, tokenizer: Any | None) -> None:
         self.tokenizer = tokenizer
         self._cache: dict[int, str] = {}
+        self._byte_level: bool | None = None
 
     def __call__(self, token_id: int) -> str:
         text = self._cache.get(token_id)
         if text is None:
-            text = f"<{token_id}>" if self.tokenizer is None else self.tokenizer.decode([token_id])
+            text = f"<{token_id}>" if self.tokenizer is None else self._label(token_id)
             self._cache[token_id] = text
         return text
+
+    def _label(self, token_id: int) -> str:
+        text = self.tokenizer.decode([token_id])
+        if "\ufffd" not in text:  # whole characters: exactly what decode says (spacing included)
+            return text
+        raw = self._raw_bytes(token_id)
+        return text if raw is None or tokenbytes.is_whole(raw) else tokenbytes.bytes_label(raw)
+
+    def token_bytes(self, token_id: int) -> bytes | None:
+        """The UTF-8 bytes the token stands for; None when the tokenizer gives no way to know."""
+        if self.tokenizer is None:
+            return None
+        raw = self._raw_bytes(token_id)
+        if raw is not None:
+            return raw
+        text = self(token_id)
+        return None if "\ufffd" in text else text.encode("utf-8")
+
+    def characters(self, token_ids: Sequence[int]) -> list[tokenbytes.CharacterSpan]:
+        """Which consecutive tokens of `token_ids` together make which character (indices into
+        `token_ids`), e.g. [CharacterSpan(5, 6, "🙂")]; characters inside one token are not listed."""
+        return tokenbytes.character_spans([self.token_bytes(t) for t in token_ids])
+
+    def _raw_bytes(self, token_id: int) -> bytes | None:
+        """Bytes from the vocabulary string: byte-level BPE or byte fallback (None for neither)."""
+        piece = self.tokenizer.convert_ids_to_tokens(int(token_id))
+        if not isinstance(piece, str):
+            return None
+        if self._is_byte_level():
+            raw = tokenbytes.byte_level_bytes(piece)
+            if raw is not None:
+                return raw
+        return tokenbytes.byte_fallback_bytes(piece)
+
+    def _is_byte_level(self) -> bool:
+        # A byte-level BPE says so in its decoder (fast tokenizers) or keeps the table (slow GPT-2).
+        if self._byte_level is None:
+            backend = getattr(self.tokenizer, "backend_tokenizer", None)
+            decoder = getattr(backend, "decoder", None)
+            self._byte_level = "ByteLevel" in repr(decoder) or hasattr(self.tokenizer, "byte_decoder")
+        return self._byte_level

@@ -11,14 +11,24 @@ probabilities. A cycle with no proposal (k = 0) shows no pending chips: its one 
 Tokens of a forced (what-if) cycle carry a dashed purple underline, a "what-if" line in their
 hover text and a legend entry: their values were not decided by the acceptance test.
 
+Tokens are bytes (specviz.tokenbytes): a character a byte-level BPE cut across tokens, like "🙂"
+as F0 9F | 99 82, shows as its bytes, `<0xF0><0x9F>` `<0x99><0x82>`, with a small "=🙂" after the
+last piece and "bytes of 🙂 (tokens 5–6)" in each piece's hover text.
+
+A long prompt is folded: its first `head` and last `tail` tokens stay, the middle goes into an
+HTML `<details>` element ("⋯ 1,204 more prompt tokens") that opens on a click without any
+script (the app inserts the strip with st.html, which runs none). Chips are separated by `<wbr>`
+break opportunities, so even thousands of them wrap like text.
+
 This view is HTML rather than plotly: text has to wrap like text.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from ..tokenbytes import character_spans, label_bytes
 from ..trace import CYCLE_PHASES, CycleTrace
 from .style import KIND_COLORS, esc_attr, show_token
 
@@ -33,6 +43,8 @@ class Chip:
     kind: str  # prompt / accepted / corrected / bonus / generated / pending / rejected / untested
     tooltip: str
     forced: bool = False  # from a what-if cycle: outcomes forced, not decided by the test
+    character: str = ""  # the character(s) this chip's bytes make together with its neighbours'
+    character_end: bool = False  # the last chip of that character: the note "=🙂" follows it
 
 
 FORCED_NOTE = " · WHAT-IF cycle: outcomes forced, not exact"
@@ -50,7 +62,7 @@ def strip_chips(
     cycle's own drafts / emitted tokens as far as `phase` has revealed them."""
     chips = [Chip(t, token_text(t), i, "prompt", f"prompt token {t} · position {i}") for i, t in enumerate(prompt_ids)]
     if cycle is None:
-        return chips
+        return mark_characters(chips)
     for tr in traces[:cycle]:
         chips += [_emitted_chip(tr, e.token_id, e.text, e.position, e.kind) for e in tr.emitted]
     tr = traces[cycle]
@@ -67,7 +79,29 @@ def strip_chips(
     elif step >= CYCLE_PHASES.index("draft"):
         revealed = step >= CYCLE_PHASES.index("accept")
         chips += [_draft_chip(d, d.verdict if revealed else "pending", revealed) for d in tr.drafts]
-    return chips
+    return mark_characters(chips)
+
+
+def mark_characters(chips: Sequence[Chip]) -> list[Chip]:
+    """Mark the chips whose bytes make a character together (a byte-level BPE cut it across tokens).
+
+    Bytes join only along the sequence, i.e. between chips at consecutive positions: the rejected
+    drafts shown after a corrected token sit at positions already taken, so they join nothing."""
+    out = list(chips)
+    run_start = 0
+    for i in range(1, len(chips) + 1):
+        if i < len(chips) and chips[i].position == chips[i - 1].position + 1:
+            continue
+        run = chips[run_start:i]
+        for span in character_spans([label_bytes(c.text) for c in run]):
+            first, last = run[span.first].position, run[span.last].position
+            note = f" · bytes of {span.text} (tokens {first}–{last})"
+            for j in range(run_start + span.first, run_start + span.last + 1):
+                c = out[j]
+                out[j] = replace(c, tooltip=c.tooltip + note, character=span.text,
+                                 character_end=j == run_start + span.last)
+        run_start = i
+    return out
 
 
 def _emitted_chip(tr: CycleTrace, token_id: int, text: str, position: int, kind: str) -> Chip:
@@ -103,23 +137,29 @@ _LEGEND = (
 )
 
 
-def strip_html(chips: Sequence[Chip], max_prompt_chips: int = 400) -> str:
-    """Render chips as a self-contained HTML fragment (inline styles; no scripts)."""
+def strip_html(chips: Sequence[Chip], head: int = 16, tail: int = 48) -> str:
+    """Render chips as a self-contained HTML fragment (inline styles; no scripts). A prompt longer
+    than head + tail (+ a few: folding three tokens away helps nobody) shows its first `head` and
+    last `tail` tokens; the rest wait in a <details> element."""
     parts = [
         "<div style='font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:13px;"
-        "line-height:2.0;padding:8px 10px;border:1px solid #e5e7eb;border-radius:8px;background:#fafafa'>"
+        "line-height:2.0;padding:8px 10px;border:1px solid #e5e7eb;border-radius:8px;background:#fafafa;"
+        "overflow-wrap:anywhere'>"
     ]
-    prompt_chips = [c for c in chips if c.kind == "prompt"]
-    skipped = max(0, len(prompt_chips) - max_prompt_chips)
-    if skipped:
-        parts.append(f"<span style='color:#9ca3af'>… {skipped} earlier prompt tokens … </span>")
+    num_prompt = sum(c.kind == "prompt" for c in chips)
+    folded = range(head, num_prompt - tail) if num_prompt > head + tail + FOLD_SLACK else range(0)
     seen_prompt = 0
+    hidden: list[str] = []
     for c in chips:
+        html = _chip_html(c)
         if c.kind == "prompt":
             seen_prompt += 1
-            if seen_prompt <= skipped:
+            if seen_prompt - 1 in folded:
+                hidden.append(html)
+                if seen_prompt == folded.stop:
+                    parts.append(_details(hidden))
                 continue
-        parts.append(_chip_html(c))
+        parts.append(html)
     parts.append("</div>")
     legend = " ".join(
         f"<span style='display:inline-block;margin-right:10px'><span style='display:inline-block;width:10px;"
@@ -131,8 +171,26 @@ def strip_html(chips: Sequence[Chip], max_prompt_chips: int = 400) -> str:
             f" <span style='display:inline-block;margin-right:10px'><span style='display:inline-block;width:10px;"
             f"height:10px{FORCED_STYLE};margin-right:4px'></span>what-if (forced) cycle</span>"
         )
+    if any(c.character for c in chips):
+        legend += (
+            " <span style='display:inline-block;margin-right:10px'><code>&lt;0xF0&gt;</code> a byte: tokens are "
+            "bytes, and a character may take several (hover one)</span>"
+        )
     parts.append(f"<div style='font-size:12px;color:#4b5563;margin-top:4px'>{legend}</div>")
     return "".join(parts)
+
+
+FOLD_SLACK = 8
+
+
+def _details(hidden: Sequence[str]) -> str:
+    """The folded middle of a long prompt: a summary line that opens on a click, no script needed."""
+    summary = (
+        "<summary style='display:inline;cursor:pointer;color:#6b7280;list-style:none;margin:0 6px;"
+        "white-space:nowrap'>"
+        f"⋯ {len(hidden):,} more prompt tokens</summary>"
+    )
+    return f"<details style='display:inline'>{summary}{'<wbr>'.join(hidden)}</details><wbr>"
 
 
 def _chip_html(c: Chip) -> str:
@@ -142,7 +200,8 @@ def _chip_html(c: Chip) -> str:
         if c.kind == "prompt"
         else esc_attr(show_token(c.text, 40))
     )
-    style = f"background:{color};padding:1px 2px;margin:0 1px;border-radius:3px;white-space:pre"
+    # pre-wrap, not pre: a chip keeps its own spacing, and the <wbr> after it lets a line break there
+    style = f"background:{color};padding:1px 2px;margin:0 1px;border-radius:3px;white-space:pre-wrap"
     if c.kind in ("accepted", "corrected", "bonus", "rejected"):
         style += ";color:#fff;font-weight:600"
     if c.kind == "pending":
@@ -153,4 +212,9 @@ def _chip_html(c: Chip) -> str:
         style += ";color:#374151"
     if c.forced:
         style += FORCED_STYLE
-    return f"<span title='{esc_attr(c.tooltip)}' style='{style}'>{text}</span>"
+    if c.character:
+        style += ";border-bottom:2px dotted #6b7280"  # the pieces of one character, visibly together
+    chip = f"<span title='{esc_attr(c.tooltip)}' style='{style}'>{text}</span>"
+    if c.character_end:
+        chip += f"<span style='font-size:10px;color:#6b7280;margin-right:2px'>={esc_attr(c.character)}</span>"
+    return chip + "<wbr>"

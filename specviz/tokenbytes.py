@@ -1,0 +1,160 @@
+"""Tokens stand for bytes, not characters.
+
+A byte-level BPE (GPT-2, SmolLM2, Qwen, Llama 3) splits text into UTF-8 *bytes* before merging,
+so a character outside its merges is cut across tokens: "🙂" (F0 9F 99 82) is two SmolLM2 tokens,
+F0 9F and 99 82. Neither half is a character, and `tokenizer.decode([id])` of one half gives the
+replacement character "�". Showing "�" hides the lesson; this module shows such a token as the
+bytes it stands for, `<0xF0><0x9F>` (the notation of sentencepiece's byte-fallback tokens), and
+tells which consecutive tokens together make which character.
+
+To store bytes as vocabulary strings, GPT-2's byte-level BPE maps each of the 256 byte values to a
+printable character (`byte_level_table`; e.g. the space byte is "Ġ"), so
+`convert_ids_to_tokens` gives a string that maps back to the exact bytes. Sentencepiece models with
+byte fallback (Llama 2, Mistral) have one token per byte instead, spelt "<0xF0>".
+
+A label is *honest*: its text where the bytes form whole characters, `<0xNN>` for each byte that
+does not, so `label_bytes` turns a label back into the token's bytes, and the labels of a sequence
+concatenate back to its UTF-8 text. (A label that spells "<0xNN>" as literal text would be read
+back as a byte; no default-pair token does, tests/test_token_bytes.py checks the vocabulary.)
+No torch and no tokenizer here: the views read labels from traces.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+
+
+@functools.cache
+def byte_level_table() -> dict[str, int]:
+    """GPT-2's `bytes_to_unicode` inverted: vocabulary character -> the byte it stands for.
+
+    Printable Latin-1 bytes stand for themselves; the other 68 (controls, space, 0x7F-0xA0, 0xAD)
+    are moved to U+0100 onwards in byte order, so that no vocabulary string holds a space or a
+    control character."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    table = {chr(b): b for b in printable}
+    shifted = 0
+    for b in range(256):
+        if b not in printable:
+            table[chr(256 + shifted)] = b
+            shifted += 1
+    return table
+
+
+def byte_level_bytes(piece: str) -> bytes | None:
+    """The bytes a byte-level BPE vocabulary string stands for (None if it is not one)."""
+    table = byte_level_table()
+    if not piece or any(c not in table for c in piece):
+        return None
+    return bytes(table[c] for c in piece)
+
+
+def byte_fallback_bytes(piece: str) -> bytes | None:
+    """The byte of a sentencepiece byte-fallback token "<0xNN>" (None for any other piece)."""
+    match = BYTE_TOKEN.fullmatch(piece)
+    return bytes([int(match.group(1), 16)]) if match else None
+
+
+def bytes_label(raw: bytes) -> str:
+    """Text where `raw` holds whole UTF-8 characters, `<0xNN>` for every byte that is not part of one."""
+    out: list[str] = []
+    rest = raw
+    while rest:
+        try:
+            out.append(rest.decode("utf-8"))
+            break
+        except UnicodeDecodeError as err:
+            out.append(rest[: err.start].decode("utf-8"))
+            out.extend(f"<0x{b:02X}>" for b in rest[err.start : err.end])
+            rest = rest[err.end :]
+    return "".join(out)
+
+
+def label_bytes(label: str) -> bytes:
+    """The inverse of `bytes_label`: the bytes a label stands for."""
+    out = bytearray()
+    last = 0
+    for match in BYTE_TOKEN.finditer(label):
+        out += label[last : match.start()].encode("utf-8")
+        out.append(int(match.group(1), 16))
+        last = match.end()
+    out += label[last:].encode("utf-8")
+    return bytes(out)
+
+
+def is_whole(raw: bytes) -> bool:
+    """True when `raw` is valid UTF-8 on its own: every character complete."""
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class CharacterSpan:
+    """Tokens `first..last` (indices into the sequence given, inclusive) whose bytes together make `text`."""
+
+    first: int
+    last: int
+    text: str
+
+
+def character_spans(pieces: Sequence[bytes | None]) -> list[CharacterSpan]:
+    """Which consecutive tokens share a character, for a sequence of token bytes.
+
+    Only characters cut across tokens are listed ("🙂" as tokens 5-6 gives CharacterSpan(5, 6, "🙂"));
+    a token whose characters are all its own is in no span. Characters that share a token are
+    merged into one span (a token holding the end of one character and the start of the next joins
+    them). A None piece (bytes unknown) joins nothing."""
+    spans: list[CharacterSpan] = []
+    start = 0
+    while start < len(pieces):
+        if pieces[start] is None:
+            start += 1
+            continue
+        end = start
+        while end < len(pieces) and pieces[end] is not None:
+            end += 1
+        spans += _spans_in_run(pieces[start:end], start)  # type: ignore[arg-type]
+        start = end
+    return spans
+
+
+def _spans_in_run(pieces: Sequence[bytes], offset: int) -> list[CharacterSpan]:
+    data = b"".join(pieces)
+    owner = [offset + t for t, piece in enumerate(pieces) for _ in piece]  # byte -> token index
+    spans: list[CharacterSpan] = []
+    i = 0
+    while i < len(data):
+        size = _utf8_length(data[i])
+        chunk = data[i : i + size]
+        if size == 1 or len(chunk) < size or not is_whole(chunk):
+            i += 1  # ASCII, or a byte that starts no whole character: it stays with its own token
+            continue
+        first, last = owner[i], owner[i + size - 1]
+        if first != last:
+            char = chunk.decode("utf-8")
+            if spans and first <= spans[-1].last:  # shares a token with the previous cut character
+                prev = spans.pop()
+                spans.append(CharacterSpan(prev.first, max(prev.last, last), prev.text + char))
+            else:
+                spans.append(CharacterSpan(first, last, char))
+        i += size
+    return spans
+
+
+def _utf8_length(lead: int) -> int:
+    """Bytes of the character a UTF-8 lead byte starts (1 for ASCII and for a stray byte)."""
+    if lead >= 0xF0:
+        return 4
+    if lead >= 0xE0:
+        return 3
+    if lead >= 0xC0:
+        return 2
+    return 1
