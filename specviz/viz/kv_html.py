@@ -55,7 +55,7 @@ TokenText = Callable[[int], str]
 CONTIGUOUS_ROW = 16  # slots per drawn row of a contiguous buffer
 MAX_ROWS, MAX_ROWS_LECTURE = 20, 12  # rows per cache before the view windows around the action
 ANIM_MS = 700
-FREE_LIST_SHOWN = 24  # free-list entries drawn; the rest are counted
+FREE_LIST_SHOWN, FREE_LIST_TAIL = 16, 6  # free-list entries drawn from its head and its tail; the rest are counted
 MIN_CELL_EM = 3.0  # the narrowest legible cell (in em of the cell text) for the side-by-side decision
 TAG_EM = 6.5
 GLYPHS = {"provisional": "P", "stale": "✕", "committed": "", "free": ""}
@@ -311,17 +311,22 @@ def _next_write(snap: CacheSnapshot, width: int) -> str:
 
 def _free_list_html(snap: CacheSnapshot, before: CacheSnapshot | None) -> str:
     """The pool's free list in hand-out order; blocks that just joined slide in, blocks that just
-    left fade out where they stood."""
+    left fade out where they stood. A long list keeps its head (handed out next) and its tail
+    (where freed blocks return) and counts the middle."""
     old = before.free_blocks if before else snap.free_blocks
     joined = set(snap.free_blocks) - set(old)
     left = [b for b in old if b not in set(snap.free_blocks)]
     chips = [f"<span class='svkv-fb svkv-fb-out svkv-anim'>{b}</span>" for b in left[:FREE_LIST_SHOWN]]
-    for b in snap.free_blocks[:FREE_LIST_SHOWN]:
+    free = list(snap.free_blocks)
+    tail = max(FREE_LIST_TAIL, len(joined))
+    skipped = len(free) - FREE_LIST_SHOWN - tail
+    for i, b in enumerate(free):
+        if skipped > 0 and FREE_LIST_SHOWN <= i < FREE_LIST_SHOWN + skipped:
+            if i == FREE_LIST_SHOWN:
+                chips.append(f"<span class='svkv-fb-more'>… {skipped} more …</span>")
+            continue
         cls = "svkv-fb svkv-fb-in svkv-anim" if b in joined else "svkv-fb"
         chips.append(f"<span class='{cls}'>{b}</span>")
-    more = len(snap.free_blocks) - FREE_LIST_SHOWN
-    if more > 0:
-        chips.append(f"<span class='svkv-fb-more'>… +{more}</span>")
     return (f"<div class='svkv-free'><span class='svkv-free-h'>free list ({snap.num_free_blocks} of "
             f"{snap.num_blocks} blocks) →</span>{''.join(chips) or '<span>empty</span>'}</div>")
 
@@ -631,7 +636,7 @@ border-radius:999px;border:2px solid currentColor}}
 .svkv .svkv-describe{{margin-top:.6em;font-size:max(14px,.875em);color:#374151}}
 .svkv.svkv-lecture .svkv-sub,.svkv.svkv-lecture .svkv-sub2,.svkv.svkv-lecture .svkv-meta,.svkv.svkv-lecture .svkv-tag,
 .svkv.svkv-lecture .svkv-barrow,.svkv.svkv-lecture .svkv-dpos,.svkv.svkv-lecture .svkv-free,
-.svkv.svkv-lecture .svkv-legend,.svkv.svkv-lecture .svkv-gap{{font-size:max(18px,.8em)}}
+.svkv.svkv-lecture .svkv-legend,.svkv.svkv-lecture .svkv-gap,.svkv.svkv-lecture .svkv-ov{{font-size:max(18px,.8em)}}
 .svkv [data-d]{{cursor:pointer}}
 @keyframes svkv-morph{{from{{background-color:var(--from-bg);color:var(--from-fg)}}}}
 @keyframes svkv-appear{{from{{background-color:var(--from-bg);transform:scale(.45);opacity:.15}}
