@@ -1,7 +1,7 @@
 """Headless walk-through: run speculative decoding cycle by cycle and narrate each one.
 
     python -m specviz walk --prompt "Explain KV caches." --k 5 --temperature 0.8 --cycles 8 \
-        --layout paged --page-size 4 [--policy free|keep] [--seed N] [--json FILE] \
+        --layout paged --page-size 4 [--policy free|keep] [--seed N] [--json FILE] [--no-chat] \
         [--proposer draft|feature|lookup] [--target ID_OR_DIR --draft ID_OR_DIR | --tiny]
 
 For every cycle it prints what the decoder actually did, with positions and numbers: the
@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from . import models
+from . import models, prompting
 from .config import PROPOSERS, DecodeConfig
 from .errors import SpecvizError
 from .outcome import cycle_outcome
@@ -53,7 +53,8 @@ def format_cycle(trace: CycleTrace) -> str:
            f"proposer {trace.proposer} ==="]
     catch = " ".join(f"'{_show(t.text)}'@{t.position}" for t in trace.catch_up)
     if trace.proposer == "feature":
-        out.append(f"draft   catch-up: the head is fed {len(trace.catch_up)} pair(s) (target feature at p-1, token at p): {catch}")
+        fed = len(trace.catch_up)
+        out.append(f"draft   catch-up: the head is fed {fed} pair(s) (target feature at p-1, token at p): {catch}")
     elif trace.proposer == "draft":
         out.append(f"draft   catch-up: feeds {len(trace.catch_up)} token(s) it lacks: {catch}")
     if trace.proposer_note:
@@ -120,15 +121,9 @@ def _load_pair(args: argparse.Namespace, progress: Callable[[str, float | None],
 
 
 def encode_prompt(tokenizer: Any, text: str, chat: bool = True) -> list[int]:
-    """Token ids of a prompt; with chat=True the tokenizer's chat template is applied if it has one."""
-    if not text.strip():
-        return []
-    if chat and getattr(tokenizer, "chat_template", None):
-        ids = tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True, return_dict=False
-        )
-        return list(ids["input_ids"] if isinstance(ids, dict) else ids)
-    return list(tokenizer.encode(text, add_special_tokens=False))
+    """`specviz.prompting.encode_prompt` with the CLI's default (the chat template on); kept so
+    older callers of `specviz.cli.encode_prompt` get the same ids as the app."""
+    return prompting.encode_prompt(tokenizer, text, chat)
 
 
 def walk(args: argparse.Namespace, out: TextIO) -> int:
@@ -153,7 +148,7 @@ def walk(args: argparse.Namespace, out: TextIO) -> int:
         check_invariant=args.check,
     )
     dec = SpeculativeDecoder(pair, cfg)
-    ids = encode_prompt(pair.tokenizer, args.prompt, chat=not args.raw)
+    ids = prompting.encode_prompt(pair.tokenizer, args.prompt, args.chat)  # the app's ids for the same prompt
     dec.start(ids)
     print(f"prompt: {len(ids)} tokens; target {pair.target_name}, proposer {cfg.proposer} "
           f"({dec.proposer.label if cfg.proposer != 'draft' else pair.draft_name})", file=out)
@@ -182,7 +177,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     w = sub.add_parser("walk", help="narrate speculative decoding cycle by cycle")
     w.add_argument("--prompt", default=DEFAULT_PROMPT)
-    w.add_argument("--raw", action="store_true", help="do not apply the chat template")
+    w.add_argument("--chat", action=argparse.BooleanOptionalAction, default=True,
+                   help="wrap the prompt with the tokenizer's chat template, as the app's toggle does "
+                        "(default: on; --no-chat feeds the raw text)")
+    w.add_argument("--raw", dest="chat", action="store_false", help=argparse.SUPPRESS)  # the old spelling of --no-chat
     w.add_argument("--k", type=int, default=5)
     w.add_argument("--temperature", type=float, default=0.8)
     w.add_argument("--top-k", type=int, default=0)
