@@ -9,12 +9,13 @@ Public API (docs/design.md §4):
     cfg = specviz.DecodeConfig(k=5, temperature=1.0, cache_layout="paged", page_size=16)
     dec = specviz.SpeculativeDecoder(pair, cfg)
     dec.start(prompt_ids); trace = dec.step()          # one cycle -> CycleTrace
+    run = specviz.load_run(text)                       # a recorded run, drawn without any model
+    paged = specviz.replay_run(run, cache_layout="paged", page_size=4, free_policy="keep")
 """
 
 from .autoregressive import AutoregressiveDecoder
 from .config import DecodeConfig
 from .engine import SpeculativeDecoder
-from .feature_head import FeatureHead
 from .errors import (
     CacheCapacityError,
     ConfigError,
@@ -26,7 +27,10 @@ from .errors import (
     PromptError,
     SpecvizError,
 )
+from .feature_head import FeatureHead
 from .models import ModelPair, load_default_pair, load_pair
+from .replay import ReplayError, replay_run
+from .runfile import RunFileError, RunRecord, load_run, record_run
 from .tiny import build_tiny_pair
 from .trace import CacheEvent, CacheSnapshot, CycleTrace, traces_from_json, traces_to_json
 
@@ -46,11 +50,17 @@ __all__ = [
     "ModelPair",
     "PoolExhaustedError",
     "PromptError",
+    "ReplayError",
+    "RunFileError",
+    "RunRecord",
     "SpecvizError",
     "SpeculativeDecoder",
     "build_tiny_pair",
     "load_default_pair",
     "load_pair",
+    "load_run",
+    "record_run",
+    "replay_run",
     "traces_from_json",
     "traces_to_json",
 ]
