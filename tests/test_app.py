@@ -1,31 +1,51 @@
 """The Streamlit app under `streamlit.testing.v1.AppTest`, on the tiny random pair (fast).
 
-Every control and button is exercised, every view is checked to be present (by inspecting the
-plotly JSON the app sends: the KV figure carries one frame per phase), history navigation must
-replay recorded traces without recomputing, the what-if scenario must give exactly 3 accepted and
-a rejection at 4, errors must be shown with the app still usable, and two sessions must not share
-a decoder. One test (marked slow) opens the real default pair.
+Every control and button is exercised, every view is checked to be present (the KV-cache picture
+is an HTML fragment, `specviz.viz.kv_html`: its phase title, its cache sections and the state class
+of every slot are read from the HTML the page sends), history navigation must replay recorded
+traces without recomputing, the what-if scenario must give exactly 3 accepted and a rejection at
+4, errors must be shown with the app still usable, and two sessions must not share a decoder. One
+test (marked slow) opens the real default pair.
+
+The tabs are lazy (`st.tabs(..., on_change="rerun")`): under AppTest only the open tab is rendered,
+the first one (Distributions) unless the test opens another with `open_tab` (or `open_app(tab=...)`).
 """
 
 from __future__ import annotations
 
+import html as htmllib
 import json
+import re
+from collections import Counter
 from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from app import TABS  # importing app.py runs nothing but set_page_config: main() is guarded
 from specviz.trace import CYCLE_PHASES
+from specviz.ui.state import view_of
+from specviz.viz.style import PHASE_TITLES
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 TIMEOUT = 120
 
 
-def open_app(pair: str = "tiny", **state) -> AppTest:
+def open_app(pair: str = "tiny", tab: str | None = None, **state) -> AppTest:
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
     at.session_state["pair_kind"] = pair
+    if tab is not None:
+        at.session_state["tab"] = TABS[tab]
     for key, value in state.items():
         at.session_state[key] = value
+    at.run()
+    assert_clean(at)
+    return at
+
+
+def open_tab(at: AppTest, name: str) -> AppTest:
+    """Open one of the lazy tabs (only the open one is rendered)."""
+    at.session_state["tab"] = TABS[name]
     at.run()
     assert_clean(at)
     return at
@@ -35,8 +55,13 @@ def assert_clean(at: AppTest) -> None:
     assert not at.exception, [e.value for e in at.exception]
 
 
-def sess(at: AppTest):
-    return at.session_state["_holder"].sess
+def workspace(at: AppTest):
+    return at.session_state["_workspace"]
+
+
+def shown(at: AppTest):
+    """The run the page shows (`specviz.ui.state.Run`), or None before one could start."""
+    return workspace(at).run
 
 
 def click(at: AppTest, key: str, times: int = 1) -> AppTest:
@@ -46,19 +71,47 @@ def click(at: AppTest, key: str, times: int = 1) -> AppTest:
     return at
 
 
-def kv_spec(at: AppTest) -> dict:
-    for el in at.get("plotly_chart"):
-        spec = json.loads(el.proto.spec)
-        if any("Target cache" in a.get("text", "") for a in spec["layout"].get("annotations", [])):
-            return spec
-    raise AssertionError("no KV-cache figure on the page")
+def kv_views(at: AppTest) -> list[str]:
+    """The KV-cache pictures on the page (the stage's, then the side-by-side replay's)."""
+    return [h.proto.body for h in at.get("html") if h.proto.body.startswith("<div class='svkv")]
+
+
+def kv_view(at: AppTest) -> str:
+    views = kv_views(at)
+    assert views, "no KV-cache picture on the page"
+    return views[0]
+
+
+def kv_phase(body: str) -> str:
+    """The picture's title: 'Prefill' or 'Cycle 2 · 3 · Acceptance tests'."""
+    found = re.findall(r"<div class='svkv-phase'>(.*?)</div>", body)
+    assert len(found) == 1, found
+    return htmllib.unescape(found[0])
+
+
+def kv_panels(body: str) -> dict[str, str]:
+    """Each cache's section of the picture, by its title ('Target cache', 'Draft model cache', …)."""
+    found = re.findall(r"<section class='svkv-cache' aria-label='([^']*)'>(.*?)</section>", body, re.S)
+    return {htmllib.unescape(title): inner for title, inner in found}
+
+
+def slot_states(section: str) -> Counter:
+    """How many slots of a cache section are committed / provisional / stale / free."""
+    return Counter(re.findall(r"class='svkv-cell svkv-s-(\w+)", section))
+
+
+def verdicts(body: str) -> list[str]:
+    """The cycle panel's verdict per draft, d1 first (the legend's samples carry no draft index)."""
+    return re.findall(r"class='svkv-verdict svkv-v-(\w+)' data-d=", body)
 
 
 def phase_shown(at: AppTest) -> tuple[int | None, str]:
-    s = sess(at)
-    from app import view_of  # importing app.py runs nothing: main() is guarded
+    run = shown(at)
+    return view_of(run.view, run)
 
-    return view_of(s.view, s)
+
+def chart_titles(at: AppTest) -> list[str]:
+    return [json.loads(c.proto.spec)["layout"].get("title", {}).get("text", "") for c in at.get("plotly_chart")]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -66,40 +119,63 @@ def phase_shown(at: AppTest) -> tuple[int | None, str]:
 
 def test_opens_after_prefill_with_kv_view():
     at = open_app()
-    s = sess(at)
-    assert s.traces == () and s.view == 0
-    spec = kv_spec(at)
-    assert [f["name"] for f in spec.get("frames", [])] == ["prefill"]
+    run = shown(at)
+    assert run.traces == () and run.view == 0 and run.source == "live"
+    body = kv_view(at)
+    assert kv_phase(body) == "Prefill"
+    panels = kv_panels(body)
+    assert list(panels) == ["Target cache", "Draft model cache"]
+    target = run.prefill[0]
+    assert slot_states(panels["Target cache"])["committed"] == target.seq_len
+    assert "provisional" not in slot_states(panels["Target cache"])
+    assert f"block_table [{', '.join(map(str, target.block_table))}]" in panels["Target cache"]
     assert {b.key for b in at.button} >= {"next_phase", "next_cycle", "back", "play", "reset", "scenario"}
     assert any("Prefill" in m.value for m in at.markdown)
 
 
-def test_next_phase_walks_one_cycle_and_kv_figure_has_a_frame_per_phase():
+def test_next_phase_walks_one_cycle_and_the_kv_view_follows_the_phase():
     at = open_app()
-    shown = []
-    for _ in range(5):
+    views = []
+    for phase in CYCLE_PHASES[1:]:
         click(at, "next_phase")
-        shown.append(sess(at).view)
-        spec = kv_spec(at)
-        assert [f["name"] for f in spec["frames"]] == list(CYCLE_PHASES)
-    assert shown == [1, 2, 3, 4, 5]
-    assert len(sess(at).traces) == 1
-    # The chart opens on the phase being shown (the slider's active step).
-    assert kv_spec(at)["layout"]["sliders"][0]["active"] == CYCLE_PHASES.index("rollback")
+        views.append(shown(at).view)
+        assert kv_phase(kv_view(at)) == f"Cycle 1 · {PHASE_TITLES[phase]}"
+        assert phase_shown(at) == (0, phase)
+    assert views == [1, 2, 3, 4, 5]
+    run = shown(at)
+    assert len(run.traces) == 1
+    tr = run.traces[0]
+    # At rollback the target's slots are what the trace's rollback snapshot says, slot by slot.
+    target = kv_panels(kv_view(at))["Target cache"]
+    snap = tr.snapshot("rollback").target
+    assert slot_states(target)["committed"] == snap.num_committed
+    assert slot_states(target)["provisional"] == snap.seq_len - snap.num_committed
+    # At verify the target held the K+1 provisional entries of its one pass.
+    at.select_slider(key="history").set_value(2).run()
+    target = kv_panels(kv_view(at))["Target cache"]
+    verify = tr.snapshot("verify").target
+    assert slot_states(target)["provisional"] == verify.seq_len - verify.num_committed > 0
+    at.select_slider(key="history").set_value(5).run()
     click(at, "next_phase")  # the next click computes the next cycle and shows its draft phase
-    assert len(sess(at).traces) == 2 and sess(at).view == 6
+    assert len(shown(at).traces) == 2 and shown(at).view == 6
+    assert kv_phase(kv_view(at)) == f"Cycle 2 · {PHASE_TITLES['draft']}"
 
 
 def test_every_view_is_present_at_resolve():
     at = open_app()
     click(at, "next_phase", 4)  # draft, verify, accept, resolve
-    titles = [json.loads(c.proto.spec)["layout"].get("title", {}).get("text", "") for c in at.get("plotly_chart")]
+    titles = chart_titles(at)  # the Distributions tab is the one open
     assert any(t.startswith("Draft proposals") for t in titles)
     assert any(t.startswith("Acceptance tests") or t.startswith("Acceptance (greedy") for t in titles)
     assert any(" vs q" in t for t in titles)
     assert any(t.startswith("Rejection at") or t.startswith("All ") for t in titles)
-    assert len(at.get("tabs")) == 4
+    assert [t.label for t in at.tabs] == list(TABS.values())
     assert any("Corrected token" in m.value or "Bonus token" in m.value for m in at.markdown)
+    # The KV picture carries the cycle panel: a verdict per draft and the resolved token.
+    body = kv_view(at)
+    tr = shown(at).traces[0]
+    assert len(verdicts(body)) == tr.k
+    assert "svkv-result svkv-k-" in body
     # The token strip (HTML) is there, with its legend.
     assert any("accepted draft" in h.proto.body for h in at.get("html"))
 
@@ -108,7 +184,7 @@ def test_acceptance_bars_mark_untested_positions():
     at = open_app()
     for _ in range(6):  # find a cycle with a rejection before the last position
         click(at, "next_cycle")
-        tr = sess(at).traces[-1]
+        tr = shown(at).traces[-1]
         if tr.rejected_at is not None and tr.rejected_at < tr.k:
             break
     else:
@@ -121,42 +197,45 @@ def test_acceptance_bars_mark_untested_positions():
     labels = spec["data"][0]["text"]
     assert labels[tr.rejected_at - 1].startswith("rejected")
     assert all(lab == "never tested" for lab in labels[tr.rejected_at :])
+    # The KV picture's cycle panel says the same.
+    body = kv_view(at)
+    assert verdicts(body) == [d.verdict for d in tr.drafts]
+    assert verdicts(body)[tr.rejected_at - 1 :] == ["rejected"] + ["untested"] * (tr.k - tr.rejected_at)
 
 
 def test_next_cycle_back_and_history_replay_without_recomputing():
     at = open_app()
     click(at, "next_cycle", 2)
-    s = sess(at)
-    assert len(s.traces) == 2 and s.view == 10 and s.revealed == 10
-    first = s.traces
+    run = shown(at)
+    assert len(run.traces) == 2 and run.view == 10 and run.revealed == 10
+    first = run.traces
     click(at, "back")
-    assert sess(at).view == 9
+    assert shown(at).view == 9
     at.select_slider(key="history").set_value(3).run()
     assert_clean(at)
-    s = sess(at)
-    assert s.view == 3 and phase_shown(at) == (0, "accept")
-    assert s.traces is first or all(a is b for a, b in zip(s.traces, first, strict=True))
-    spec = kv_spec(at)
-    assert spec["layout"]["sliders"][0]["active"] == CYCLE_PHASES.index("accept")
+    run = shown(at)
+    assert run.view == 3 and phase_shown(at) == (0, "accept")
+    assert run.traces is first or all(a is b for a, b in zip(run.traces, first, strict=True))
+    assert kv_phase(kv_view(at)) == f"Cycle 1 · {PHASE_TITLES['accept']}"
     click(at, "next_phase")  # moves through history, no new cycle
-    assert sess(at).view == 4 and len(sess(at).traces) == 2
+    assert shown(at).view == 4 and len(shown(at).traces) == 2
 
 
 def test_next_cycle_mid_cycle_completes_it():
     at = open_app()
     click(at, "next_phase", 2)
     click(at, "next_cycle")
-    s = sess(at)
-    assert len(s.traces) == 1 and s.view == 5
+    run = shown(at)
+    assert len(run.traces) == 1 and run.view == 5
 
 
 def test_play_advances_and_pause_stops():
     at = open_app()
     click(at, "play")
-    assert at.session_state["_holder"].playing is True and sess(at).view == 1
+    assert workspace(at).playing is True and shown(at).view == 1
     assert any(b.label == "Pause" for b in at.button)
     click(at, "play")
-    assert at.session_state["_holder"].playing is False
+    assert workspace(at).playing is False
 
 
 def test_reset_restarts_from_the_prompt():
@@ -164,8 +243,9 @@ def test_reset_restarts_from_the_prompt():
     click(at, "next_cycle", 2)
     click(at, "reset")  # with recorded cycles, Reset asks first
     click(at, "reset_confirm")
-    s = sess(at)
-    assert s.traces == () and s.view == 0
+    run = shown(at)
+    assert run.traces == () and run.view == 0
+    assert workspace(at).others == ()  # confirmed: the cleared run is not kept
     assert any("Reset" in i.value for i in at.info)
 
 
@@ -177,36 +257,42 @@ def test_live_sampling_changes_keep_history():
     at.number_input(key="top_k").set_value(20).run()
     at.number_input(key="top_p").set_value(0.9).run()
     assert_clean(at)
-    assert len(sess(at).traces) == 1  # history kept
+    assert len(shown(at).traces) == 1 and workspace(at).others == ()  # the same run, history kept
     click(at, "next_cycle")
-    tr = sess(at).traces[-1]
+    tr = shown(at).traces[-1]
     assert (tr.k, tr.temperature, tr.top_k, tr.top_p) == (3, 0.0, 20, 0.9)
     assert tr.drafts[0].u is None  # greedy: no uniform draw
 
 
 @pytest.mark.parametrize(
-    "widget,key,value,check",
+    "widget,key,value,name,check",
     [
-        ("radio", "layout", "contiguous", lambda s: s.prefill[0].layout == "contiguous"),
-        ("select_slider", "page_size", 8, lambda s: s.prefill[0].page_size == 8),
-        ("radio", "policy", "keep", lambda s: s.dec.config.free_policy == "keep"),
-        ("number_input", "seed", 7, lambda s: s.dec.config.seed == 7),
-        ("text_area", "prompt", "A different prompt.", lambda s: len(s.prompt_ids) == len("A different prompt.")),
-        ("toggle", "chat", False, lambda s: True),
-        ("radio", "proposer", "lookup", lambda s: s.dec.config.proposer == "lookup" and s.prefill[1] is None),
+        ("radio", "layout", "contiguous", "cache layout", lambda r: r.prefill[0].layout == "contiguous"),
+        ("select_slider", "page_size", 8, "page size", lambda r: r.prefill[0].page_size == 8),
+        ("radio", "policy", "keep", "rollback policy", lambda r: r.dec.config.free_policy == "keep"),
+        ("number_input", "seed", 7, "seed", lambda r: r.dec.config.seed == 7),
+        ("text_area", "prompt", "A different prompt.", "prompt",
+         lambda r: len(r.prompt_ids) == len("A different prompt.")),
+        ("toggle", "chat", False, "chat template", lambda r: r.chat is False),
+        ("radio", "proposer", "lookup", "proposer",
+         lambda r: r.dec.config.proposer == "lookup" and r.prefill[1] is None),
     ],
-)
-def test_restart_controls_restart_with_a_notice(widget, key, value, check):
+)  # fmt: skip
+def test_restart_controls_start_a_new_run_and_keep_the_old_one(widget, key, value, name, check):
     at = open_app()
     click(at, "next_cycle")
+    old = shown(at)
     getattr(at, widget)(key=key).set_value(value).run()
     assert_clean(at)
-    s = sess(at)
-    if key == "chat" and s.traces:
-        pytest.skip("the tiny tokenizer has no chat template: toggling it changes nothing")
-    assert s.traces == ()
-    assert check(s)
-    assert any("Restarted" in i.value for i in at.info)
+    run = shown(at)
+    assert run is not old and run.id == old.id + 1
+    assert run.traces == () and run.view == 0
+    assert check(run)
+    assert f"New run: the {name} changed. Run #{old.id} stays in the run list." in [i.value for i in at.info]
+    # The old run is still there, with its history, its decoder parked (KV memory released).
+    (kept,) = workspace(at).others
+    assert kept.id == old.id and kept.traces == old.traces and len(kept.traces) == 1
+    assert kept.dec is None and kept.parked is not None
 
 
 def test_invariant_check_and_max_new_tokens_apply_live():
@@ -214,14 +300,14 @@ def test_invariant_check_and_max_new_tokens_apply_live():
     at.toggle(key="check").set_value(True).run()
     at.number_input(key="max_new").set_value(3).run()
     click(at, "next_cycle")
-    tr = sess(at).traces[-1]
+    tr = shown(at).traces[-1]
     assert tr.invariant_max_abs_diff is not None
     assert max(tr.invariant_max_abs_diff.values()) < 1e-4
     for _ in range(4):
-        if sess(at).dec.finished:
+        if shown(at).dec.finished:
             break
         click(at, "next_cycle")
-    assert sess(at).dec.finished
+    assert shown(at).dec.finished
     click(at, "next_phase")  # past the end: a clear message, no exception
     assert any("finished" in w.value for w in at.warning)
     click(at, "back")  # still usable
@@ -233,8 +319,7 @@ def test_whatif_scenario_gives_three_accepted_and_a_rejection_at_four():
     assert at.session_state["whatif"] is False  # never on by default
     click(at, "next_phase")
     click(at, "scenario")
-    s = sess(at)
-    tr = s.traces[-1]
+    tr = shown(at).traces[-1]
     assert tr.k == 5 and tr.forced
     assert [d.verdict for d in tr.drafts] == ["accepted"] * 3 + ["rejected", "untested"]
     assert tr.num_accepted == 3 and tr.rejected_at == 4
@@ -242,6 +327,7 @@ def test_whatif_scenario_gives_three_accepted_and_a_rejection_at_four():
     assert at.slider(key="k").value == 5
     click(at, "next_phase", 2)  # to the acceptance phase: clearly labelled as breaking exactness
     assert any("What-if mode" in m.value for m in at.markdown)
+    assert "(forced: what-if)" in kv_view(at)
 
 
 def test_empty_prompt_is_an_error_and_the_app_recovers():
@@ -252,7 +338,7 @@ def test_empty_prompt_is_an_error_and_the_app_recovers():
     at.text_area(key="prompt").set_value("Hello again").run()
     assert_clean(at)
     click(at, "next_phase")
-    assert len(sess(at).traces) == 1
+    assert len(shown(at).traces) == 1
 
 
 def test_bad_custom_pair_shows_a_load_error():
@@ -273,55 +359,67 @@ def test_distribution_position_selector():
     at.session_state["dist_pos"] = 2
     at.run()
     assert_clean(at)
-    titles = [json.loads(c.proto.spec)["layout"].get("title", {}).get("text", "") for c in at.get("plotly_chart")]
-    assert any(t.startswith("p2 vs q2") for t in titles)
+    assert any(t.startswith("p2 vs q2") for t in chart_titles(at))
 
 
 def test_statistics_baseline_lab_and_export():
-    at = open_app()
+    at = open_app(tab="stats")
     click(at, "next_cycle", 3)
     assert any(m.label == "Acceptance rate α" for m in at.metric)
     assert len(at.dataframe) == 1 and len(at.dataframe[0].value) == 3  # the cycle history table
     click(at, "baseline")
-    assert sess(at).baseline_ms_per_token > 0
+    assert shown(at).baseline_ms_per_token > 0
     speed = next(m for m in at.metric if m.label == "Measured speedup")
     assert speed.value.endswith("×")
+    open_tab(at, "lab")
     at.number_input(key="lab_n").set_value(10).run()
     click(at, "lab_run")
-    lab = sess(at).lab
+    lab = shown(at).lab
     assert lab is not None and lab.n == 10 and sum(lab.spec_counts) == 10
-    assert any(
-        "Exactness lab" in json.loads(c.proto.spec)["layout"].get("title", {}).get("text", "")
-        for c in at.get("plotly_chart")
-    )
-    downloads = at.get("download_button")
-    assert len(downloads) == 2
+    assert any("Exactness lab" in t for t in chart_titles(at))
+    open_tab(at, "export")
+    assert {d.proto.id.rsplit("-", 1)[-1] for d in at.get("download_button")} == {"dl_json", "dl_run_html", "dl_html"}
+    assert not any(d.proto.disabled for d in at.get("download_button"))
+
+
+def test_only_the_open_tab_is_rendered():
+    at = open_app()
+    click(at, "next_cycle")
+    assert any(t.startswith("Draft proposals") for t in chart_titles(at))  # Distributions: open first
+    assert not at.metric and not at.get("download_button")
+    open_tab(at, "stats")
+    assert any(m.label == "Acceptance rate α" for m in at.metric)
+    assert not any(t.startswith("Draft proposals") for t in chart_titles(at))
+    open_tab(at, "myths")
+    assert any("specviz shows the precise version" in m.value for m in at.markdown)
+    assert not at.metric
 
 
 def test_export_helpers_make_json_and_standalone_html():
-    from app import figures_html  # noqa: PLC0415
+    from specviz.trace import traces_from_json, traces_to_json
+    from specviz.ui.tab_export import figures_html
 
     at = open_app()
     click(at, "next_cycle")
-    from specviz.trace import traces_from_json, traces_to_json
-
-    s = sess(at)
-    assert traces_from_json(traces_to_json(list(s.traces))) == list(s.traces)
-    figs = at.session_state["_figures"]
-    assert "kv_cache" in figs
+    run = shown(at)
+    assert traces_from_json(traces_to_json(list(run.traces))) == list(run.traces)
+    figs = at.session_state["_figures"]  # the charts the Distributions tab drew
+    assert set(figs) == {"proposals", "acceptance", "p_vs_q", "resolve"}
     html = figures_html(figs)
-    assert html.count("plotly.js") >= 1 and "kv_cache" in html and "Plotly.addFrames" in html
+    assert html.count('class="plotly-graph-div"') == len(figs)
+    assert "plotly.js" in html and "<script src=" not in html  # plotly.js embedded once: works offline
 
 
 def test_two_sessions_do_not_share_decoder_state():
     a = open_app()
     b = open_app()
     click(a, "next_cycle", 2)
-    assert len(sess(a).traces) == 2
+    assert len(shown(a).traces) == 2
     b.run()
-    assert sess(b).traces == () and sess(b).view == 0
-    assert sess(a).dec is not sess(b).dec
-    assert sess(a).pair is sess(b).pair  # the model pair itself is shared (cache_resource)
+    assert shown(b).traces == () and shown(b).view == 0
+    assert shown(a).dec is not shown(b).dec
+    assert workspace(a) is not workspace(b)
+    assert shown(a).pair is shown(b).pair  # the model pair itself is shared (cache_resource)
 
 
 @pytest.mark.slow
@@ -332,16 +430,16 @@ def test_default_pair_opens_and_steps():
     if at.error:
         pytest.fail(f"default pair failed to load: {[e.value for e in at.error]}")
     click(at, "next_phase")
-    s = sess(at)
-    assert len(s.traces) == 1 and s.view == 1
-    assert [f["name"] for f in kv_spec(at)["frames"]] == list(CYCLE_PHASES)
+    run = shown(at)
+    assert len(run.traces) == 1 and run.view == 1
+    assert kv_phase(kv_view(at)) == f"Cycle 1 · {PHASE_TITLES['draft']}"
     click(at, "next_cycle", 2)
-    assert len(sess(at).traces) == 2
+    assert len(shown(at).traces) == 2
 
 
 def test_pool_exhaustion_and_full_context_are_reported():
     at = open_app(page_size=4)
-    prompt_len = len(sess(at).prompt_ids)
+    prompt_len = len(shown(at).prompt_ids)
     at.number_input(key="num_blocks").set_value(prompt_len // 4 - 2).run()  # too small for the prompt
     assert_clean(at)
     assert any("pool exhausted" in e.value for e in at.error)
@@ -353,25 +451,27 @@ def test_pool_exhaustion_and_full_context_are_reported():
         if at.error:
             break
     assert any("pool exhausted" in e.value for e in at.error)
-    n_traces = len(sess(at).traces)
+    n_traces = len(shown(at).traces)
     click(at, "back")  # still usable; the failed step changed nothing
-    assert len(sess(at).traces) == n_traces
+    assert len(shown(at).traces) == n_traces
     at.number_input(key="num_blocks").set_value(0).run()
     at.number_input(key="max_context").set_value(prompt_len + 7).run()
     for _ in range(8):
-        if sess(at).dec.finished:
+        if shown(at).dec.finished:
             break
         click(at, "next_cycle")
-    assert sess(at).dec.finished and sess(at).dec.finish_reason == "context_full"
+    assert shown(at).dec.finished and shown(at).dec.finish_reason == "context_full"
 
 
-def test_example_prompt_selector_fills_the_prompt_and_restarts():
+def test_example_prompt_selector_fills_the_prompt_and_starts_a_new_run():
     at = open_app()
     example = at.selectbox(key="example").options[1]
     at.selectbox(key="example").set_value(example).run()
     assert_clean(at)
     assert at.text_area(key="prompt").value == example
-    assert any("Restarted" in i.value for i in at.info)
+    assert shown(at).prompt_text == example
+    # Nothing was recorded yet, so the empty first run is not kept.
+    assert "New run: the prompt changed." in [i.value for i in at.info] and workspace(at).others == ()
 
 
 def test_whatif_multiselects_force_chosen_outcomes():
@@ -379,7 +479,7 @@ def test_whatif_multiselects_force_chosen_outcomes():
     at.toggle(key="whatif").set_value(True).run()
     at.multiselect(key="force_reject").set_value([1]).run()
     click(at, "next_cycle")
-    tr = sess(at).traces[-1]
+    tr = shown(at).traces[-1]
     assert tr.forced and tr.rejected_at == 1 and tr.drafts[0].forced
     assert [d.verdict for d in tr.drafts[1:]] == ["untested"] * (tr.k - 1)
     assert at.toggle(key="whatif").value is False  # one cycle only: it switched itself off
@@ -387,7 +487,7 @@ def test_whatif_multiselects_force_chosen_outcomes():
     at.multiselect(key="force_reject").set_value([]).run()
     at.multiselect(key="force_accept").set_value([1, 2]).run()
     click(at, "next_cycle")
-    tr = sess(at).traces[-1]
+    tr = shown(at).traces[-1]
     assert [d.verdict for d in tr.drafts[:2]] == ["accepted", "accepted"]
 
 
@@ -395,27 +495,19 @@ def test_play_speed_control():
     at = open_app()
     at.select_slider(key="speed").set_value("fast (0.5 s)").run()
     click(at, "play")
-    assert at.session_state["_holder"].playing and sess(at).view == 1
+    assert workspace(at).playing and shown(at).view == 1
     click(at, "play")
 
 
 # ---- proposers (DESIGN §1b) ------------------------------------------------------------------------
 
 
-def titles(at: AppTest) -> list[str]:
-    return [json.loads(c.proto.spec)["layout"].get("title", {}).get("text", "") for c in at.get("plotly_chart")]
-
-
-def kv_texts(at: AppTest) -> list[str]:
-    return [a.get("text", "") for a in kv_spec(at)["layout"]["annotations"]]
-
-
 def test_proposer_selector_opens_on_the_preferred_proposer_and_restarts_like_a_cache_setting():
     from specviz.models import preferred_proposer
 
     at = open_app()
-    s = sess(at)
-    assert at.radio(key="proposer").value == preferred_proposer(s.pair) == s.dec.config.proposer
+    run = shown(at)
+    assert at.radio(key="proposer").value == preferred_proposer(run.pair) == run.dec.config.proposer
     assert at.radio(key="proposer").options == [
         "Draft model (a small LM)",
         "Feature head (EAGLE-style)",
@@ -424,56 +516,63 @@ def test_proposer_selector_opens_on_the_preferred_proposer_and_restarts_like_a_c
     click(at, "next_cycle", 2)
     at.radio(key="proposer").set_value("lookup").run()
     assert_clean(at)
-    s = sess(at)
-    # Exactly what changing the layout does: fresh decoder from the prompt, history cleared, one notice.
-    assert s.traces == () and s.view == 0 and s.dec.config.proposer == "lookup"
-    notes = [i.value for i in at.info if "Restarted" in i.value]
-    assert notes == ["Restarted from the prompt because the proposer changed (history cleared)."]
-    assert any("no draft cache" in t for t in kv_texts(at))  # the prefill view: no proposer panel
+    run = shown(at)
+    # Exactly what changing the layout does: a new run from the prompt, the old one kept, one notice.
+    assert run.traces == () and run.view == 0 and run.dec.config.proposer == "lookup"
+    notes = [i.value for i in at.info if "New run" in i.value]
+    assert notes == ["New run: the proposer changed. Run #1 stays in the run list."]
+    assert [len(r.traces) for r in workspace(at).others] == [2]
+    body = kv_view(at)  # the prefill view: no proposer panel
+    assert list(kv_panels(body)) == ["Target cache"] and "keeps no draft cache" in body
     assert any("Prompt lookup keeps **no cache**" in m.value for m in at.markdown)
     # A live setting afterwards keeps the new history, as with any other restart.
     click(at, "next_cycle")
     at.slider(key="k").set_value(2).run()
     assert_clean(at)
-    assert len(sess(at).traces) == 1 and sess(at).dec.config.proposer == "lookup"
+    assert len(shown(at).traces) == 1 and shown(at).dec.config.proposer == "lookup"
     # The user's choice sticks: it no longer follows the pair's preference.
     assert at.session_state["_proposer_auto"] is False
     at.run()
-    assert sess(at).dec.config.proposer == "lookup" and len(sess(at).traces) == 1
+    assert shown(at).dec.config.proposer == "lookup" and len(shown(at).traces) == 1
 
 
 def test_a_plain_target_step_renders_in_every_view():
     # Prompt lookup on distinct characters: nothing repeats, so the first cycle proposes nothing.
     at = open_app(proposer="lookup", _proposer_auto=False, prompt="abcdefghij", chat=False)
-    assert sess(at).dec.config.proposer == "lookup"
+    assert shown(at).dec.config.proposer == "lookup"
     for phase in CYCLE_PHASES[1:]:
         click(at, "next_phase")
         assert phase_shown(at) == (0, phase)
-        tr = sess(at).traces[0]
+        tr = shown(at).traces[0]
         assert tr.k == 0
-        assert any("no draft cache" in t for t in kv_texts(at))
-        shown = titles(at)
-        assert any(t.startswith("Draft proposals: none this cycle") for t in shown)
+        body = kv_view(at)
+        assert "keeps no draft cache" in body and list(kv_panels(body)) == ["Target cache"]
+        assert verdicts(body) == []  # nothing to test: the cycle panel says so instead
+        shown_titles = chart_titles(at)
+        assert any(t.startswith("Draft proposals: none this cycle") for t in shown_titles)
         if phase in ("verify", "accept", "resolve", "rollback"):
-            assert any(t.startswith("Acceptance: nothing to test") for t in shown)
+            assert any(t.startswith("Acceptance: nothing to test") for t in shown_titles)
             assert any("No proposal this cycle" in i.value for i in at.info)  # instead of p vs q
-    assert any("generated from p1" in t for t in titles(at))
+    assert any("generated from p1" in t for t in chart_titles(at))
     assert any("removes nothing" in m.value for m in at.markdown)
     assert any("generated (no proposal)" in h.proto.body for h in at.get("html"))
     # Statistics over plain steps only: no draft was tested, so α is not a number yet.
+    open_tab(at, "stats")
     alpha = next(m for m in at.metric if m.label == "Acceptance rate α")
     assert alpha.value == "—"
-    assert any("plain step(s) without a proposal" in t for t in titles(at))
+    assert any("plain step(s) without a proposal" in t for t in chart_titles(at))
 
 
 def test_feature_head_proposer_shows_its_one_layer_cache():
     at = open_app(proposer="feature", _proposer_auto=False)
-    assert sess(at).dec.config.proposer == "feature" and sess(at).prefill[1] is not None
-    assert any("Feature head cache (1 layer: pairs of target feature + next token)" in t for t in kv_texts(at))
+    assert shown(at).dec.config.proposer == "feature" and shown(at).prefill[1] is not None
+    head_title = "Feature head cache (1 layer: pairs of target feature + next token)"
+    assert list(kv_panels(kv_view(at))) == ["Target cache", head_title]
     click(at, "next_phase")  # draft
-    tr = sess(at).traces[0]
-    head = tr.snapshot("draft").draft
-    assert any(f"{head.seq_len - head.num_committed} from predicted features" in t for t in kv_texts(at))
+    head = shown(at).traces[0].snapshot("draft").draft
+    panel = kv_panels(kv_view(at))[head_title]
+    assert f"{head.seq_len - head.num_committed} from predicted features" in panel
+    assert slot_states(panel)["provisional"] == head.seq_len - head.num_committed
     assert any("**own predicted** feature" in m.value for m in at.markdown)
     click(at, "next_phase", 4)  # rollback
     assert any("built from the head's own **predicted** features" in m.value for m in at.markdown)
@@ -481,14 +580,14 @@ def test_feature_head_proposer_shows_its_one_layer_cache():
 
 def test_feature_option_is_withdrawn_when_the_pair_has_no_head():
     at = open_app(proposer="feature", _proposer_auto=False)
-    pair = sess(at).pair  # the process-wide cached tiny pair: restore its head whatever happens
+    pair = shown(at).pair  # the process-wide cached tiny pair: restore its head whatever happens
     head = pair.feature_head
     try:
         object.__setattr__(pair, "feature_head", None)
         at.run()
         assert_clean(at)
         assert "Feature head (EAGLE-style)" not in at.radio(key="proposer").options
-        assert sess(at).dec.config.proposer == "draft"
+        assert shown(at).dec.config.proposer == "draft"
         assert any("Feature head: unavailable" in c.value for c in at.caption)
         assert any("proposer changed" in i.value for i in at.info)
     finally:
