@@ -216,3 +216,23 @@ def test_bad_settings_and_damaged_records():
         replay(dataclasses.replace(record, traces=(wrong_event, *record.traces[1:])), ("paged", 4, "free"))
     with pytest.raises(ReplayError, match="unknown"):
         replay(dataclasses.replace(record, proposer="oracle"), ("paged", 4, "free"))
+
+
+@pytest.mark.parametrize("proposer", PROPOSERS)
+def test_a_run_recorded_without_instrumentation(proposer):
+    """instrument=False records events but no snapshots: the replay gives the real events, and no snapshots."""
+    pair = tiny_pair()
+    ids = pair.tokenizer.encode(PROMPT_TEXT)
+    runs = {}
+    for layout in (LAYOUTS[0], ("paged", 4, "keep")):
+        config = DecodeConfig(k=4, proposer=proposer, temperature=1.0, instrument=False, cache_layout=layout[0],
+                              page_size=layout[1], free_policy=layout[2])
+        dec = SpeculativeDecoder(pair, config)
+        dec.start(ids)
+        prefill = (dec.target_cache.snapshot(len(ids)), dec.proposer.snapshot(len(ids)))
+        traces = [dec.step() for _ in range(6)]
+        assert all(not t.snapshots for t in traces)
+        runs[layout] = record_run("lean", "tiny", proposer, config, PROMPT_TEXT, False, ids, prefill, traces,
+                                  dec.token_text, max_context=dec.max_context)
+    assert_same_bookkeeping(replay(runs[LAYOUTS[0]], ("paged", 4, "keep")), runs["paged", 4, "keep"])
+    assert_same_bookkeeping(replay(runs["paged", 4, "keep"], LAYOUTS[0]), runs[LAYOUTS[0]])
