@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_app import assert_clean, click, kv_spec, open_app, sess
+from test_app import assert_clean, click, kv_phase, kv_view, open_app, shown, workspace
 
 import specviz
 from specviz import whatif
@@ -46,15 +46,15 @@ def test_status_line_tells_the_finish_only_at_resolve_and_rollback():
     seen = []
     for _ in range(12):
         click(at, "next_phase")
-        s = sess(at)
-        cycle = (s.view - 1) // 5
-        phase = CYCLE_PHASES[(s.view - 1) % 5 + 1]
+        run = shown(at)
+        cycle = (run.view - 1) // 5
+        phase = CYCLE_PHASES[(run.view - 1) % 5 + 1]
         line = status(at)
-        assert line.startswith(f"cycle **{cycle + 1}** of {len(s.traces)}")
+        assert line.startswith(f"cycle **{cycle + 1}** of {len(run.traces)}")
         seen.append((phase, "finished:" in line))
-        if s.dec.finished and phase == "rollback":
+        if run.dec.finished and phase == "rollback":
             break
-    assert s.dec.finished and s.traces[-1].finish_reason == "max_new_tokens"
+    assert run.dec.finished and run.traces[-1].finish_reason == "max_new_tokens"
     last_cycle = seen[-5:]  # draft, verify, accept, resolve, rollback of the cycle that ended the text
     assert [told for _, told in last_cycle] == [False, False, False, True, True]
     assert not any(told for _, told in seen[:-5])
@@ -62,12 +62,12 @@ def test_status_line_tells_the_finish_only_at_resolve_and_rollback():
 
 
 def test_cycles_are_numbered_from_one_in_the_slider_table_and_kv_title():
-    at = open_app()
+    at = open_app(tab="stats")
     click(at, "next_cycle", 2)
     options = at.select_slider(key="history").options
     assert options[0] == "cycle 1 · Start of cycle"
     assert options[1] == "cycle 1 · 1 · Draft proposes" and options[-1] == "cycle 2 · 5 · Rollback & commit"
-    assert any("Cycle 2 · " in a.get("text", "") for a in kv_spec(at)["layout"]["annotations"])
+    assert kv_phase(kv_view(at)) == "Cycle 2 · 5 · Rollback & commit"
     table = at.dataframe[0].value
     assert list(table["cycle"]) == [1, 2]
     at.select_slider(key="history").set_value(0).run()  # the start of cycle 1
@@ -81,25 +81,25 @@ def test_walkthrough_scenario_forces_one_cycle_then_decoding_is_exact_again():
     at = open_app()
     click(at, "next_cycle")
     click(at, "scenario")
-    s = sess(at)
-    assert s.traces[-1].forced and s.traces[-1].rejected_at == 4
-    assert at.toggle(key="whatif").value is False and s.dec.config.forced_outcomes == ()
+    run = shown(at)
+    assert run.traces[-1].forced and run.traces[-1].rejected_at == 4
+    assert at.toggle(key="whatif").value is False and run.dec.config.forced_outcomes == ()
     notes = [i.value for i in at.info]
     assert any("What-if applied to cycle 2 only" in n and "switched itself off" in n for n in notes)
     assert "⚠️ **what-if cycle**" in status(at)
     click(at, "next_cycle", 3)  # finish the forced cycle, then two more, without touching what-if
-    s = sess(at)
-    assert [t.forced for t in s.traces] == [False, True, False, False]
+    run = shown(at)
+    assert [t.forced for t in run.traces] == [False, True, False, False]
     assert not any("What-if applied" in i.value for i in at.info)  # the note was shown once
 
 
 def test_forced_cycles_are_marked_in_every_view_and_left_out_of_the_statistics():
-    at = open_app()
+    at = open_app(tab="stats")
     click(at, "next_cycle")
     click(at, "scenario")
     click(at, "next_cycle", 2)
-    s = sess(at)
-    assert [t.forced for t in s.traces] == [False, True, False]
+    run = shown(at)
+    assert [t.forced for t in run.traces] == [False, True, False]
     # History slider, token strip (hover + legend), table, time bar.
     assert "cycle 2 (what-if) · 3 · Acceptance tests" in at.select_slider(key="history").options
     strip = next(h.proto.body for h in at.get("html") if "accepted draft" in h.proto.body)
@@ -109,7 +109,7 @@ def test_forced_cycles_are_marked_in_every_view_and_left_out_of_the_statistics()
     assert time_fig["data"][0]["x"] == ["1", "2 what-if", "3"]
     assert time_fig["data"][0]["marker"]["pattern"]["shape"] == ["", "/", ""]
     # Statistics: α over the two exact cycles only.
-    exact = acceptance_stats([s.traces[0], s.traces[2]])
+    exact = acceptance_stats([run.traces[0], run.traces[2]])
     alpha = next(m for m in at.metric if m.label == "Acceptance rate α")
     assert alpha.value == (f"{exact.alpha:.3f}" if exact.tested else "—")
     assert "1 forced (what-if) cycle(s) excluded" in chart(at, "2 cycles")["layout"]["title"]["text"]
@@ -121,24 +121,24 @@ def test_whatif_toggle_switches_itself_off_after_one_cycle():
     at.toggle(key="whatif").set_value(True).run()
     at.multiselect(key="force_accept").set_value([1, 2]).run()
     click(at, "next_phase")  # computes the forced cycle
-    assert sess(at).traces[-1].forced
+    assert shown(at).traces[-1].forced
     assert at.toggle(key="whatif").value is False
     assert any("switched itself off" in i.value for i in at.info)
     click(at, "next_cycle", 2)
-    assert [t.forced for t in sess(at).traces] == [True, False]
+    assert [t.forced for t in shown(at).traces] == [True, False]
 
 
 @pytest.fixture
 def eos_app(monkeypatch):
     """The tiny pair with an end-of-text token, and a decoder seed whose cycle `c` would end the
     text if the walkthrough's forced acceptances were applied blindly."""
-    from app import WALKTHROUGH  # noqa: PLC0415  (importing app.py runs nothing: main() is guarded)
+    from specviz.ui.stage import WALKTHROUGH  # noqa: PLC0415
 
     monkeypatch.setenv("SPECVIZ_TINY_EOS", "1")
     at = open_app(prompt="Hello there", chat=False)
-    cfg = sess(at).dec.config
-    pair = sess(at).pair
-    assert pair.tokenizer.eos_token_id in sess(at).dec.eos_ids
+    cfg = shown(at).dec.config
+    pair = shown(at).pair
+    assert pair.tokenizer.eos_token_id in shown(at).dec.eos_ids
     for seed in range(40):
         dec = specviz.SpeculativeDecoder(pair, cfg.replace(seed=seed))
         dec.start(pair.tokenizer.encode("Hello there"))
@@ -161,13 +161,13 @@ def test_forcing_never_ends_the_text_at_an_end_of_text_draft(eos_app):
     if cycle:
         click(at, "next_cycle", cycle)
     click(at, "scenario")
-    s = sess(at)
-    tr = s.traces[-1]
-    assert tr.drafts[e - 1].token_id in s.dec.eos_ids and not tr.drafts[e - 1].forced
-    assert not s.dec.finished and tr.finish_reason is None
+    run = shown(at)
+    tr = run.traces[-1]
+    assert tr.drafts[e - 1].token_id in run.dec.eos_ids and not tr.drafts[e - 1].forced
+    assert not run.dec.finished and tr.finish_reason is None
     assert any(f"d{e} is the end-of-text token, so forcing stopped there" in i.value for i in at.info)
     click(at, "next_cycle", 2)  # the text goes on
-    assert len(sess(at).traces) == cycle + 2
+    assert len(shown(at).traces) == cycle + 2
 
 
 # ---- reset asks ------------------------------------------------------------------------------------------
@@ -177,36 +177,37 @@ def test_reset_asks_before_clearing_the_history():
     at = open_app()
     click(at, "next_cycle", 2)
     click(at, "reset")
-    assert len(sess(at).traces) == 2  # nothing lost yet
-    assert any("Reset clears the 2 recorded cycles" in w.value for w in at.warning)
+    assert len(shown(at).traces) == 2  # nothing lost yet
+    assert any("Reset starts this run again" in w.value and "Its 2 recorded cycles" in w.value for w in at.warning)
     assert {"reset_confirm", "reset_cancel"} <= {b.key for b in at.button}
     click(at, "reset_cancel")
-    assert len(sess(at).traces) == 2 and not any("Reset clears" in w.value for w in at.warning)
+    assert len(shown(at).traces) == 2 and not any("Reset starts this run again" in w.value for w in at.warning)
     click(at, "reset")
     click(at, "next_phase")  # any other action withdraws the question
-    assert len(sess(at).traces) == 3 and not any("Reset clears" in w.value for w in at.warning)
+    assert len(shown(at).traces) == 3 and not any("Reset starts this run again" in w.value for w in at.warning)
     click(at, "reset")
-    assert any("Reset clears the 3 recorded cycles" in w.value for w in at.warning)
+    assert any("Its 3 recorded cycles" in w.value for w in at.warning)
     click(at, "reset_confirm")
-    assert sess(at).traces == () and any("Reset" in i.value for i in at.info)
+    assert shown(at).traces == () and any("Reset" in i.value for i in at.info)
+    assert workspace(at).others == ()  # confirmed: the cleared run is gone, not kept in the run list
     click(at, "reset")  # nothing recorded: nothing to ask
-    assert not any("Reset clears" in w.value for w in at.warning)
+    assert not any("Reset starts this run again" in w.value for w in at.warning)
 
 
 # ---- statistics that explain -------------------------------------------------------------------------
 
 
 def test_statistics_show_v_of_k_the_time_bar_and_why_measured_differs_from_theory():
-    at = open_app()
+    at = open_app(tab="stats")
     click(at, "next_cycle", 3)
     assert any("Run the **autoregressive baseline**" in m.value for m in at.markdown)
     click(at, "baseline")
-    s = sess(at)
+    run = shown(at)
     v = next(m for m in at.metric if m.label == "Verify cost v(K)")
-    verify_ms = sum(t.timings_ms["verify"] for t in s.traces) / 3
-    assert v.value == f"{verify_ms / s.baseline_ms_per_token:.2f} steps"
+    verify_ms = sum(t.timings_ms["verify"] for t in run.traces) / 3
+    assert v.value == f"{verify_ms / run.baseline_ms_per_token:.2f} steps"
     why = next(m.value for m in at.markdown if m.value.startswith("**Measured "))
-    assert f"**v(K) = {verify_ms / s.baseline_ms_per_token:.2f}** plain steps" in why
+    assert f"**v(K) = {verify_ms / run.baseline_ms_per_token:.2f}** plain steps" in why
     assert "bookkeeping the formula leaves out" in why
     speed = chart(at, "Speedup")
     assert speed["data"][0]["x"] == [

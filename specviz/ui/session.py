@@ -105,7 +105,7 @@ def act(fn: Callable[[Run], Run]) -> None:
             new = dataclasses.replace(new, notices=(woke, *new.notices))
         if forcing and len(new.traces) > len(ws.run.traces):
             ws.whatif_spent = True  # what-if forced this one cycle: switch the toggle off
-        _swap(ws, new)
+        ws.run, ws.reset_asked = new, None  # the user moved on: a pending Reset question is withdrawn
         ws.error, ws.finished_note = None, None
 
 
