@@ -207,8 +207,8 @@ def test_slots_at_draft_positions_are_linked_to_the_draft_columns(proposer):
     assert target_d == {d.index for d in tr.drafts}  # the verify pass wrote every draft's K/V
     for d in tr.drafts:
         assert f"<div class='svkv-draft' data-d='{d.index}' tabindex='0'>" in html
-        assert f'.svkv:has([data-d="{d.index}"]:hover) [data-d="{d.index}"]' in html
-        assert f'.svkv:has([data-d="{d.index}"]:focus) [data-d="{d.index}"]' in html
+        for state, kind in itertools.product(("hover", "focus"), (".svkv-cell", ".svkv-draft")):
+            assert f'.svkv:has([data-d="{d.index}"]:{state}) {kind}[data-d="{d.index}"]' in html
 
 
 def test_long_context_windows_around_the_action():

@@ -17,8 +17,9 @@ How it is built, and why:
   a CSS grid `tag | repeat(page_size, minmax(0, 1fr))`, so a block can never wrap into a column.
 * **Side by side, or stacked.** The two caches share a grid of `repeat(auto-fit, minmax(W, 1fr))`
   where W is the narrowest width at which one cache's cells stay legible (tag column + page size
-  × a minimum cell). Small pages sit side by side; a 16-slot row stacks below ~1600 px; pages of
-  32 or 64 slots always stack, because half a screen would leave a cell a few pixels wide.
+  × a 3 em cell). Pages up to 8 slots sit side by side; a 16-slot row (and the contiguous buffer)
+  needs ~1780 px of main column for two, so on most screens it stacks, like pages of
+  32 or 64 slots, where half a screen would leave a cell a few pixels wide.
 * **Animation without a timeline.** The page replaces this HTML on every click and CSS animations
   run on insertion, so the view animates from `before` (what the page showed before the click) to
   `now`: every slot whose state or token changed carries `svkv-anim` and its old colours as custom
@@ -545,8 +546,11 @@ def _hover_rules(k: int) -> str:
     rules = []
     for i in range(1, k + 1):
         sel = f'[data-d="{i}"]'
-        rules.append(f".svkv:has({sel}:hover) {sel},.svkv:has({sel}:focus) {sel}"
-                     "{outline:4px solid #111827;outline-offset:2px;box-shadow:0 0 0 8px #ffe36e;z-index:3}")
+        # Only the slots and the column light up; the bars inside the column carry data-d to be
+        # hover targets, but an outline on each would cover their labels.
+        targets = ",".join(f".svkv:has({sel}:{state}) {kind}{sel}" for state in ("hover", "focus")
+                           for kind in (".svkv-cell", ".svkv-draft"))
+        rules.append(targets + "{outline:4px solid #111827;outline-offset:2px;box-shadow:0 0 0 8px #ffe36e;z-index:3}")
     return "".join(rules)
 
 
@@ -573,7 +577,7 @@ display:flex;flex-direction:column;justify-content:center;line-height:1.2;font-v
 .svkv .svkv-tag-free{{background:#fff;border:2px dotted #9ca3af;color:#6b7280}}
 .svkv .svkv-cell{{position:relative;min-height:3.1em;border-radius:6px;padding:.15em .3em .25em;display:flex;
 flex-direction:column;border:2px solid transparent;min-width:0}}
-.svkv .svkv-meta{{display:flex;justify-content:space-between;font-size:max(14px,.8em);line-height:1.1;
+.svkv .svkv-meta{{display:flex;flex-wrap:wrap;justify-content:space-between;font-size:max(14px,.8em);line-height:1.1;
 font-variant-numeric:tabular-nums;opacity:.92}}
 .svkv .svkv-glyph{{font-weight:700}}
 .svkv .svkv-tok{{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:1.3em;font-weight:600;
