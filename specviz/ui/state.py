@@ -68,6 +68,7 @@ class Run:
     prompt_text: str = ""
     chat: bool = False
     pair_description: str = ""
+    max_context: int | None = None  # positions a sequence may hold (the config's, capped by the models)
     traces: tuple[CycleTrace, ...] = ()
     revealed: int = 0  # furthest step of the timeline shown so far
     view: int = 0  # the step shown now
@@ -251,6 +252,7 @@ def start_live_run(
         texts=dec.token_text,
         pair=pair,
         dec=dec,
+        max_context=dec.max_context,
         **fields,
     )
 

@@ -23,6 +23,7 @@ import streamlit as st
 
 from ..config import LAYOUTS, POLICIES, DecodeConfig
 from ..errors import SpecvizError
+from ..replay import replay_run
 from ..runfile import RunRecord, load_run, record_run
 from ..scenarios import Scenario, load_scenarios
 from . import sidebar
@@ -46,6 +47,7 @@ def record_of(run: Run) -> RunRecord:
         traces=run.traces,
         token_text=run.texts,
         baseline_ms_per_token=run.baseline_ms_per_token,
+        max_context=run.max_context,
     )
 
 
@@ -65,6 +67,7 @@ def run_of(record: RunRecord, run_id: int, source: str, title: str | None = None
         pair_description=record.pair,
         traces=tuple(record.traces),
         baseline_ms_per_token=record.baseline_ms_per_token,
+        max_context=record.max_context,
     )
 
 
@@ -162,8 +165,6 @@ def replayed(run: Run, settings: tuple[str, int, str]) -> Run:
     cache: dict = st.session_state.setdefault("_replays", {})
     key = (run.id, len(run.traces), settings)
     if key not in cache:
-        from ..replay import replay_run  # TEMP until replay lands
-
         layout, page, policy = settings
         record = replay_run(record_of(run), cache_layout=layout, page_size=page, free_policy=policy)
         cache.clear()  # one replay per session is plenty: it is cheap to redo
