@@ -17,11 +17,11 @@ import weakref
 import pytest
 import torch
 from streamlit.testing.v1 import AppTest
-from test_app import APP, TIMEOUT, assert_clean, click, open_app, sess
+from test_app import APP, TIMEOUT, assert_clean, click, open_app, shown, workspace
 
 import specviz
-from app import PAIR_LABELS
 from specviz.gate import Place, shared_gate
+from specviz.ui.sidebar import PAIR_LABELS
 
 
 @pytest.fixture(autouse=True)
@@ -69,7 +69,7 @@ def test_personal_machine_is_unchanged():
 
 def test_classroom_offers_no_custom_pair_caps_the_widgets_and_says_so(server_env):
     classroom(server_env)
-    at = open_app()
+    at = open_app(tab="lab")  # the lab's N is in its (lazy) tab
     assert at.radio(key="pair_kind").options == [PAIR_LABELS["default"], PAIR_LABELS["tiny"]]
     note = next(t for t in infos(at) if "Classroom server" in t)
     assert "Custom model pairs and local paths are disabled" in note and "K ≤ 8" in note
@@ -78,7 +78,7 @@ def test_classroom_offers_no_custom_pair_caps_the_widgets_and_says_so(server_env
     assert at.number_input(key="lab_n").proto.max == 200
     assert at.text_area(key="prompt").proto.max_chars == 2000
     click(at, "next_phase")  # the app works as usual inside the limits
-    assert len(sess(at).traces) == 1
+    assert len(shown(at).traces) == 1
 
 
 def test_classroom_never_loads_a_custom_pair(server_env):
@@ -91,24 +91,24 @@ def test_classroom_never_loads_a_custom_pair(server_env):
     assert any("Custom model pairs are disabled on this classroom server" in w.value for w in at.warning)
     assert not at.get("text_input")  # no path fields at all
     click(at, "next_phase")
-    assert calls == [] and len(sess(at).traces) == 1
+    assert calls == [] and len(shown(at).traces) == 1
 
 
 def test_classroom_refuses_an_overlong_prompt_and_recovers(server_env):
     classroom(server_env, max_prompt_chars=40, max_prompt_tokens=12)
     at = open_app()  # the default prompt has 45 characters: refused with a message, nothing breaks
     assert any("45 characters; this classroom server accepts at most 40" in e.value for e in at.error)
-    assert sess(at) is None and at.button(key="next_phase").disabled
+    assert shown(at) is None and at.button(key="next_phase").disabled
     at.text_area(key="prompt").set_value("x" * 41).run()
     assert_clean(at)
     assert at.session_state["prompt"] == "x" * 40  # the widget itself stops at max_chars
     assert any("40 tokens long" in e.value and "at most 12" in e.value for e in at.error)
-    assert sess(at) is None
+    assert shown(at) is None
     at.text_area(key="prompt").set_value("why blue").run()
     assert_clean(at)
     assert not at.error
     click(at, "next_phase")
-    assert len(sess(at).traces) == 1
+    assert len(shown(at).traces) == 1
 
 
 def test_classroom_lowers_values_above_the_caps_with_a_note(server_env):
@@ -117,7 +117,7 @@ def test_classroom_lowers_values_above_the_caps_with_a_note(server_env):
     assert at.session_state["k"] == 4 and at.session_state["max_new"] == 32 and at.session_state["lab_n"] == 50
     warnings = " ".join(w.value for w in at.warning)
     assert "K lowered from 16 to 4" in warnings and "Max new tokens lowered from 4000 to 32" in warnings
-    assert sess(at).dec.config.k == 4 and sess(at).dec.config.max_new_tokens == 32
+    assert shown(at).dec.config.k == 4 and shown(at).dec.config.max_new_tokens == 32
 
 
 def test_a_bad_server_setting_is_reported_not_ignored(server_env):
@@ -150,9 +150,9 @@ def _hold_the_only_slot():
 def test_a_step_on_a_busy_server_waits_with_its_place_shown(server_env):
     server_env.setenv("SPECVIZ_MAX_DECODING", "1")
     at = open_app()
-    shown = []
+    places = []
     message = Place.message
-    server_env.setattr(Place, "message", lambda self: shown.append(self) or message(self))
+    server_env.setattr(Place, "message", lambda self: places.append(self) or message(self))
     leave, holder = _hold_the_only_slot()
     timer = threading.Timer(1.5, leave.set)
     timer.start()
@@ -161,8 +161,8 @@ def test_a_step_on_a_busy_server_waits_with_its_place_shown(server_env):
     finally:
         leave.set()
         holder.join(10)
-    assert shown and shown[0].ahead == 0 and shown[0].decoding == 1 and shown[0].capacity == 1
-    assert len(sess(at).traces) == 1
+    assert places and places[0].ahead == 0 and places[0].decoding == 1 and places[0].capacity == 1
+    assert len(shown(at).traces) == 1
     assert any("Waited" in c.value and "decodes at most 1 session(s) at once" in c.value for c in at.caption)
 
 
@@ -174,12 +174,12 @@ def test_a_step_that_waits_too_long_fails_clearly_and_the_app_keeps_working(serv
     try:
         click(at, "next_phase")
         assert any("The server is busy" in e.value and "try again" in e.value for e in at.error)
-        assert sess(at).traces == ()  # nothing changed
+        assert shown(at).traces == ()  # nothing changed
     finally:
         leave.set()
         holder.join(10)
     click(at, "next_phase")
-    assert len(sess(at).traces) == 1 and not at.error
+    assert len(shown(at).traces) == 1 and not at.error
 
 
 def test_an_idle_session_is_parked_and_rebuilt_exactly(server_env):
@@ -187,27 +187,27 @@ def test_an_idle_session_is_parked_and_rebuilt_exactly(server_env):
     idle, straight = open_app(), open_app()
     click(idle, "next_cycle", 2)
     click(straight, "next_cycle", 3)
-    traces = sess(idle).traces
-    cache = weakref.ref(sess(idle).dec.target_cache)
-    idle.session_state["_holder"].last_active -= 60  # as if untouched for a minute
+    traces = shown(idle).traces
+    cache = weakref.ref(shown(idle).dec.target_cache)
+    workspace(idle).last_active -= 60  # as if untouched for a minute
     open_app()  # another session's activity sweeps the idle one
-    parked = sess(idle)
+    parked = shown(idle)
     assert parked.dec is None and parked.parked is not None and parked.traces is traces
     gc.collect()
     assert cache() is None  # its KV caches are gone
     click(idle, "next_cycle")  # the user comes back
-    s = sess(idle)
+    s = shown(idle)
     assert s.dec is not None and s.parked is None and s.traces[:2] == traces and len(s.traces) == 3
     assert any("caches were released" in t and "continues exactly" in t for t in infos(idle))
-    assert s.dec.committed == sess(straight).dec.committed  # as if it had never been parked
-    assert [t.emitted for t in s.traces] == [t.emitted for t in sess(straight).traces]
+    assert s.dec.committed == shown(straight).dec.committed  # as if it had never been parked
+    assert [t.emitted for t in s.traces] == [t.emitted for t in shown(straight).traces]
 
 
 def test_a_recent_session_is_not_parked(server_env):
     server_env.setenv("SPECVIZ_IDLE_SECONDS", "30")
     a = open_app()
     open_app()
-    assert sess(a).dec is not None and sess(a).parked is None
+    assert shown(a).dec is not None and shown(a).parked is None
 
 
 def _threads_in_a_new_thread() -> int:

@@ -1,11 +1,13 @@
-"""A replay-only deployment needs no model: recorded traces (JSON, as the app's export and
-`python -m specviz walk --json` write them) become the app's figures and its standalone HTML page
-in a process where building any model is made impossible. Such files can be served to any number
-of students by any static web server (README, "Past one machine")."""
+"""A replay-only deployment needs no model: a recorded run -- the app's run file (Export tab), or
+the older list of traces that `python -m specviz walk --json` writes -- becomes the standalone run
+page (`specviz.viz.standalone.run_html`: every phase of every cycle, its KV picture and narrative,
+stepped with its own Next/Back buttons) in a process where building any model is made impossible.
+Such pages can be served to any number of students by any static web server."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,8 +18,8 @@ REPO = Path(__file__).resolve().parent.parent
 
 REPLAY = r"""
 import sys, torch, transformers, specviz, specviz.models, specviz.tiny
-from app import figures_html
-from specviz.viz import acceptance, distributions, kv, proposals
+from specviz.runfile import load_run
+from specviz.viz.standalone import run_html
 
 def no_model(*args, **kwargs):
     raise RuntimeError("a replay must not build or load a model")
@@ -35,32 +37,48 @@ except RuntimeError:
 else:
     sys.exit("the guard against building models is not active")
 
-traces = specviz.traces_from_json(open(sys.argv[1]).read())
-figures = {}
-for t in traces:
-    figures[f"kv_{t.cycle}"] = kv.kv_figure(t, str)
-    figures[f"proposals_{t.cycle}"] = proposals.proposals_figure(t)
-    figures[f"acceptance_{t.cycle}"] = acceptance.acceptance_figure(t)
-    figures[f"resolve_{t.cycle}"] = distributions.resolve_figure(t)
-    if t.drafts:
-        figures[f"pq_{t.cycle}"] = distributions.pq_figure(t, 0)
-open(sys.argv[2], "w").write(figures_html(figures))
-print(len(traces), len(figures))
+for source, page in zip(sys.argv[1::2], sys.argv[2::2]):
+    record = load_run(open(source, "rb").read())
+    open(page, "w").write(run_html(record))
+    print(len(record.traces))
 """
 
 
-def test_traces_replay_to_standalone_html_without_any_model(tmp_path):
+def _run_file(path: Path) -> Path:
+    """A run file as the app's Export tab writes it (`specviz.ui.tab_runs.record_of`), from a
+    live tiny run with the feature head (its cache holds entries, not tokens)."""
+    import specviz
+    from specviz.ui.state import advance_cycle, start_live_run
+    from specviz.ui.tab_runs import record_of
+
+    pair = specviz.build_tiny_pair(seed=0)
+    cfg = specviz.DecodeConfig(k=3, page_size=4, proposer="feature", seed=1)
+    run = start_live_run(1, "deploy", (), pair, cfg, pair.tokenizer.encode("Hello there, world"))
+    for _ in range(2):
+        run = advance_cycle(run)
+    path.write_text(record_of(run).to_json())
+    return path
+
+
+def test_recorded_runs_become_standalone_pages_without_any_model(tmp_path):
     traces = tmp_path / "traces.json"
     assert cli_main(["walk", "--tiny", "--cycles", "3", "--k", "3", "--json", str(traces)]) == 0
     assert len(json.loads(traces.read_text())) == 3
-    page = tmp_path / "replay.html"
-    done = subprocess.run([sys.executable, "-c", REPLAY, str(traces), str(page)], cwd=REPO, capture_output=True,
+    run_file = _run_file(tmp_path / "run.json")
+    pages = [tmp_path / "from-traces.html", tmp_path / "from-run-file.html"]
+    args = [str(traces), str(pages[0]), str(run_file), str(pages[1])]
+    done = subprocess.run([sys.executable, "-c", REPLAY, *args], cwd=REPO, capture_output=True,
                           text=True, timeout=120, env={"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1",
-                                                       "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+                                                       "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    num_traces, num_figures = map(int, done.stdout.split()[-2:])
-    assert num_traces == 3 and num_figures >= 12
-    html = page.read_text()
-    assert html.count('class="plotly-graph-div"') == num_figures
-    assert "Plotly.addFrames" in html  # the KV animation's frames are in the page
-    assert "<script src=" not in html  # plotly.js is embedded: the page works offline, from any static host
+    assert list(map(int, done.stdout.split()[-2:])) == [3, 2]
+    for page, cycles in zip(pages, (3, 2), strict=True):
+        html = page.read_text()
+        steps = re.findall(r"<section class='step' data-title='([^']*)'>", html)
+        assert len(steps) == 1 + 5 * cycles  # the prefill, then draft … rollback of every cycle
+        assert steps[0] == "prefill" and steps[-1] == f"cycle {cycles} · rollback"
+        assert html.count("<div class='svkv' role='figure'") == len(steps)  # one KV picture per step
+        assert "id='back'" in html and "id='next'" in html and "ArrowRight" in html  # its own Next/Back
+        assert "<script src=" not in html and "<link" not in html  # nothing external: works offline
+        assert "Cycle 1 · 2 · Target verifies" in html
+    assert "Feature head cache" in pages[1].read_text()
