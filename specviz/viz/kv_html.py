@@ -59,6 +59,7 @@ ANIM_MS = 700
 FREE_LIST_SHOWN, FREE_LIST_TAIL = 16, 6  # free-list entries drawn from its head and its tail; the rest are counted
 MIN_CELL_EM = 3.0  # the narrowest legible cell (in em of the cell text) for the side-by-side decision
 TAG_EM = 6.5
+DENSE_COLS = 12  # rows at least this wide use the smaller token font
 GLYPHS = {"provisional": "P", "stale": "✕", "committed": "", "free": ""}
 VERDICT_GLYPHS = {"accepted": "✓", "rejected": "✗", "untested": "–"}
 STATE_ORDER = ("committed", "provisional", "stale", "free")
@@ -248,7 +249,10 @@ def _cache_html(cache: _Cache, token_text: TokenText, cap: int, lecture: bool) -
         parts.append(_free_list_html(snap, before))
     if len(rows) < n_rows:
         parts.append(_overview_html(now_cells, rows))
-    parts.append(f"<div class='svkv-grid' style='--cols:{width}'>")
+    # Wide rows (a 16-token page) leave each cell a few characters: a smaller (still ≥ 14 px)
+    # token font keeps a long token to two or three lines instead of a tower.
+    dense = " svkv-dense" if width >= DENSE_COLS else ""
+    parts.append(f"<div class='svkv-grid{dense}' style='--cols:{width}'>")
     last = -1
     for row in rows:
         if row > last + 1:
@@ -290,17 +294,18 @@ def _heading(cache: _Cache, lecture: bool) -> str:
                  if provisional else "all from real features")
     else:
         split = f"{snap.num_committed} committed + {provisional} provisional" if provisional else "all committed"
-    lines = [f"<h3 class='svkv-title'>{esc_attr(cache.title)}</h3>",
-             f"<p class='svkv-len'>length {snap.seq_len} ({split}){_next_write(snap, cache.width)}</p>"]
+    # One line for what the cache holds, one for its bookkeeping: the grid must stay above the fold.
+    lines = [f"<h3 class='svkv-title'>{esc_attr(cache.title)} <span class='svkv-len'>· length {snap.seq_len} "
+             f"({split}){_next_write(snap, cache.width)}</span></h3>"]
     if not lecture:
         if snap.layout == "paged":
             table = ", ".join(str(b) for b in snap.block_table)
-            detail = f"block_table [{table}] · {snap.page_size} slots per block · policy {snap.policy or 'free'}"
+            detail = [f"block_table [{table}]", f"{snap.page_size} slots per block", f"policy {snap.policy or 'free'}"]
         else:
-            detail = f"write pointer at slot {snap.seq_len} · capacity {snap.capacity}"
-        lines.append(f"<p class='svkv-sub'>{esc_attr(detail)}</p>")
+            detail = [f"write pointer at slot {snap.seq_len}", f"capacity {snap.capacity}"]
         if memory_text(snap):
-            lines.append(f"<p class='svkv-sub'>{esc_attr(memory_text(snap))}</p>")
+            detail.append(memory_text(snap))
+        lines.append(f"<p class='svkv-sub'>{esc_attr(' · '.join(detail))}</p>")
     lines.append(f"<p class='svkv-ev'>{esc_attr(cache.events)}</p>")
     return "".join(lines)
 
@@ -565,7 +570,9 @@ line-height:1.3;--tagw:{TAG_EM}em}}
 .svkv .svkv-caches{{display:grid;grid-template-columns:repeat(auto-fit,minmax(min(100%,var(--minw)),1fr));
 gap:1.2em 2em;align-items:start}}
 .svkv .svkv-title{{font-size:1.2em;font-weight:700;margin:0 0 .15em;padding:0}}
-.svkv .svkv-len,.svkv .svkv-ev{{margin:0 0 .2em;font-size:1em}}
+.svkv .svkv-len{{font-size:max(14px,.85em);font-weight:400}}
+.svkv .svkv-ev{{margin:0 0 .2em;font-size:1em}}
+.svkv .svkv-dense .svkv-tok{{font-size:max(14px,1em)}}
 .svkv .svkv-ev{{color:#374151;font-style:italic}}
 .svkv .svkv-sub,.svkv .svkv-sub2{{margin:0 0 .2em;font-size:max(14px,.875em);color:#4b5563}}
 .svkv .svkv-nocache{{border:2px dashed #9ca3af;border-radius:8px;padding:.8em 1em;color:#4b5563;align-self:start}}

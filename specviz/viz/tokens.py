@@ -202,8 +202,10 @@ def _chip_html(c: Chip) -> str:
     )
     # pre-wrap, not pre: a chip keeps its own spacing, and the <wbr> after it lets a line break there
     style = f"background:{color};padding:1px 2px;margin:0 1px;border-radius:3px;white-space:pre-wrap"
-    if c.kind in ("accepted", "corrected", "bonus", "rejected"):
+    if c.kind in ("accepted", "rejected"):  # dark fills: white text
         style += ";color:#fff;font-weight:600"
+    if c.kind in ("corrected", "bonus"):  # light fills (orange, sky blue): dark text keeps the contrast
+        style += ";color:#111827;font-weight:600"
     if c.kind == "pending":
         style += ";outline:1.5px dashed #b45309;background:#fde9b8"
     if c.kind in ("rejected", "untested"):
