@@ -87,12 +87,15 @@ def ensure_run(controls: sidebar.Controls, pair: Any) -> bool:
     ws = session.workspace()
     key = controls.restart_key()
     run = ws.run
-    if run is None or run.restart_key != key or ss.pop("_force_new_run", False):
+    forced = ss.pop("_force_new_run", False)  # popped first: a changed key must not leave it for the next run
+    if run is None or run.restart_key != key or forced:
         notice = ss.pop("reset_notice", "")
-        if run is not None and run.restart_key != key:
+        if run is not None:
             changed = ", ".join(sidebar.changed_settings(run.restart_key, key))
             kept = f" Run #{run.id} stays in the run list." if run.traces else ""
-            notice = f"New run: the {changed} changed.{kept}"
+            # Nothing changed: "Start a live run" from a recording (or a scenario with these settings).
+            what = f"New run: the {changed} changed." if changed else "New live run from the sidebar's settings."
+            notice = what + kept
         try:
             settings = session.server_settings()
             settings.check_prompt_text(controls.prompt)  # before tokenizing: a huge text is already work

@@ -224,6 +224,18 @@ def test_an_imported_run_steps_through_every_phase_without_a_model(downloads, mo
     assert phase_shown(at) == (1, "resolve")
     assert calls == []
     assert [r.id for r in workspace(at).others] == []  # the empty live run it replaced is not kept
+    imported = shown(at)
+
+    monkeypatch.undo()  # a live run again, from the sidebar's settings: the models are back
+    open_tab(at, "runs")
+    click(at, "live_again")
+    live = shown(at)
+    assert live.source == "live" and live.id != imported.id and live.traces == ()
+    assert [r.id for r in workspace(at).others] == [imported.id]  # the recording stays in the list
+    notes = [i.value for i in at.info if i.value.startswith("New ")]
+    assert notes == [f"New live run from the sidebar's settings. Run #{imported.id} stays in the run list."]
+    click(at, "next_phase")  # the same live run steps (no second new run)
+    assert shown(at).id == live.id and len(shown(at).traces) == 1
 
 
 # ---- side-by-side replay -----------------------------------------------------------------------
