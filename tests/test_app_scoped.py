@@ -178,20 +178,27 @@ def test_reset_asks_before_clearing_the_history():
     click(at, "next_cycle", 2)
     click(at, "reset")
     assert len(shown(at).traces) == 2  # nothing lost yet
-    assert any("Reset starts this run again" in w.value and "Its 2 recorded cycles" in w.value for w in at.warning)
-    assert {"reset_confirm", "reset_cancel"} <= {b.key for b in at.button}
+    asked = "Reset starts again from the prompt"
+    assert any(asked in w.value and "this run's 2 recorded cycles" in w.value for w in at.warning)
+    assert {"reset_keep", "reset_confirm", "reset_cancel"} <= {b.key for b in at.button}
     click(at, "reset_cancel")
-    assert len(shown(at).traces) == 2 and not any("Reset starts this run again" in w.value for w in at.warning)
+    assert len(shown(at).traces) == 2 and not any(asked in w.value for w in at.warning)
     click(at, "reset")
     click(at, "next_phase")  # any other action withdraws the question
-    assert len(shown(at).traces) == 3 and not any("Reset starts this run again" in w.value for w in at.warning)
+    assert len(shown(at).traces) == 3 and not any(asked in w.value for w in at.warning)
     click(at, "reset")
-    assert any("Its 3 recorded cycles" in w.value for w in at.warning)
-    click(at, "reset_confirm")
+    assert any("this run's 3 recorded cycles" in w.value for w in at.warning)
+    first = shown(at)
+    click(at, "reset_keep")  # start over, keeping the run in the Runs tab
+    assert shown(at).traces == () and any("stays in the Runs tab" in i.value for i in at.info)
+    assert [r.id for r in workspace(at).others] == [first.id] and workspace(at).others[0].traces == first.traces
+    click(at, "next_cycle")
+    click(at, "reset")
+    click(at, "reset_confirm")  # discard: the cleared run is gone, not kept in the run list
     assert shown(at).traces == () and any("Reset" in i.value for i in at.info)
-    assert workspace(at).others == ()  # confirmed: the cleared run is gone, not kept in the run list
+    assert [r.id for r in workspace(at).others] == [first.id]
     click(at, "reset")  # nothing recorded: nothing to ask
-    assert not any("Reset starts this run again" in w.value for w in at.warning)
+    assert not any(asked in w.value for w in at.warning)
 
 
 # ---- statistics that explain -------------------------------------------------------------------------

@@ -20,25 +20,27 @@ import streamlit as st
 
 from .. import narrative
 from ..errors import SpecvizError
-from ..trace import CYCLE_PHASES, CycleTrace, traces_to_json
+from ..trace import CYCLE_PHASES, CycleTrace
 from ..viz import kv_html, tokens
 from ..viz.style import PHASE_TITLES
 from . import quiz
 from .session import act, decoding_slot, workspace
 from .sidebar import PROPOSER_LABELS, SPEEDS
 from .state import (
+    MAX_RUNS,
     PHASES_PER_CYCLE,
     Run,
     advance_cycle,
     advance_phase,
     back,
     compute_cycle,
+    park,
     seek,
     snapshots_at,
     step_label,
     view_of,
 )
-from .tab_runs import compare_view
+from .tab_runs import compare_view, record_of
 
 WALKTHROUGH = ((1, True), (2, True), (3, True), (4, False))
 # Cache rows drawn around the action; the rest fold into the overview strip. Six rows keep the
@@ -83,11 +85,16 @@ def on_reset() -> None:
     reset_now()
 
 
-def reset_now() -> None:
+def reset_now(keep: bool = False) -> None:
+    """Start again from the prompt; with `keep`, the run so far stays in the run list."""
     ws = workspace()
-    ws.run = ws.reset_asked = None  # rebuilt from the current controls on this run
-    ws.playing, ws.error, ws.finished_note = False, None, None
-    st.session_state.reset_notice = "Reset: the decoder restarted from the prompt."
+    with ws.lock:
+        if keep and ws.run is not None and ws.run.traces:
+            ws.others = (*ws.others, park(ws.run))[-(MAX_RUNS - 1) :]
+        ws.run = ws.reset_asked = None  # rebuilt from the current controls on this run
+        ws.playing, ws.error, ws.finished_note = False, None, None
+    kept = " The run so far stays in the Runs tab." if keep else ""
+    st.session_state.reset_notice = f"Reset: the decoder restarted from the prompt.{kept}"
 
 
 def on_reset_cancel() -> None:
@@ -156,22 +163,23 @@ def button_row(run: Run | None) -> None:
 
 
 def reset_question(run: Run) -> None:
-    """'Reset clears N cycles — sure?' with a way to keep them (and to save them first)."""
+    """'Reset starts again — keep these N cycles?' (and a way to save them first)."""
     n = len(run.traces)
+    cycles = f"{n} recorded cycle{'s' if n != 1 else ''}"
     with st.container(border=True):
         st.warning(
-            f"**Reset starts this run again from the prompt.** Its {n} recorded cycle{'s' if n != 1 else ''} "
-            "stay in the run list only if you keep them; download them to keep them for good.",
+            f"**Reset starts again from the prompt.** Keep this run's {cycles} in the Runs tab, or discard them?",
             icon=":material/warning:",
         )
-        c1, c2, c3 = st.columns(3)
-        c1.button(f"Reset and clear {n} cycle{'s' if n != 1 else ''}", key="reset_confirm", on_click=reset_now)
-        c2.button("Keep the history", key="reset_cancel", on_click=on_reset_cancel, type="primary")
-        traces = list(run.traces)
-        c3.download_button(
-            "Download the traces (JSON)",
-            data=lambda: traces_to_json(traces),
-            file_name="specviz-traces.json",
+        c1, c2, c3, c4 = st.columns(4)
+        c1.button("Reset, keep this run", key="reset_keep", on_click=reset_now, args=(True,), type="primary")
+        c2.button(f"Reset and discard {cycles}", key="reset_confirm", on_click=reset_now)
+        c3.button("Cancel", key="reset_cancel", on_click=on_reset_cancel)
+        record_json = record_of(run).to_json
+        c4.download_button(
+            "Download the run file (JSON)",
+            data=lambda: record_json(),
+            file_name="specviz-run.json",
             mime="application/json",
             key="reset_download",
             on_click="ignore",
