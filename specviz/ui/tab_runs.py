@@ -72,11 +72,11 @@ def run_of(record: RunRecord, run_id: int, source: str, title: str | None = None
 
 
 def _pair_text(run: Run) -> str:
-    pair = run.pair
-    if pair is None:
+    """The pair in words for a run file: the target's name and who proposed."""
+    if run.pair is None:
         return ""
-    name = getattr(getattr(pair.target, "config", None), "_name_or_path", "") or "target"
-    return f"{name} + {run.proposer}"
+    who = run.pair.draft_name if run.proposer == "draft" else run.proposer
+    return f"{run.pair.target_name} + {who}"
 
 
 def on_open_file() -> None:
