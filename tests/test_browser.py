@@ -411,10 +411,25 @@ def test_gallery_scenario_loads(server: str, browser) -> None:
     page.get_by_role("tab", name="Runs").click()
     _wait_idle(page)
     _button(page, f"scenario_{scenario.id}").click()
-    page.wait_for_selector(f"text=Scenario {scenario.title}", timeout=300_000)
+    notice = page.locator("[data-testid='stAlert']", has_text=f"Scenario {scenario.title}")
+    idle_since = None
+    for _ in range(600):  # the default pair loads in this server: up to a few minutes on a busy machine
+        if notice.count():
+            break
+        running = page.locator(STATUS).count() > 0
+        idle_since = None if running else (idle_since or 0) + 1
+        # Nothing running and no scenario for 15 s: the click did not start one (the Load button sits
+        # in the stage fragment, so its callback re-runs only the fragment unless it asks for the app).
+        assert idle_since is None or idle_since < 30, "the scenario's Load button started nothing"
+        page.wait_for_timeout(500)
     _wait_idle(page, 300_000)
     _no_exception(page, "loading a scenario")
     assert f"cycle {scenario.cycle + 1} of" in _status(page), _status(page)
+    checked = page.evaluate(
+        "() => [...document.querySelectorAll(\"[data-testid='stSidebar'] input[type=radio]:checked\")]"
+        ".map(e => e.closest('label').innerText)"
+    )
+    assert any(c.startswith("Default") for c in checked), f"the scenario ran without the default pair: {checked}"
     _button(page, "next_phase").click()
     _wait_idle(page, 300_000)
     _no_exception(page, "the scenario's draft phase")
