@@ -39,10 +39,12 @@ from specviz.ui.tab_lab import lab_tab
 from specviz.ui.tab_runs import open_file_control, runs_tab, take_pending_scenario
 from specviz.ui.tab_stats import stats_tab
 
+# The first tab is open by default and re-drawn on every click of the stage: the runs tab (with
+# the scenario gallery) is cheap, so Next phase stays fast; the charts are one click away.
 TABS = {
+    "runs": ":material/history: Runs, gallery & compare",
     "charts": ":material/bar_chart_4_bars: Distributions",
     "stats": ":material/bar_chart: Statistics",
-    "runs": ":material/history: Runs, gallery & compare",
     "lab": ":material/target: Exactness lab",
     "myths": ":material/report: Common misconceptions",
     "export": ":material/download: Export & import",

@@ -7,8 +7,9 @@ traces without recomputing, the what-if scenario must give exactly 3 accepted an
 4, errors must be shown with the app still usable, and two sessions must not share a decoder. One
 test (marked slow) opens the real default pair.
 
-The tabs are lazy (`st.tabs(..., on_change="rerun")`): under AppTest only the open tab is rendered,
-the first one (Distributions) unless the test opens another with `open_tab` (or `open_app(tab=...)`).
+The tabs are lazy (`st.tabs(..., on_change="rerun")`): under AppTest only the open tab is rendered.
+The page opens on the first one (Runs, gallery & compare: cheap to redraw on every click); these
+tests open Distributions unless they ask for another with `open_tab` (or `open_app(tab=...)`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ APP = str(Path(__file__).resolve().parent.parent / "app.py")
 TIMEOUT = 120
 
 
-def open_app(pair: str = "tiny", tab: str | None = None, **state) -> AppTest:
+def open_app(pair: str = "tiny", tab: str | None = "charts", **state) -> AppTest:
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
     at.session_state["pair_kind"] = pair
     if tab is not None:
@@ -383,9 +384,12 @@ def test_statistics_baseline_lab_and_export():
 
 
 def test_only_the_open_tab_is_rendered():
-    at = open_app()
+    at = open_app(tab=None)
     click(at, "next_cycle")
-    assert any(t.startswith("Draft proposals") for t in chart_titles(at))  # Distributions: open first
+    assert any("Scenario gallery" in m.value for m in at.markdown)  # the page opens on Runs
+    assert not chart_titles(at)
+    open_tab(at, "charts")
+    assert any(t.startswith("Draft proposals") for t in chart_titles(at))
     assert not at.metric and not at.get("download_button")
     open_tab(at, "stats")
     assert any(m.label == "Acceptance rate α" for m in at.metric)

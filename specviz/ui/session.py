@@ -53,6 +53,19 @@ def workspace() -> Workspace:
     return st.session_state.setdefault("_workspace", Workspace())
 
 
+def request_full_run() -> None:
+    """Ask for a run of the whole page after this callback. A button inside the stage fragment
+    re-runs only the fragment, but some actions change what the rest of the page shows: another
+    run (its settings go back into the sidebar), a scenario, a reset. The stage sees the flag and
+    re-runs the app — in the same script run, so the sidebar values set by the callback are the
+    ones the next run reads (the browser never sends back its stale copies)."""
+    st.session_state._needs_full_run = True
+
+
+def take_full_run_request() -> bool:
+    return bool(st.session_state.pop("_needs_full_run", False))
+
+
 @contextmanager
 def decoding_slot() -> Iterator[None]:
     """Hold one of the server's decoding slots while a model runs (`specviz.gate`). While the

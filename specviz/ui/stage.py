@@ -24,7 +24,7 @@ from ..trace import CYCLE_PHASES, CycleTrace
 from ..viz import kv_html, tokens
 from ..viz.style import PHASE_TITLES
 from . import quiz
-from .session import act, decoding_slot, workspace
+from .session import act, decoding_slot, request_full_run, take_full_run_request, workspace
 from .sidebar import PROPOSER_LABELS, SPEEDS
 from .state import (
     MAX_RUNS,
@@ -95,6 +95,7 @@ def reset_now(keep: bool = False) -> None:
         ws.playing, ws.error, ws.finished_note = False, None, None
     kept = " The run so far stays in the Runs tab." if keep else ""
     st.session_state.reset_notice = f"Reset: the decoder restarted from the prompt.{kept}"
+    request_full_run()
 
 
 def on_reset_cancel() -> None:
@@ -278,6 +279,8 @@ def stage(after: Any = None) -> None:
     (the tabs, which follow the phase shown)."""
     ss = st.session_state
     ws = workspace()
+    if take_full_run_request() or ws.run is None:
+        st.rerun(scope="app")
     if ws.playing and not ss.get("_full_run"):
         on_next_phase()
         run = ws.run

@@ -27,7 +27,7 @@ from ..replay import replay_run
 from ..runfile import RunRecord, load_run, record_run
 from ..scenarios import Scenario, load_scenarios
 from . import sidebar
-from .session import workspace
+from .session import request_full_run, workspace
 from .state import Run
 
 # ---------------------------------------------------------------- runs <-> run files -----------
@@ -119,6 +119,7 @@ def on_select(run_id: int) -> None:
             ws.error = str(exc)
             return
         ws.playing, ws.error, ws.finished_note = False, None, None
+        request_full_run()
         if chosen.live and chosen.widgets:
             sidebar.restore_widgets(chosen.widgets)  # its settings, so the sidebar matches the run
         elif not chosen.live:
@@ -127,6 +128,7 @@ def on_select(run_id: int) -> None:
 
 def on_live_again() -> None:
     st.session_state._force_new_run = True
+    request_full_run()
 
 
 def run_list(run: Run) -> None:
@@ -196,6 +198,7 @@ def on_scenario(scenario_id: str) -> None:
     ss = st.session_state
     ss._pending_scenario, ss._force_new_run = scenario.id, True
     workspace().playing = False
+    request_full_run()
 
 
 def take_pending_scenario() -> Scenario | None:
