@@ -346,7 +346,11 @@ def test_click_through_two_cycles_play_export_and_import(server: str, browser) -
             _no_exception(page, phase)
             assert f"cycle {cycle + 1} of" in _status(page), _status(page)
             page.screenshot(path=str(OUT / f"1{cycle + 1}-{i + 1}-{phase}.png"), full_page=True)
-    # The Distributions tab (open by default) draws the cycle's plotly charts.
+    # The page opens on the Runs tab (with the gallery); the Distributions tab draws the cycle's charts.
+    assert page.get_by_text("Scenario gallery").count() >= 1
+    page.get_by_role("tab", name="Distributions").click()
+    page.wait_for_selector(".js-plotly-plot", timeout=60_000)  # the tab is lazy: drawn after the click
+    _wait_idle(page)
     assert page.locator(".js-plotly-plot").count() >= 2
     before = _status(page)
     _button(page, "play").click()
@@ -440,28 +444,25 @@ def test_gallery_scenario_loads(server: str, browser) -> None:
 
 
 @pytest.mark.slow
-def test_default_pair_in_the_browser() -> None:
-    """The real default pair: opens, steps one cycle phase by phase; screenshots for the docs."""
-    from playwright.sync_api import sync_playwright
-
+def test_default_pair_in_the_browser(browser) -> None:
+    """The real default pair: opens, steps one cycle phase by phase; screenshots for the docs.
+    (Its own server, the module's Chromium: two Playwright drivers cannot share one thread.)"""
     out = ARTIFACTS / "browser-default"
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
     proc, url = start_server("default", ready_s=90)
     try:
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-            page = browser.new_page(viewport={"width": 1920, "height": 1080})
-            page.set_default_timeout(300_000)
-            page.goto(url, wait_until="domcontentloaded")
-            page.wait_for_selector(".svkv", timeout=300_000)
+        page = browser.new_page(viewport={"width": 1920, "height": 1080})
+        page.set_default_timeout(300_000)
+        page.goto(url, wait_until="domcontentloaded")
+        page.wait_for_selector(".svkv", timeout=300_000)
+        _wait_idle(page, 300_000)
+        page.screenshot(path=str(out / "0-prefill.png"), full_page=True)
+        for i, phase in enumerate(["draft", "verify", "accept", "resolve", "rollback"]):
+            _button(page, "next_phase").click()
             _wait_idle(page, 300_000)
-            page.screenshot(path=str(out / "0-prefill.png"), full_page=True)
-            for i, phase in enumerate(["draft", "verify", "accept", "resolve", "rollback"]):
-                _button(page, "next_phase").click()
-                _wait_idle(page, 300_000)
-                _no_exception(page, phase)
-                page.screenshot(path=str(out / f"{i + 1}-{phase}.png"), full_page=True)
-            browser.close()
+            _no_exception(page, phase)
+            page.screenshot(path=str(out / f"{i + 1}-{phase}.png"), full_page=True)
+        page.close()
     finally:
         stop_server(proc)
