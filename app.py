@@ -29,20 +29,21 @@ import pandas  # noqa: F401
 import streamlit as st
 
 from specviz import narrative, parking
+from specviz.config import MAX_K
 from specviz.errors import SpecvizError
 from specviz.prompting import encode_prompt
 from specviz.ui import session, sidebar, stage
+from specviz.ui.runs import runs_panel, take_pending_scenario
 from specviz.ui.state import Run, run_to_cycle, start_live_run, sync_config
 from specviz.ui.tab_charts import charts_tab
 from specviz.ui.tab_export import export_tab
 from specviz.ui.tab_lab import lab_tab
-from specviz.ui.tab_runs import open_file_control, runs_tab, take_pending_scenario
 from specviz.ui.tab_stats import stats_tab
+from specviz.viz import kv_html
 
-# The first tab is open by default and re-drawn on every click of the stage: the runs tab (with
-# the scenario gallery) is cheap, so Next phase stays fast; the charts are one click away.
+# The secondary views, inside the "More views" expander. While it is closed nothing below the stage
+# is drawn on a click (Next phase stays under 300 ms); open, the open tab follows the phase.
 TABS = {
-    "runs": ":material/history: Runs, gallery & compare",
     "charts": ":material/bar_chart_4_bars: Distributions",
     "stats": ":material/bar_chart: Statistics",
     "lab": ":material/target: Exactness lab",
@@ -60,18 +61,29 @@ st.set_page_config(
 )
 
 
-def tabs(run: Run, cycle: int | None, phase: str) -> None:
-    """The secondary views, below the stage. Only the open tab is computed (lazy tabs)."""
+def more_views(run: Run, cycle: int | None, phase: str) -> None:
+    """The secondary views, below the stage, in a lazy expander of lazy tabs: only the open tab of
+    an open expander is computed."""
     if st.session_state.get("lecture"):
         st.caption("Lecture mode shows the stage only: switch it off in the sidebar for the charts and tabs.")
         return
+    box = st.expander(
+        "More views: distributions, statistics, exactness lab, misconceptions, export",
+        key="more", on_change="rerun", icon=":material/bar_chart:",
+    )  # fmt: skip
+    if box.open is False:
+        return
+    with box:
+        tabs(run, cycle, phase)
+
+
+def tabs(run: Run, cycle: int | None, phase: str) -> None:
     shown = st.tabs(list(TABS.values()), key="tab", on_change="rerun")
     views = dict(zip(TABS, shown, strict=True))
     tr = run.traces[cycle] if cycle is not None else None
     bodies = {
         "charts": lambda: st.session_state.update(_figures=charts_tab(tr, phase)),
         "stats": lambda: stats_tab(run),
-        "runs": lambda: runs_tab(run),
         "lab": lambda: lab_tab(run, cycle),
         "myths": lambda: st.markdown(MYTHS_INTRO + "\n\n" + narrative.misconceptions_markdown()),
         "export": lambda: export_tab(run, cycle, phase),
@@ -168,10 +180,19 @@ def main() -> None:
     if ws.whatif_spent:  # before the toggle is drawn: its value can only change now
         st.session_state.whatif, ws.whatif_spent = False, False
     limit_notes = sidebar.apply_limits(settings)
+    runs_slot = st.sidebar.container()  # filled last: it lists the run this script run shows
     controls = sidebar.sidebar(settings, stage.on_walkthrough)
-    with st.sidebar:
-        open_file_control()
-    st.html(COMPACT_PAGE)
+    try:
+        page(settings, controls, limit_notes)
+    finally:
+        with runs_slot:
+            runs_panel(session.workspace().run)
+
+
+def page(settings: Any, controls: sidebar.Controls | None, limit_notes: list[str]) -> None:
+    """The main column: the header, then the run the sidebar asks for (or a recording)."""
+    ws = session.workspace()
+    st.html(COMPACT_PAGE + kv_html.stylesheet(MAX_K))
     st.caption(
         "**Speculative decoding, exactly** — a proposer guesses K tokens, the target checks them in one pass, and a "
         "rejection test keeps the output exactly the target's. Keys: → phase · Shift+→ cycle · ← back · P play"
@@ -198,7 +219,7 @@ def main() -> None:
 def _show(ws: Any) -> None:
     for note in ws.run.notices:
         st.info(note, icon=":material/info:")
-    stage.run_stage(after=tabs)
+    stage.run_stage(after=more_views)
 
 
 def _pair_for(settings: Any, controls: sidebar.Controls | None) -> Any:

@@ -7,9 +7,10 @@ traces without recomputing, the what-if scenario must give exactly 3 accepted an
 4, errors must be shown with the app still usable, and two sessions must not share a decoder. One
 test (marked slow) opens the real default pair.
 
-The tabs are lazy (`st.tabs(..., on_change="rerun")`): under AppTest only the open tab is rendered.
-The page opens on the first one (Runs, gallery & compare: cheap to redraw on every click); these
-tests open Distributions unless they ask for another with `open_tab` (or `open_app(tab=...)`).
+The secondary views are lazy: a "More views" expander (closed when the page opens, so a click on
+the stage redraws nothing below it) holds lazy tabs (`st.tabs(..., on_change="rerun")`), and only
+the open tab of an open expander is rendered. These tests open Distributions unless they ask for
+another with `open_tab` (or `open_app(tab=...)`); `open_app(tab=None)` leaves the expander closed.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ def open_app(pair: str = "tiny", tab: str | None = "charts", **state) -> AppTest
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
     at.session_state["pair_kind"] = pair
     if tab is not None:
+        at.session_state["more"] = True  # the "More views" expander holds the tabs
         at.session_state["tab"] = TABS[tab]
     for key, value in state.items():
         at.session_state[key] = value
@@ -45,7 +47,8 @@ def open_app(pair: str = "tiny", tab: str | None = "charts", **state) -> AppTest
 
 
 def open_tab(at: AppTest, name: str) -> AppTest:
-    """Open one of the lazy tabs (only the open one is rendered)."""
+    """Open one of the lazy tabs (only the open one is rendered), in the "More views" expander."""
+    at.session_state["more"] = True
     at.session_state["tab"] = TABS[name]
     at.run()
     assert_clean(at)
@@ -386,8 +389,8 @@ def test_statistics_baseline_lab_and_export():
 def test_only_the_open_tab_is_rendered():
     at = open_app(tab=None)
     click(at, "next_cycle")
-    assert any("Scenario gallery" in m.value for m in at.markdown)  # the page opens on Runs
-    assert not chart_titles(at)
+    assert not chart_titles(at) and not at.tabs  # "More views" closed: nothing below the stage
+    assert any("Scenario gallery" in e.label for e in at.sidebar.expander)  # the gallery lives in the sidebar
     open_tab(at, "charts")
     assert any(t.startswith("Draft proposals") for t in chart_titles(at))
     assert not at.metric and not at.get("download_button")

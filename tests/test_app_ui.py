@@ -64,7 +64,7 @@ def downloads(monkeypatch):
 def test_lecture_mode_enlarges_the_picture_and_hides_the_tabs():
     at = open_app()
     click(at, "next_phase")
-    assert len(at.tabs) == 6 and kv_view(at).startswith("<div class='svkv' ")
+    assert len(at.tabs) == 5 and kv_view(at).startswith("<div class='svkv' ")
     assert "block_table [" in kv_view(at)
     at.toggle(key="lecture").set_value(True).run()
     assert_clean(at)
@@ -77,7 +77,7 @@ def test_lecture_mode_enlarges_the_picture_and_hides_the_tabs():
     click(at, "next_phase")  # the stage works as usual
     assert phase_shown(at) == (0, "verify")
     at.toggle(key="lecture").set_value(False).run()
-    assert len(at.tabs) == 6 and kv_view(at).startswith("<div class='svkv' ")
+    assert len(at.tabs) == 5 and kv_view(at).startswith("<div class='svkv' ")
 
 
 # ---- quiz --------------------------------------------------------------------------------------
@@ -154,8 +154,8 @@ def test_an_earlier_run_comes_back_with_its_settings_and_history():
     second = shown(at)
     assert second.id != first.id and second.prefill[0].layout == "contiguous" and second.config.seed == 7
     assert [r.id for r in workspace(at).others] == [first.id]  # the empty run in between is not kept
-    open_tab(at, "runs")
-    assert any(m.value == first.label() for m in at.markdown)  # listed, not shown (no ▶)
+    listed = at.button(key=f"show_run_{first.id}")  # listed in the sidebar as a button, not shown (no ▶)
+    assert listed.label == first.label()
     click(at, f"show_run_{first.id}")
     run = shown(at)
     assert run.id == first.id and run.traces == first.traces and run.view == run.revealed == 10
@@ -168,7 +168,6 @@ def test_an_earlier_run_comes_back_with_its_settings_and_history():
     assert shown(at).id == first.id and len(shown(at).traces) == 3
     assert shown(at).traces[:2] == first.traces
     # The other run is still selectable, with its own settings.
-    open_tab(at, "runs")
     click(at, f"show_run_{second.id}")
     assert shown(at).id == second.id and at.radio(key="layout").value == "contiguous"
     assert at.number_input(key="seed").value == 7 and len(shown(at).traces) == 1
@@ -227,7 +226,6 @@ def test_an_imported_run_steps_through_every_phase_without_a_model(downloads, mo
     imported = shown(at)
 
     monkeypatch.undo()  # a live run again, from the sidebar's settings: the models are back
-    open_tab(at, "runs")
     click(at, "live_again")
     live = shown(at)
     assert live.source == "live" and live.id != imported.id and live.traces == ()
@@ -242,7 +240,7 @@ def test_an_imported_run_steps_through_every_phase_without_a_model(downloads, mo
 
 
 def test_compare_draws_the_same_cycles_in_another_cache_layout():
-    at = open_app(tab="runs")
+    at = open_app(tab=None)
     click(at, "next_cycle")
     assert len(kv_views(at)) == 1
     at.radio(key="compare_layout").set_value("contiguous")
@@ -300,7 +298,7 @@ def test_every_move_sets_the_step_the_picture_animates_from():
 @pytest.mark.slow
 def test_a_gallery_scenario_loads_on_the_default_pair_at_its_cycle():
     scenario = next(s for s in load_scenarios() if s.id == "all-accepted")
-    at = open_app(tab="runs")
+    at = open_app(tab=None)
     at.default_timeout = 900
     click(at, f"scenario_{scenario.id}")
     if any("Could not load" in e.value for e in at.error):

@@ -346,8 +346,12 @@ def test_click_through_two_cycles_play_export_and_import(server: str, browser) -
             _no_exception(page, phase)
             assert f"cycle {cycle + 1} of" in _status(page), _status(page)
             page.screenshot(path=str(OUT / f"1{cycle + 1}-{i + 1}-{phase}.png"), full_page=True)
-    # The page opens on the Runs tab (with the gallery); the Distributions tab draws the cycle's charts.
+    # Below the stage, "More views" is closed (a click redraws nothing there); opened, its
+    # Distributions tab draws the cycle's charts. The gallery lives in the sidebar.
     assert page.get_by_text("Scenario gallery").count() >= 1
+    assert page.locator(".js-plotly-plot").count() == 0
+    page.get_by_text("More views").click()
+    page.get_by_role("tab", name="Distributions").wait_for(timeout=60_000)
     page.get_by_role("tab", name="Distributions").click()
     page.wait_for_selector(".js-plotly-plot", timeout=60_000)  # the tab is lazy: drawn after the click
     _wait_idle(page)
@@ -412,9 +416,7 @@ def test_gallery_scenario_loads(server: str, browser) -> None:
     scenario = min(load_scenarios(), key=lambda s: s.cycle)  # the fewest cycles to compute
     errors: list[str] = []
     page = _open(browser, server, errors)
-    page.get_by_role("tab", name="Runs").click()
-    _wait_idle(page)
-    _button(page, f"scenario_{scenario.id}").click()
+    _button(page, f"scenario_{scenario.id}").click()  # in the sidebar's gallery (open on a fresh page)
     notice = page.locator("[data-testid='stAlert']", has_text=f"Scenario {scenario.title}")
     idle_since = None
     for _ in range(600):  # the default pair loads in this server: up to a few minutes on a busy machine
@@ -422,8 +424,7 @@ def test_gallery_scenario_loads(server: str, browser) -> None:
             break
         running = page.locator(STATUS).count() > 0
         idle_since = None if running else (idle_since or 0) + 1
-        # Nothing running and no scenario for 15 s: the click did not start one (the Load button sits
-        # in the stage fragment, so its callback re-runs only the fragment unless it asks for the app).
+        # Nothing running and no scenario for 15 s: the click did not start one.
         assert idle_since is None or idle_since < 30, "the scenario's Load button started nothing"
         page.wait_for_timeout(500)
     _wait_idle(page, 300_000)

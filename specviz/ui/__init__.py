@@ -14,5 +14,5 @@ The page (`app.py`) only lays things out. Underneath:
 * `stage`   — what the lecture looks at: buttons, status line, the KV-cache picture, the
   narrative, the token strip, the quiz.
 * `tabs`    — the secondary views, one module each (`tab_charts`, `tab_stats`, `tab_lab`,
-  `tab_runs`, `tab_export`), rendered only when their tab is open.
+  `runs`, `tab_export`), rendered only when their tab is open.
 """

@@ -24,6 +24,7 @@ from ..trace import CYCLE_PHASES, CycleTrace
 from ..viz import kv_html, tokens
 from ..viz.style import PHASE_TITLES
 from . import quiz
+from .runs import compare_view, record_of
 from .session import act, decoding_slot, request_full_run, take_full_run_request, workspace
 from .sidebar import PROPOSER_LABELS, SPEEDS
 from .state import (
@@ -40,7 +41,6 @@ from .state import (
     step_label,
     view_of,
 )
-from .tab_runs import compare_view, record_of
 
 WALKTHROUGH = ((1, True), (2, True), (3, True), (4, False))
 # Cache rows drawn around the action; the rest fold into the overview strip. Six rows keep the
@@ -210,6 +210,7 @@ def hero_html(run: Run, lecture: bool) -> str:
         proposer=run.proposer,
         lecture=lecture,
         max_rows=STAGE_ROWS,
+        inline_css=False,  # app.py inserts kv_html.stylesheet() once per page
     )
 
 

@@ -18,9 +18,9 @@ from typing import Any
 import streamlit as st
 
 from ..viz import standalone
+from .runs import record_of
 from .state import Run
 from .tab_charts import cycle_figures
-from .tab_runs import record_of
 
 
 def export_tab(run: Run, cycle: int | None, phase: str) -> None:

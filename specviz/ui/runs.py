@@ -1,5 +1,8 @@
 """Runs: keep every run, open recordings, compare cache layouts, and load exact scenarios.
 
+Everything here sits in the sidebar (`runs_panel`), outside the stage fragment, so stepping
+through a cycle never redraws it.
+
 * **Run list.** A restart setting (layout, page size, policy, seed, prompt, proposer, …) starts a
   new run; the earlier ones stay here, selectable, their decoders parked (KV memory released and
   rebuilt exactly when shown again). Showing an earlier live run puts its settings back in the
@@ -131,28 +134,32 @@ def on_live_again() -> None:
     request_full_run()
 
 
-def run_list(run: Run) -> None:
+def run_list(run: Run | None) -> None:
     ws = workspace()
-    st.markdown("**Runs of this session** — the one shown is marked ▶")
-    for r in reversed(ws.runs()):
-        c1, c2 = st.columns([5, 1])
-        c1.markdown(("▶ " if r is run else "") + r.label() + ("" if r.live else f" · {r.source}, no model"))
-        if r is not run:
-            c2.button("Show", key=f"show_run_{r.id}", on_click=on_select, args=(r.id,), width="stretch")
-    if not run.live:
+    runs = ws.runs()
+    for r in reversed(runs):
+        shown = r is run
+        label = ("▶ " if shown else "") + r.label() + ("" if r.live else f" · {r.source}, no model")
+        if shown:
+            st.markdown(f"**{label}**")
+        else:
+            st.button(label, key=f"show_run_{r.id}", on_click=on_select, args=(r.id,), width="stretch",
+                      help="Show this run again (a live run's settings go back into the sidebar)")
+    if run is not None and not run.live:
         st.button("Start a live run from the sidebar's settings", key="live_again", on_click=on_live_again)
+    open_file_control()
 
 
 # ---------------------------------------------------------------- side-by-side replay ---------
 
 
-def compare_controls(run: Run) -> None:
-    st.markdown("**Side-by-side replay** — the same cycles replayed into another cache layout, drawn below the stage")
-    c1, c2, c3, c4 = st.columns([1, 1.4, 1.6, 1.2])
-    c1.toggle("Compare", key="compare_on")
-    c2.radio("Layout", LAYOUTS, key="compare_layout", horizontal=True)
-    c3.select_slider("Page size", sidebar.PAGE_SIZES, key="compare_page", value=run.config.page_size)
-    c4.radio("Policy", POLICIES, key="compare_policy", horizontal=True)
+def compare_controls(run: Run | None) -> None:
+    st.caption("The same cycles replayed into another cache layout, drawn under the real one at the same phase.")
+    st.toggle("Compare side by side", key="compare_on")
+    st.radio("Layout", LAYOUTS, key="compare_layout", horizontal=True)
+    page = run.config.page_size if run is not None else 16
+    st.select_slider("Page size", sidebar.PAGE_SIZES, key="compare_page", value=page)
+    st.radio("Policy", POLICIES, key="compare_policy", horizontal=True)
 
 
 def compare_settings() -> tuple[str, int, str] | None:
@@ -209,25 +216,28 @@ def take_pending_scenario() -> Scenario | None:
 
 
 def gallery() -> None:
-    st.markdown("**Scenario gallery** — exact runs on the default pair, found by seed (nothing is forced)")
+    st.caption("Exact runs on the default pair, found by seed — nothing is forced. One click loads one.")
     try:
         scenarios = load_scenarios()
     except SpecvizError as exc:
         st.error(f"The scenario file cannot be read: {exc}")
         return
     for s in scenarios:
-        c1, c2 = st.columns([5, 1])
-        settings = f"seed {s.seed}, K = {s.k}, T = {s.temperature:g}, cycle {s.cycle + 1}"
-        c1.markdown(f"**{s.title}** — {s.lesson} *({settings})*")
-        c2.button("Load", key=f"scenario_{s.id}", on_click=on_scenario, args=(s.id,), width="stretch")
+        settings = f"seed {s.seed}, K = {s.k}, T = {s.temperature:g}, shown at cycle {s.cycle + 1}"
+        st.button(s.title, key=f"scenario_{s.id}", on_click=on_scenario, args=(s.id,), width="stretch",
+                  help=f"{s.lesson} ({settings})")
 
 
-def runs_tab(run: Run) -> None:
-    gallery()
-    st.divider()
-    compare_controls(run)
-    st.divider()
-    run_list(run)
+def runs_panel(run: Run | None) -> None:
+    """The sidebar's runs section: scenarios, this session's runs (and run files), comparison.
+    In the sidebar, outside the stage fragment: a click on Next phase does not redraw it."""
+    fresh = run is None or not run.traces
+    with st.expander("Scenario gallery", icon=":material/collections_bookmark:", expanded=fresh):
+        gallery()
+    with st.expander(f"Runs ({len(workspace().runs())}) and run files", icon=":material/history:"):
+        run_list(run)
+    with st.expander("Compare cache layouts", icon=":material/compare:", expanded=bool(compare_settings())):
+        compare_controls(run)
 
 
 def compare_view(run: Run, lecture: bool, hero: Any) -> None:
