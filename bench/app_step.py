@@ -5,14 +5,16 @@ shows snapshots, top-N lists and token texts) and then rebuilds the page's figur
 traces (app.py `main_view`, `dist_view`, `stats_tab`). Here each cycle is followed by building
 the *superset* the app builds for a cycle's last phase, where every figure is on screen:
 
-  token strip (chips + HTML), the phase narrative (every phase), the KV-cache animation (one frame
-  per phase, both caches), proposals, acceptance, p-vs-q at the rejected position, the residual
-  or bonus distribution, and the statistics and speedup figures over the whole history.
+  token strip (chips + HTML), the phase narrative (every phase), the KV view (`kv_html`: both
+  caches at the last phase, animated from the phase before: the HTML the page inserts),
+  proposals, acceptance, p-vs-q at the rejected position, the residual or bonus distribution,
+  and the statistics and speedup figures over the whole history.
 
-That is the step latency (the goal: < 300 ms median at K = 4). Serialising the figures to JSON
-(what Streamlit sends to the browser) is timed separately; the browser's rendering is not. So is
-rebuilding the same figures from plain dicts with plotly's validation off, which bounds what a
-dict-based viz would cost.
+That is the step latency (the goal: < 300 ms median at K = 4). Serialising the plotly figures to
+JSON (what Streamlit sends to the browser) is timed separately (the KV view is HTML already); the
+browser's rendering is not (bench/browser_latency.py times that). So is rebuilding the same
+figures from plain dicts with plotly's validation off, which bounds what a dict-based viz would
+cost.
 Configuration as the app's defaults: paged cache, page size 16, policy "free", temperature 1.
 """
 
@@ -26,7 +28,7 @@ import plotly.graph_objects as go
 from specviz import SpeculativeDecoder, narrative
 from specviz.stats import acceptance_stats, measured_speedup
 from specviz.trace import CYCLE_PHASES
-from specviz.viz import acceptance, distributions, kv, proposals, statistics, tokens
+from specviz.viz import acceptance, distributions, kv_html, proposals, statistics, tokens
 
 from .common import Log, Settings, summary
 from .systems import spec_config
@@ -54,7 +56,15 @@ def build_figures(prompt: list[int], traces: list, token_text: Any, baseline_ms:
 
     timed("token_strip", lambda: tokens.strip_html(tokens.strip_chips(prompt, traces, token_text, cycle, "rollback")))
     timed("narrative", lambda: [narrative.phase_markdown(tr, ph) for ph in CYCLE_PHASES])
-    figs["kv_cache"] = timed("kv_cache", lambda: kv.kv_figure(tr, token_text, "rollback"))
+    # The KV view of the cycle's last phase, animated from the phase before, as the page draws it
+    # (app.py inserts the stylesheet once per page, so each click builds the picture without it).
+    timed(
+        "kv_cache",
+        lambda: kv_html.kv_stage_html(
+            tr.snapshot("rollback"), tr.snapshot("resolve"), token_text, trace=tr, phase="rollback",
+            proposer=tr.proposer, inline_css=False,
+        ),
+    )  # HTML, not a plotly figure: nothing to serialise
     figs["proposals"] = timed("proposals", lambda: proposals.proposals_figure(tr))
     figs["acceptance"] = timed("acceptance", lambda: acceptance.acceptance_figure(tr, tested=True))
     figs["p_vs_q"] = timed("p_vs_q", lambda: distributions.pq_figure(tr, tr.rejected_at or 1))

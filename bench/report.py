@@ -358,7 +358,7 @@ def markdown(r: dict[str, Any]) -> str:
             "## 3. App step latency",
             "",
             "One `step()` (instrumented, paged, page 16, T=1, as the app) plus building every figure the app "
-            "shows for a cycle (token strip, narrative, KV animation, proposals, acceptance, p vs q, "
+            "shows for a cycle (token strip, narrative, KV view (HTML), proposals, acceptance, p vs q, "
             "residual/bonus, statistics, speedup). JSON serialisation (sent to the browser) is extra; browser "
             f"rendering is not measured. Median (min–max) over {s['app_cycles']} cycles after 2 warm-up cycles.",
             "",

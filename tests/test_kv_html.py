@@ -12,10 +12,12 @@ import zlib
 import numpy as np
 import pytest
 
-from specviz.trace import CYCLE_PHASES, CycleTrace
-from specviz.viz import cvd, kv
-from specviz.viz.kv_html import kv_stage_html
-from specviz.viz.style import KIND_COLORS, SLOT_COLORS
+from specviz.trace import CYCLE_PHASES, CycleTrace, PhaseSnapshot
+from specviz.viz import cvd
+from specviz.viz.cache_words import NO_CACHE, PANEL_TITLES, memory_text
+from specviz.viz.kv_html import FREE_LIST_SHOWN, FREE_LIST_TAIL, kv_stage_html
+from specviz.viz.sample import demo_token_text, demo_traces
+from specviz.viz.style import KIND_COLORS, PHASE_TITLES, SLOT_COLORS, esc_attr
 
 CELL = re.compile(r"<div class='svkv-cell ([^']*)'([^>]*) title='slot (\d+)")
 ROW = r"<div class='svkv-row' data-row='(\d+)'>(.*?)</div>(?=<div class='svkv-(?:row|gap)'|</div></section>)"
@@ -58,6 +60,12 @@ def sections(html: str) -> list[str]:
 def cells(section: str) -> dict[int, tuple[set[str], str]]:
     """slot -> (classes, other attributes) of every drawn cell."""
     return {int(slot): (set(cls.split()), attrs) for cls, attrs, slot in CELL.findall(section)}
+
+
+def states(section: str) -> list[str]:
+    """The state of every drawn cell of one cache, in slot order."""
+    drawn = cells(section)
+    return [next(c[len("svkv-s-"):] for c in drawn[slot][0] if c.startswith("svkv-s-")) for slot in sorted(drawn)]
 
 
 def without_style(html: str) -> str:
@@ -234,17 +242,126 @@ def test_long_context_windows_around_the_action():
 @pytest.mark.parametrize("layout", ["paged", "contiguous"])
 def test_prompt_lookup_draws_the_target_alone(layout):
     token_text, (tr, *_) = run(proposer="lookup", prompt="abcabcabcab", cycles=1, k=3, cache_layout=layout)
-    assert tr.k == 3
-    html = stage(tr, token_text, "verify")
-    assert len(sections(html)) == 1 and "Prompt lookup keeps no draft cache" in html
-    assert kv.PANEL_TITLES["draft"] not in html and "target only" in html
+    assert tr.k == 3 and all(s.draft is None for s in tr.snapshots)
+    start = tr.snapshot("start")
+    prefill = kv_stage_html(PhaseSnapshot("prefill", start.target, None), None, token_text, trace=None,
+                            phase="prefill", proposer="lookup")
+    for html in [stage(tr, token_text, phase) for phase in CYCLE_PHASES] + [prefill]:
+        # one cache (the target's), the words saying why there is no second one, no proposer title
+        assert len(sections(html)) == 1 and sections(html)[0].startswith("<section class='svkv-cache' aria-label="
+                                                                         "'Target cache'>")
+        assert f"<div class='svkv-nocache'>{NO_CACHE}</div>" in html and "Prompt lookup keeps no draft cache" in html
+        assert not any(title in html for title in PANEL_TITLES.values())
+        assert "target only" in html and "Prompt lookup keeps no draft cache." in html  # aria-label, description
+
+
+@pytest.mark.parametrize("layout", ["paged", "contiguous"])
+@pytest.mark.parametrize("phase", CYCLE_PHASES)
+def test_the_view_shows_its_phase_and_has_no_timeline_of_its_own(layout, phase):
+    """The page picks the phase; the picture draws exactly that phase's snapshots under its title,
+    with no play button, slider or script of its own that could drift from the page."""
+    _, (tr, *_) = demo_traces(layout=layout)
+    html = stage(tr, demo_token_text, phase, max_rows=100)
+    title = f"Cycle {tr.cycle + 1} · {PHASE_TITLES[phase]}"
+    assert re.findall(r"<div class='svkv-phase'>(.*?)</div>", html) == [esc_attr(title)]
+    assert f"aria-label='KV caches, {esc_attr(title)}: target and proposer'" in html
+    snap = tr.snapshot(phase)
+    for sec, cache in zip(sections(html), (snap.target, snap.draft), strict=True):
+        drawn = cells(sec)
+        assert drawn and all(f"svkv-s-{cache.slot_state(slot)}" in cls for slot, (cls, _) in drawn.items())
+    assert not re.search(r"<(button|input|select|script)\b|svkv-slider|onclick", without_style(html))
+
+
+def test_provisional_append_and_rollback_on_the_demo_cycle():
+    """K = 5 drafts, 3 accepted, page size 4, a 10-token prompt (the demo's exact bookkeeping)."""
+    _, (tr,) = demo_traces(accepted_counts=(3,), k=5, prompt_len=10, page_size=4)
+    drawn = {phase: [states(sec) for sec in sections(stage(tr, demo_token_text, phase, max_rows=100))]
+             for phase in CYCLE_PHASES}
+    target = {phase: two[0] for phase, two in drawn.items()}
+    # verify appends K+1 = 6 entries (positions 9..14): x_n's is committed (x_n is), the 5 drafts' provisional
+    assert target["start"].count("provisional") == 0
+    assert target["verify"].count("provisional") == 5
+    assert target["verify"].count("committed") == target["start"].count("committed") + 1
+    # rollback: rejection at d4 drops d4, d5; nothing provisional remains, and positions 13, 14 stay
+    # in their (still used) block as stale slots
+    after = target["rollback"]
+    assert (after.count("provisional"), after.count("committed"), after.count("stale")) == (0, 13, 2)
+    # the draft cache: catch-up x_n + d1..d4 fed, d5 never fed -> 4 provisional
+    assert drawn["draft"][1].count("provisional") == 4
+    # what the verify pass wrote is exactly what animates: x_n's K/V and the 5 drafts'
+    verify = cells(sections(stage(tr, demo_token_text, "verify", max_rows=100))[0])
+    moved = [next(c for c in cls if c.startswith("svkv-s-")) for cls, _ in verify.values() if "svkv-anim" in cls]
+    assert sorted(moved) == ["svkv-s-committed"] + ["svkv-s-provisional"] * 5
+    assert "svkv-anim" not in without_style(stage(tr, demo_token_text, "start"))  # the cycle's first phase
+
+
+@pytest.mark.parametrize("policy", ["free", "keep"])
+def test_block_table_tags_and_free_list_on_the_demo_cycle(policy):
+    """Everything drafted is rejected (K = 5): verify took a 4th block (logical 3), rollback gives it
+    back to the pool with policy "free" and keeps it reserved with "keep"."""
+    _, (tr,) = demo_traces(accepted_counts=(0,), k=5, prompt_len=10, page_size=4, policy=policy)
+    tag = re.compile(r"<div class='svkv-tag[^']*'>block (\d+)<br>(logical \d+|free)</div>")
+    for phase in ("verify", "rollback"):
+        sec, snap = sections(stage(tr, demo_token_text, phase, max_rows=100))[0], tr.snapshot(phase).target
+        tags = dict(tag.findall(sec))
+        assert {int(b): t for b, t in tags.items() if t != "free"} == {
+            b: f"logical {i}" for i, b in enumerate(snap.block_table)}
+        assert ("logical 3" in tags.values()) == (phase == "verify" or policy == "keep")
+        assert f"block_table [{', '.join(map(str, snap.block_table))}]" in sec and f"policy {policy}" in sec
+        free = re.search(r"<div class='svkv-free'>(.*?)</div>", sec).group(1)
+        assert f"free list ({snap.num_free_blocks} of {snap.num_blocks} blocks)" in free
+        # a long free list keeps its head (handed out next) and its tail (where freed blocks return)
+        shown = [int(b) for b in re.findall(r"<span class='svkv-fb(?! svkv-fb-out)[^']*'>(\d+)</span>", free)]
+        head, tail = list(snap.free_blocks[:FREE_LIST_SHOWN]), list(snap.free_blocks[-FREE_LIST_TAIL:])
+        assert len(snap.free_blocks) > FREE_LIST_SHOWN + FREE_LIST_TAIL and shown == head + tail
+        assert f"… {len(snap.free_blocks) - len(shown)} more …" in free
+    freed = "<span class='svkv-fb svkv-fb-in svkv-anim'>3</span>"
+    assert (freed in stage(tr, demo_token_text, "rollback")) == (policy == "free")
+
+
+def test_proposer_panel_is_captioned_by_proposer():
+    token_text, (tr, *_) = run(cycles=1)
+    sec = sections(stage(tr, token_text, "draft"))[1]
+    assert sec.startswith(f"<section class='svkv-cache' aria-label='{PANEL_TITLES['draft']}'>")
+    assert f"<h3 class='svkv-title'>{PANEL_TITLES['draft']} <span" in sec
+    token_text, (tr, *_) = run(proposer="feature", prompt="abcabcabcab", cycles=1)
+    head = tr.snapshot("draft").draft
+    # d2..dK were fed the head's PREDICTED features: K-1 entries, drawn provisional
+    assert head.seq_len - head.num_committed == tr.k - 1 == 3
+    sec = sections(stage(tr, token_text, "draft", max_rows=100))[1]
+    assert f"<h3 class='svkv-title'>{esc_attr(PANEL_TITLES['feature'])} <span" in sec
+    assert f"({head.num_committed} from real features + 3 from predicted features)" in sec
+    assert states(sec).count("provisional") == 3
+    # each entry says what it pairs: the feature at p and the token at p+1
+    tips = re.findall(r"title='slot \d+ · entry (\d+): feature at (\d+) \+ token at (\d+) ·", sec)
+    assert len(tips) == head.seq_len and all(int(a) == int(b) == int(c) - 1 for a, b, c in tips)
+    assert "· position " not in sec
+    after = sections(stage(tr, token_text, "rollback", max_rows=100))[1]
+    assert states(after).count("provisional") == 0 and "(all from real features)" in after
+
+
+def test_each_cache_heading_reports_allocated_held_and_valid_memory():
+    """Each cache's heading states its KV memory from the snapshot: allocated >= held >= valid,
+    valid = positions ever read x bytes per position (issue 10: memory that fits the run)."""
+    token_text, (tr, *_) = run(cycles=1)
+    snap = tr.snapshot("rollback")
+    html = stage(tr, token_text, "rollback")
+    for sec, cache in zip(sections(html), (snap.target, snap.draft), strict=True):
+        assert cache.bytes_per_slot > 0
+        assert cache.allocated_bytes >= cache.held_bytes >= cache.valid_bytes == cache.seq_len * cache.bytes_per_slot
+        want = memory_text(cache)
+        assert want.startswith("KV ") and "allocated" in want and "held" in want and "valid" in want
+        assert want in re.search(r"<p class='svkv-sub'>(.*?)</p>", sec).group(1)
+    assert "MiB allocated" not in stage(tr, token_text, "rollback", lecture=True)  # secondary lines go
 
 
 def test_prefill_view_and_text_alternative():
     token_text, (tr, *_) = run(cycles=1)
     start = tr.snapshot("start")
-    frame = kv.prefill_frame(start.target, start.draft)
-    html = kv_stage_html(frame.snapshot, None, token_text, trace=None, phase="prefill", proposer="draft")
+    html = kv_stage_html(PhaseSnapshot("prefill", start.target, start.draft), None, token_text, trace=None,
+                         phase="prefill", proposer="draft")
+    assert re.findall(r"<div class='svkv-phase'>(.*?)</div>", html) == ["Prefill"]
+    assert all("<p class='svkv-ev'>prefill of the prompt</p>" in sec for sec in sections(html))
     body = without_style(html)
     assert len(sections(html)) == 2 and "svkv-cycle" not in body and "svkv-anim" not in body
     assert html.startswith("<div class='svkv' role='figure' aria-label='KV caches")

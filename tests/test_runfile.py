@@ -22,7 +22,8 @@ from specviz.runfile import (
     record_run,
     run_token_ids,
 )
-from specviz.viz import kv
+from specviz.trace import CYCLE_PHASES, PhaseSnapshot
+from specviz.viz.kv_html import kv_stage_html
 
 
 def a_record(proposer: str = "draft", layout=LAYOUTS[0]) -> RunRecord:
@@ -102,9 +103,15 @@ def test_a_loaded_run_draws_with_no_tokenizer():
     def strict(token_id: int) -> str:
         return record.token_texts[token_id]  # KeyError for any id the file lacks
 
-    figures = [kv.kv_figure_from_frames([kv.prefill_frame(*record.prefill)], strict, "prefill", proposer="feature")]
-    figures += [kv.kv_figure(t, strict, phase) for t in record.traces for phase in ("draft", "verify", "rollback")]
-    assert len(figures) == 1 + 3 * len(record.traces)
+    prefill = PhaseSnapshot("prefill", *record.prefill)
+    pictures = [kv_stage_html(prefill, None, strict, trace=None, phase="prefill", proposer=record.proposer)]
+    pictures += [
+        kv_stage_html(t.snapshot(phase), t.snapshot(CYCLE_PHASES[i - 1]) if i else None, strict, trace=t, phase=phase,
+                      proposer=record.proposer)
+        for t in record.traces
+        for i, phase in enumerate(CYCLE_PHASES)
+    ]
+    assert len(pictures) == 1 + len(CYCLE_PHASES) * len(record.traces)
     ids = run_token_ids(record.prompt_ids, record.prefill, record.traces)
     assert all(record.token_text(i) != f"<{i}>" for i in ids)  # never the fallback
 

@@ -1,6 +1,6 @@
 """The KV caches as lecture-grade HTML: one block per row, full token text, animated in place.
 
-What the picture teaches is the same as viz/kv.py (DESIGN §1, §2): the *paged* layout is a pool of
+What the picture teaches (DESIGN §1, §2; its words are viz/cache_words.py): the *paged* layout is a pool of
 fixed-size blocks, so every row is one physical block tagged with the logical block it serves in
 the sequence's `block_table` ("block 7 · logical 3") or "free"; the *contiguous* layout is one
 buffer, drawn in rows of 16 slots with the write pointer marked. A slot holds committed K/V,
@@ -49,7 +49,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..trace import CYCLE_PHASES, CacheSnapshot, CycleTrace, DraftStep, PhaseSnapshot
-from .kv import NO_CACHE, PANEL_TITLES, events_text, memory_text
+from .cache_words import NO_CACHE, PANEL_TITLES, events_text, memory_text
 from .style import KIND_COLORS, PHASE_TITLES, SLOT_COLORS, SLOT_TEXT_COLORS, esc_attr, fmt_p, show_token
 
 TokenText = Callable[[int], str]
@@ -96,7 +96,7 @@ def kv_stage_html(
     body = [f"<div class='svkv-caches' style='--minw:{min_w:.1f}em'>"]
     body += [_cache_html(p, token_text, rows_cap, lecture) for p in panels]
     if now.draft is None:
-        body.append(f"<div class='svkv-nocache'>{_no_cache_text()}</div>")
+        body.append(f"<div class='svkv-nocache'>{NO_CACHE}</div>")
     body.append("</div>")
     described = _describe(panels, now.draft is None)
     label = f"KV caches, {cycle}{title}: " + ("target and proposer" if now.draft is not None else "target only")
@@ -132,13 +132,6 @@ def _events(trace: CycleTrace | None, which: str, phase: str) -> str:
     if trace is None:
         return "prefill of the prompt"
     return events_text(trace.target_events if which == "target" else trace.draft_events, phase)
-
-
-def _no_cache_text() -> str:
-    """kv.NO_CACHE's words without plotly's markup."""
-    return NO_CACHE.replace("<br>", " ").replace("<b>", "<strong>").replace("</b>", "</strong>").replace(
-        "<span style='font-size:11px'>", "<span>"
-    )
 
 
 # ---- one cache --------------------------------------------------------------------------------

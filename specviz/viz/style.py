@@ -27,7 +27,6 @@ SLOT_COLORS: dict[str, str] = {
     "provisional": "#e69f00",
     "stale": "#d9a3c4",  # light reddish purple: far in lightness from committed blue for protanopes
 }
-SLOT_ORDER: tuple[str, ...] = ("free", "committed", "provisional", "stale")
 SLOT_TEXT_COLORS: dict[str, str] = {
     "free": "#6b7280",
     "committed": "#ffffff",

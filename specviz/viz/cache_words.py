@@ -1,0 +1,72 @@
+"""The words the KV view (viz/kv_html.py) uses for each cache and for what happened to it.
+
+The picture of a cache is drawn by `kv_html`; what it *says* lives here, in one place, so every
+surface that describes a cache (the app's stage, the standalone run page, a test) uses the same
+names and sentences:
+
+* `PANEL_TITLES` — the heading of the proposer's cache, by `CycleTrace.proposer` (DESIGN §1b):
+  a draft model keeps a full cache; an EAGLE-style feature head a one-layer cache whose entry p
+  pairs the target's feature at position p with the token at position p+1.
+* `NO_CACHE` — what stands where the proposer's cache would be when the proposer keeps none
+  (prompt lookup copies tokens: no model runs, so there is nothing to write or roll back).
+* `events_text` — one phase's cache events (`CacheEvent`: append, alloc, truncate, free, …) as one
+  line: the draft's one-position-per-forward-pass appends merged into one range, block
+  allocations into one list.
+* `memory_text` — a cache's KV memory from its snapshot: allocated (storage that exists) ≥ held
+  (what the sequence owns, stale slots included) ≥ valid (positions ever read).
+
+Plain text and inline HTML only: no plotting library, no torch, no Streamlit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..trace import CacheEvent, CacheSnapshot
+
+# The proposer's panel, by `CycleTrace.proposer`. Prompt lookup has none: `NO_CACHE` replaces it.
+PANEL_TITLES = {
+    "draft": "Draft model cache",
+    "feature": "Feature head cache (1 layer: pairs of target feature + next token)",
+}
+NO_CACHE = (
+    "<strong>Prompt lookup keeps no draft cache</strong> <span>it copies what followed an earlier match of the "
+    "last n-gram: no model runs, nothing to write or roll back</span>"
+)
+
+
+def memory_text(snap: CacheSnapshot) -> str:
+    """KV memory of one cache: allocated (storage that exists), held (what the sequence owns:
+    the buffer, or its blocks incl. stale slots) and valid (positions ever read); '' if the
+    snapshot predates memory recording."""
+    if not snap.bytes_per_slot:
+        return ""
+    mib = 1024 * 1024
+    return (f"KV {snap.allocated_bytes / mib:.2f} MiB allocated · {snap.held_bytes / mib:.2f} held · "
+            f"{snap.valid_bytes / mib:.2f} valid")
+
+
+def events_text(events: Sequence[CacheEvent], phase: str) -> str:
+    """The phase's cache events in one line ("no change" if none). The draft appends one position
+    per forward pass, so consecutive appends are merged into one range, and block allocations
+    into one list."""
+    here = [e for e in events if e.phase == phase]
+    if not here:
+        return "no change"
+    parts: list[str] = []
+    appends = [e for e in here if e.kind == "append"]
+    if appends:
+        runs: list[list[CacheEvent]] = []
+        for e in appends:
+            if runs and runs[-1][-1].end == e.start:
+                runs[-1].append(e)
+            else:
+                runs.append([e])
+        for run in runs:
+            passes = f", {len(run)} forward passes" if len(run) > 1 else ""
+            parts.append(f"append K/V for positions {run[0].start}..{run[-1].end - 1} (provisional{passes})")
+    allocated = [b for e in here if e.kind == "alloc" for b in e.blocks]
+    if allocated:
+        parts.append(f"allocate block(s) {allocated} from the free pool")
+    parts += [e.describe() for e in here if e.kind not in ("append", "alloc")]
+    return "; ".join(parts)
