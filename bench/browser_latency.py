@@ -48,13 +48,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from . import separate
 from .load import CHROMIUM, CHROMIUM_ARGS, _quantile, start_server, stop_server
 
 NEXT_PHASE, NEXT_CYCLE = "next_phase", "next_cycle"  # the buttons' Streamlit keys (specviz/ui/stage.py)
 LABELS = {NEXT_PHASE: "Next phase", NEXT_CYCLE: "Next cycle"}
 GOALS_MS = {NEXT_PHASE: 300.0, NEXT_CYCLE: 600.0}  # median, click to rendered
 VIEWPORT = {"width": 1920, "height": 1080}
-BEGIN, END = "<!-- browser_latency:begin -->", "<!-- browser_latency:end -->"
 STATUS_LINE = "committed before this cycle"
 
 # One click, timed in the page (see the module docstring for the conditions).
@@ -235,24 +235,6 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def update_markdown(path: Path, section: str) -> None:
-    """Put the table into a report (replacing an earlier one), leaving the rest as it is."""
-    text = path.read_text() if path.exists() else ""
-    block = f"{BEGIN}\n{section}{END}\n"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        text = head + block + rest.split(END, 1)[1].lstrip("\n")
-    else:
-        text = text.rstrip("\n") + ("\n\n" if text else "") + block
-    path.write_text(text)
-
-
-def update_json(path: Path, result: dict[str, Any]) -> None:
-    data = json.loads(path.read_text()) if path.exists() else {}
-    data["browser_latency"] = result
-    path.write_text(json.dumps(data, indent=1) + "\n")
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.browser_latency", description=__doc__.split("\n\n")[0])
     ap.add_argument("--pair", default="default", choices=["default", "tiny"])
@@ -270,8 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(result, indent=1) + "\n")
     if args.into:
-        update_markdown(args.into / "benchmarks.md", markdown(result))
-        update_json(args.into / "benchmarks.json", result)
+        separate.update_markdown(args.into / "benchmarks.md", "browser_latency", markdown(result))
+        separate.update_json(args.into / "benchmarks.json", "browser_latency", result)
     return 0 if not result["errors"] else 1
 
 

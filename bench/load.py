@@ -41,6 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import separate
+
 REPO = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -454,25 +456,6 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-BEGIN, END = "<!-- load:begin -->", "<!-- load:end -->"
-
-
-def update_markdown(path: Path, section: str) -> None:
-    """Put the load table into a report (replacing an earlier one), leaving the rest as it is."""
-    text = path.read_text() if path.exists() else ""
-    block = f"{BEGIN}\n{section}{END}\n"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        text = head + block + rest.split(END, 1)[1].lstrip("\n")
-    else:
-        text = text.rstrip("\n") + ("\n\n" if text else "") + block
-    path.write_text(text)
-
-
-def update_json(path: Path, result: dict[str, Any]) -> None:
-    data = json.loads(path.read_text()) if path.exists() else {}
-    data["load"] = result
-    path.write_text(json.dumps(data, indent=1) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -504,8 +487,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(result, indent=1) + "\n")
     if args.into:
-        update_markdown(args.into / "benchmarks.md", markdown(result))
-        update_json(args.into / "benchmarks.json", result)
+        separate.update_markdown(args.into / "benchmarks.md", "load", markdown(result))
+        separate.update_json(args.into / "benchmarks.json", "load", result)
     return 0 if all(r["errors"] == 0 for r in result["rows"]) else 1
 
 

@@ -16,7 +16,20 @@ from typing import Any
 
 import torch
 
-from . import app_step, load, lockstep, memory, paging, profiling, proposers, report, theory, threads, throughput
+from . import (
+    app_step,
+    load,
+    lockstep,
+    memory,
+    paging,
+    profiling,
+    proposers,
+    report,
+    separate,
+    theory,
+    threads,
+    throughput,
+)
 from .common import Log, Settings, load_prompts, machine, peak_rss_mb
 
 SECTIONS = ("throughput", "lockstep", "theory", "proposers", "app_step", "paging", "memory", "profile")
@@ -119,10 +132,12 @@ def run_suite(
     results["machine"]["load_average_end"] = os.getloadavg()
     results["goals"] = report.goals(results)
     out_dir.mkdir(parents=True, exist_ok=True)
+    kept = separate.read(out_dir, exclude=set(results))  # sections other commands wrote: kept as they are
     (out_dir / "benchmarks.json").write_text(json.dumps(results, indent=1, default=_jsonable) + "\n")
     (out_dir / "benchmarks.md").write_text(report.markdown(results))
     if "load" in results:
-        load.update_markdown(out_dir / "benchmarks.md", load.markdown(results["load"]))
+        separate.update_markdown(out_dir / "benchmarks.md", "load", load.markdown(results["load"]))
+    separate.carry_over(kept, out_dir)
     log(f"wrote {out_dir / 'benchmarks.md'} and benchmarks.json ({results['wall_seconds']:.0f} s)")
     return results
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import load
+from bench import load, separate
 from bench.suite import OPTIONAL_SECTIONS, SECTIONS
 
 
@@ -48,14 +48,14 @@ def test_summary_percentiles_errors_and_busy_counts():
 def test_the_table_replaces_its_own_section_in_a_report(tmp_path):
     report = tmp_path / "benchmarks.md"
     report.write_text("# Benchmarks\n\nother sections\n")
-    load.update_markdown(report, "## Load\nfirst\n")
-    load.update_markdown(report, "## Load\nsecond\n")
+    separate.update_markdown(report, "load", "## Load\nfirst\n")
+    separate.update_markdown(report, "load", "## Load\nsecond\n")
     text = report.read_text()
     assert text.startswith("# Benchmarks\n\nother sections\n") and "second" in text and "first" not in text
-    assert text.count(load.BEGIN) == 1
+    assert text.count(separate.markers("load")[0]) == 1
     data = tmp_path / "benchmarks.json"
     data.write_text(json.dumps({"memory": {"x": 1}}))
-    load.update_json(data, {"rows": []})
+    separate.update_json(data, "load", {"rows": []})
     assert json.loads(data.read_text()) == {"memory": {"x": 1}, "load": {"rows": []}}
 
 
@@ -72,3 +72,17 @@ def test_one_served_session_on_the_tiny_pair_steps_without_errors():
     assert row["errors"] == 0, row["error_samples"]
     assert row["next_phase"]["n"] == 5 and row["next_cycle"]["n"] == 1
     assert row["open"]["n"] == 1 and row["rss_peak_mb"] >= row["rss_after_start_mb"] > 50
+
+
+def test_a_suite_run_keeps_the_sections_other_commands_wrote(tmp_path):
+    separate.update_markdown(tmp_path / "benchmarks.md", "browser_latency", "## Browser latency\nold table\n")
+    separate.update_json(tmp_path / "benchmarks.json", "browser_latency", {"rows": {"next_phase": 1}})
+    kept = separate.read(tmp_path, exclude={"load"})
+    (tmp_path / "benchmarks.md").write_text("# Benchmarks\n\nfresh suite report\n")  # what the suite writes
+    (tmp_path / "benchmarks.json").write_text(json.dumps({"memory": {}}))
+    separate.carry_over(kept, tmp_path)
+    text = (tmp_path / "benchmarks.md").read_text()
+    assert text.startswith("# Benchmarks\n\nfresh suite report\n") and "old table" in text
+    data = json.loads((tmp_path / "benchmarks.json").read_text())
+    assert data == {"memory": {}, "browser_latency": {"rows": {"next_phase": 1}}}
+    assert separate.read(tmp_path, exclude={"browser_latency"}) == {}  # about to be rewritten: not kept
