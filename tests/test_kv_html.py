@@ -227,7 +227,7 @@ def test_long_context_windows_around_the_action():
     provisional_blocks = {s // 4 for s in range(len(snap.slot_positions)) if snap.slot_state(s) == "provisional"}
     shown = {int(r) for r in re.findall(r"data-row='(\d+)'", sec)}
     assert provisional_blocks and provisional_blocks <= shown and len(shown) <= max(5, len(provisional_blocks) + 1)
-    hidden = re.findall(r"⋯ blocks (\d+)(?:–(\d+))? hidden: (\d+) committed positions", sec)
+    hidden = re.findall(r"⋯ blocks? (\d+)(?:–(\d+))? hidden: (\d+) committed positions?", sec)
     assert hidden
     for start, end, count in hidden:
         rows = range(int(start), int(end or start) + 1)

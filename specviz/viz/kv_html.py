@@ -347,10 +347,16 @@ def _gap_html(snap: CacheSnapshot, cells, start: int, end: int, width: int) -> s
     """One line standing for rows start..end-1, which are not drawn."""
     committed = sum(s.state == "committed" for row in cells[start:end] for s in row)
     free = sum(all(s.state == "free" for s in row) for row in cells[start:end])
-    unit = "blocks" if snap.layout == "paged" else "rows"
-    span = f"{start}–{end - 1}" if end - start > 1 else f"{start}"
-    extra = f", {free} free {unit}" if free else ""
-    return (f"<div class='svkv-gap'>⋯ {unit} {span} hidden: {committed} committed positions{extra} ⋯</div>")
+    unit = "block" if snap.layout == "paged" else "row"
+    span = f"{unit}s {start}–{end - 1}" if end - start > 1 else f"{unit} {start}"
+    parts = [_count(committed, "committed position")] if committed or not free else []
+    if free:
+        parts.append(f"{_count(free, unit)} free" if committed else f"free {unit}{'s' if free > 1 else ''}")
+    return f"<div class='svkv-gap'>⋯ {span} hidden: {', '.join(parts)} ⋯</div>"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _row_html(cache: _Cache, row: int, now: Sequence[_Slot], was: Sequence[_Slot] | None,
