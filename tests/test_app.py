@@ -345,6 +345,20 @@ def test_empty_prompt_is_an_error_and_the_app_recovers():
     assert len(shown(at).traces) == 1
 
 
+def test_an_emptied_prompt_keeps_the_run_and_retyping_it_brings_the_cycles_back():
+    at = open_app()
+    prompt = at.text_area(key="prompt").value
+    click(at, "next_cycle", 2)
+    recorded = shown(at).traces
+    at.text_area(key="prompt").set_value("").run()
+    assert any("empty" in e.value for e in at.error)
+    assert shown(at).traces == recorded  # nothing was replaced by the failed start
+    at.text_area(key="prompt").set_value(prompt).run()
+    assert_clean(at)
+    assert shown(at).traces == recorded and phase_shown(at) == (1, "rollback")
+    assert not at.error
+
+
 def test_bad_custom_pair_shows_a_load_error():
     at = open_app()
     at.radio(key="pair_kind").set_value("custom").run()
