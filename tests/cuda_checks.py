@@ -277,6 +277,18 @@ def exact_joint(model, cfg: DecodeConfig, prompt=EXACT_PROMPT, length: int = 2) 
     return joint
 
 
+def seeded_windows(pair: ModelPair, cfg: DecodeConfig, prompt: list[int], runs: int, window: int = 2):
+    """For seeds 0 .. runs-1: a fresh decoder stepped until `window` tokens follow the prompt, with
+    the traces of those steps — the sample behind every distribution test of the decoder."""
+    for seed in range(runs):
+        dec = SpeculativeDecoder(pair, cfg.replace(seed=seed))
+        dec.start(prompt)
+        traces = []
+        while len(dec.committed) < len(prompt) + window:
+            traces.append(dec.step())
+        yield dec, traces
+
+
 def check_exactness(device: str, dtype_name: str, runs: int = 1000) -> dict:
     """The first two generated tokens of `runs` seeded speculative runs follow the target's exact
     joint law (chi-square p > 0.01) and reject the draft's (p < 1e-4): accepted, corrected and
@@ -287,11 +299,8 @@ def check_exactness(device: str, dtype_name: str, runs: int = 1000) -> dict:
     draft_law = exact_joint(pair.draft, cfg)
     counts: collections.Counter = collections.Counter()
     kinds: collections.Counter = collections.Counter()
-    for seed in range(runs):
-        dec = SpeculativeDecoder(pair, cfg.replace(seed=seed))
-        dec.start(EXACT_PROMPT)
-        while len(dec.committed) < len(EXACT_PROMPT) + 2:
-            kinds.update(t.kind for t in dec.step().emitted)
+    for dec, traces in seeded_windows(pair, cfg, EXACT_PROMPT, runs):
+        kinds.update(t.kind for tr in traces for t in tr.emitted)
         counts[tuple(dec.committed[len(EXACT_PROMPT) : len(EXACT_PROMPT) + 2])] += 1
     stat, pvalue = chi_square(counts, expected, runs)
     _, draft_p = chi_square(counts, draft_law, runs)

@@ -22,16 +22,16 @@ import math
 from dataclasses import dataclass
 
 import pytest
-import torch
-from cuda_checks import chi_square  # one scipy-free chi-square (checked against scipy in test_cuda.py)
+
+# One scipy-free chi-square (checked against scipy in test_cuda.py), one exact law by enumeration and
+# one seeded sampler, shared with the CUDA checks.
+from cuda_checks import EXACT_PROMPT, VOCAB, chi_square, exact_joint, seeded_windows
 from engine_helpers import make_pair
 
 from specviz import DecodeConfig, SpeculativeDecoder
 from specviz.autoregressive import AutoregressiveDecoder
-from specviz.sampling import process_logits
 
-VOCAB = 8
-PROMPT = [1, 5, 2, 7]
+PROMPT = EXACT_PROMPT
 RUNS = 3000
 HEAD_VOCAB = (0, 1, 2, 5, 6, 7)  # the feature head scores only these; 3 (p_1 = 0.26) and 4 it never proposes
 OUTSIDE = tuple(t for t in range(VOCAB) if t not in HEAD_VOCAB)
@@ -43,20 +43,6 @@ PROPOSER_RUNS = 2000
 @pytest.fixture(scope="module")
 def pair():
     return make_pair("llama", vocab_size=VOCAB, noise=1.0, seed=3, head_vocab=HEAD_VOCAB)
-
-
-@torch.inference_mode()
-def exact_joint(model, cfg: DecodeConfig, prompt=PROMPT, length: int = 2) -> dict[tuple[int, ...], float]:
-    """P(x1..x_length | prompt) under the target's processed distribution, by enumeration."""
-    joint: dict[tuple[int, ...], float] = {(): 1.0}
-    for _ in range(length):
-        longer = {}
-        for prefix, prob in joint.items():
-            logits = model(torch.tensor([[*prompt, *prefix]])).logits[0, -1]
-            probs = process_logits(logits, cfg.temperature, cfg.top_k, cfg.top_p)
-            longer.update({(*prefix, tok): prob * float(probs[tok]) for tok in range(VOCAB)})
-        joint = longer
-    return joint
 
 
 def marginal(joint: dict[tuple[int, ...], float], position: int) -> dict[int, float]:
@@ -82,14 +68,11 @@ def test_speculative_samples_match_the_target_distribution(pair, k, temperature,
     counts: collections.Counter = collections.Counter()
     kinds: collections.Counter = collections.Counter()
     tv_at = {}
-    for seed in range(RUNS):
-        dec = SpeculativeDecoder(pair, cfg.replace(seed=seed))
-        dec.start(PROMPT)
-        while len(dec.committed) < len(PROMPT) + 2:
-            kinds.update(t.kind for t in dec.step().emitted)
+    for n, (dec, traces) in enumerate(seeded_windows(pair, cfg, PROMPT, RUNS), start=1):
+        kinds.update(t.kind for tr in traces for t in tr.emitted)
         counts[tuple(dec.committed[len(PROMPT) : len(PROMPT) + 2])] += 1
-        if seed + 1 in (RUNS // 8, RUNS):
-            tv_at[seed + 1] = total_variation(counts, expected, seed + 1)
+        if n in (RUNS // 8, RUNS):
+            tv_at[n] = total_variation(counts, expected, n)
     stat, pvalue = chi_square(counts, expected, RUNS)
     print(f"\nK={k} T={temperature} top_k={top_k}: chi2={stat:.2f} p={pvalue:.4f} TV={tv_at} kinds={dict(kinds)}")
     assert min(kinds["accepted"], kinds["corrected"], kinds["bonus"]) >= 100, kinds
@@ -136,11 +119,8 @@ def sample_proposer(pair, cfg: DecodeConfig, prompt: list[int]) -> ProposerRuns:
     kinds: collections.Counter = collections.Counter()
     drafted: set[int] = set()
     window = slice(len(prompt), len(prompt) + WINDOW)
-    for seed in range(PROPOSER_RUNS):
-        dec = SpeculativeDecoder(pair, cfg.replace(seed=seed))
-        dec.start(prompt)
-        while len(dec.committed) < len(prompt) + WINDOW:
-            drafted.update(d.token_id for d in dec.step().drafts)
+    for dec, traces in seeded_windows(pair, cfg, prompt, PROPOSER_RUNS, WINDOW):
+        drafted.update(d.token_id for tr in traces for d in tr.drafts)
         counts[tuple(dec.committed[window])] += 1
         kinds.update(dec.origins[window])
     return ProposerRuns(exact_joint(pair.target, cfg, prompt, WINDOW), counts, kinds, drafted, first_q)
