@@ -18,6 +18,7 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 from test_app import APP, TIMEOUT, assert_clean, click, open_app, shown, workspace
+from test_gate import hold_slot
 
 import specviz
 from specviz.gate import Place, shared_gate
@@ -133,18 +134,8 @@ def test_a_bad_server_setting_is_reported_not_ignored(server_env):
 
 
 def _hold_the_only_slot():
-    gate = shared_gate(1)
     entered, leave = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with gate.slot():
-            entered.set()
-            leave.wait(60)
-
-    t = threading.Thread(target=hold)
-    t.start()
-    assert entered.wait(10)
-    return leave, t
+    return leave, hold_slot(shared_gate(1), entered, leave)
 
 
 def test_a_step_on_a_busy_server_waits_with_its_place_shown(server_env):

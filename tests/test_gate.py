@@ -12,11 +12,13 @@ import pytest
 from specviz.gate import DecodingGate, Place, ServerBusyError, shared_gate
 
 
-def _hold(gate: DecodingGate, entered: threading.Event, leave: threading.Event) -> threading.Thread:
+def hold_slot(gate: DecodingGate, entered: threading.Event, leave: threading.Event) -> threading.Thread:
+    """A thread that takes one of `gate`'s slots and keeps it until `leave` is set (or 60 s pass)."""
+
     def run() -> None:
         with gate.slot():
             entered.set()
-            leave.wait(30)
+            leave.wait(60)
 
     t = threading.Thread(target=run)
     t.start()
@@ -27,7 +29,7 @@ def _hold(gate: DecodingGate, entered: threading.Event, leave: threading.Event) 
 def test_a_second_session_waits_sees_its_place_and_then_runs():
     gate = DecodingGate(1)
     entered, leave = threading.Event(), threading.Event()
-    holder = _hold(gate, entered, leave)
+    holder = hold_slot(gate, entered, leave)
     places: list[Place] = []
     waited: list[float] = []
 
@@ -51,7 +53,7 @@ def test_a_second_session_waits_sees_its_place_and_then_runs():
 def test_first_come_first_served_and_places_count_down():
     gate = DecodingGate(1)
     entered, leave = threading.Event(), threading.Event()
-    holder = _hold(gate, entered, leave)
+    holder = hold_slot(gate, entered, leave)
     order: list[int] = []
     first_place: dict[int, int] = {}
 
@@ -105,7 +107,7 @@ def test_never_more_than_capacity_at_once():
 def test_timeout_raises_a_clear_error_and_leaves_the_queue():
     gate = DecodingGate(1)
     entered, leave = threading.Event(), threading.Event()
-    holder = _hold(gate, entered, leave)
+    holder = hold_slot(gate, entered, leave)
     try:
         with pytest.raises(ServerBusyError, match="busy.*try again"):
             with gate.slot(timeout=0.2, poll=0.05):
