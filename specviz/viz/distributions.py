@@ -184,54 +184,44 @@ def bonus_figure(trace: CycleTrace) -> go.Figure:
     if bonus is None:
         return _empty("A draft was rejected: no bonus token this cycle.")
     k = trace.k
-    items = list(trace.bonus_top)
-    names = [_name(tp) for tp in items]
-    colors = [BONUS_COLOR if tp.token_id == bonus.token_id else "#e4cfe0" for tp in items]
-    fig = go.Figure(
-        go.Bar(
-            x=names,
-            y=[tp.prob for tp in items],
-            name=f"p{k + 1}",
-            marker_color=colors,
-            hovertemplate="p=%{y:.4f}<extra></extra>",
-        )
-    )
-    fig.update_layout(
-        **base_layout(
-            f"All {k} accepted: bonus token {esc(repr(bonus.text))}",
-            340,
-            f"sampled from p{k + 1} at position {bonus.position} — the verify pass computed p{k + 1} for free",
-        )
-    )
-    fig.update_yaxes(title="probability", gridcolor="#eef0f4", rangemode="tozero")
-    return fig
+    return _chosen_bars(
+        trace.bonus_top, bonus.token_id, f"p{k + 1}", dict(color=(BONUS_COLOR, "#e4cfe0")),
+        f"All {k} accepted: bonus token {esc(repr(bonus.text))}",
+        f"sampled from p{k + 1} at position {bonus.position} — the verify pass computed p{k + 1} for free",
+    )  # fmt: skip
 
 
 def _plain_step_figure(trace: CycleTrace) -> go.Figure:
     """No proposal: the target's p_1 (recorded in `bonus_top`) and the token generated from it."""
     token = next((e for e in trace.emitted if e.kind == "generated"), None)
-    items = list(trace.bonus_top)
-    if token is None or not items:
+    if token is None or not trace.bonus_top:
         return _empty("No proposal this cycle: the target took one plain step.")
-    names = [_name(tp) for tp in items]
-    colors = [KIND_COLORS["generated"] if tp.token_id == token.token_id else "#e5e7eb" for tp in items]
+    how = "argmax p1 (greedy)" if trace.temperature == 0 else "sampled from p1"
+    return _chosen_bars(
+        trace.bonus_top, token.token_id, "p1",
+        dict(color=(KIND_COLORS["generated"], "#e5e7eb"), line=dict(color="#6b7280", width=1)),
+        f"No proposal: token {esc(repr(token.text))} generated from p1",
+        f"{how} at position {token.position} — a plain target step: no test, no residual, no bonus",
+    )  # fmt: skip
+
+
+def _chosen_bars(
+    items: tuple[TokenProb, ...], chosen: int, name: str, marker: dict, title: str, subtitle: str
+) -> go.Figure:
+    """A distribution's top tokens as bars, the token that was drawn from it highlighted.
+    `marker["color"]` is (highlight, others); the rest of `marker` styles every bar."""
+    highlight, others = marker["color"]
+    colors = [highlight if tp.token_id == chosen else others for tp in items]
     fig = go.Figure(
         go.Bar(
-            x=names,
+            x=[_name(tp) for tp in items],
             y=[tp.prob for tp in items],
-            name="p1",
-            marker=dict(color=colors, line=dict(color="#6b7280", width=1)),
+            name=name,
+            marker={**marker, "color": colors},
             hovertemplate="p=%{y:.4f}<extra></extra>",
         )
     )
-    how = "argmax p1 (greedy)" if trace.temperature == 0 else "sampled from p1"
-    fig.update_layout(
-        **base_layout(
-            f"No proposal: token {esc(repr(token.text))} generated from p1",
-            340,
-            f"{how} at position {token.position} — a plain target step: no test, no residual, no bonus",
-        )
-    )
+    fig.update_layout(**base_layout(title, 340, subtitle))
     fig.update_yaxes(title="probability", gridcolor="#eef0f4", rangemode="tozero")
     return fig
 
