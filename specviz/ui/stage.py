@@ -20,11 +20,12 @@ import streamlit as st
 
 from .. import narrative
 from ..errors import SpecvizError
+from ..runfile import record_run
 from ..trace import CYCLE_PHASES, CycleTrace
 from ..viz import kv_html, tokens
 from ..viz.style import PHASE_TITLES
 from . import quiz
-from .runs import compare_view, record_of
+from .runs import compare_view, record_fields
 from .session import act, decoding_slot, request_full_run, take_full_run_request, workspace
 from .sidebar import PROPOSER_LABELS, SPEEDS
 from .state import (
@@ -176,10 +177,10 @@ def reset_question(run: Run) -> None:
         c1.button("Reset, keep this run", key="reset_keep", on_click=reset_now, args=(True,), type="primary")
         c2.button(f"Reset and discard {cycles}", key="reset_confirm", on_click=reset_now)
         c3.button("Cancel", key="reset_cancel", on_click=on_reset_cancel)
-        record_json = record_of(run).to_json
+        fields = record_fields(run)
         c4.download_button(
             "Download the run file (JSON)",
-            data=lambda: record_json(),
+            data=lambda: record_run(**fields).to_json(),
             file_name="specviz-run.json",
             mime="application/json",
             key="reset_download",

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -330,6 +330,3 @@ class Workspace:
             rest = (*rest, park(self.run))
         self.others, self.run, self.reset_asked = rest, chosen, None
         return chosen
-
-    def iter_live(self) -> Iterator[Run]:
-        return (r for r in self.runs() if r.live)

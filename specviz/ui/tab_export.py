@@ -17,20 +17,21 @@ from typing import Any
 
 import streamlit as st
 
+from ..runfile import record_run
 from ..viz import standalone
-from .runs import record_of
+from .runs import record_fields
 from .state import Run
 from .tab_charts import cycle_figures
 
 
 def export_tab(run: Run, cycle: int | None, phase: str) -> None:
-    record = record_of(run)
+    fields = record_fields(run)
     tr = run.traces[cycle] if cycle is not None and phase != "start" else None
     shown = cycle_figures(tr, phase, st.session_state.get("dist_pos")) if tr is not None else {}
     c1, c2, c3 = st.columns(3)
     c1.download_button(
         "Run file (JSON)",
-        data=lambda: record.to_json(),
+        data=lambda: record_run(**fields).to_json(),
         file_name="specviz-run.json",
         mime="application/json",
         key="dl_json",
@@ -40,7 +41,7 @@ def export_tab(run: Run, cycle: int | None, phase: str) -> None:
     )
     c2.download_button(
         "Standalone run page (HTML)",
-        data=lambda: standalone.run_html(record),
+        data=lambda: standalone.run_html(record_run(**fields)),
         file_name="specviz-run.html",
         mime="text/html",
         key="dl_run_html",
