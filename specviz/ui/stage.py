@@ -20,7 +20,6 @@ import streamlit as st
 
 from .. import narrative
 from ..errors import SpecvizError
-from ..runfile import record_run
 from ..trace import CYCLE_PHASES, CycleTrace
 from ..viz import kv_html, tokens
 from ..viz.style import PHASE_TITLES
@@ -42,6 +41,7 @@ from .state import (
     step_label,
     view_of,
 )
+from .tab_export import run_file_button
 
 WALKTHROUGH = ((1, True), (2, True), (3, True), (4, False))
 # Cache rows drawn around the action; the rest fold into the overview strip. Six rows keep the
@@ -177,15 +177,7 @@ def reset_question(run: Run) -> None:
         c1.button("Reset, keep this run", key="reset_keep", on_click=reset_now, args=(True,), type="primary")
         c2.button(f"Reset and discard {cycles}", key="reset_confirm", on_click=reset_now)
         c3.button("Cancel", key="reset_cancel", on_click=on_reset_cancel)
-        fields = record_fields(run)
-        c4.download_button(
-            "Download the run file (JSON)",
-            data=lambda: record_run(**fields).to_json(),
-            file_name="specviz-run.json",
-            mime="application/json",
-            key="reset_download",
-            on_click="ignore",
-        )
+        run_file_button(c4, "Download the run file (JSON)", "reset_download", record_fields(run))
 
 
 def status_line(run: Run, cycle: int | None, phase: str) -> str:

@@ -29,16 +29,7 @@ def export_tab(run: Run, cycle: int | None, phase: str) -> None:
     tr = run.traces[cycle] if cycle is not None and phase != "start" else None
     shown = cycle_figures(tr, phase, st.session_state.get("dist_pos")) if tr is not None else {}
     c1, c2, c3 = st.columns(3)
-    c1.download_button(
-        "Run file (JSON)",
-        data=lambda: record_run(**fields).to_json(),
-        file_name="specviz-run.json",
-        mime="application/json",
-        key="dl_json",
-        on_click="ignore",  # downloading changes nothing: no rerun
-        disabled=not run.traces,
-        help="Opens in any specviz (sidebar: Open a run file) with no model loaded.",
-    )
+    run_file_button(c1, "Run file (JSON)", "dl_json", fields, disabled=not run.traces)
     c2.download_button(
         "Standalone run page (HTML)",
         data=lambda: standalone.run_html(record_run(**fields)),
@@ -62,6 +53,21 @@ def export_tab(run: Run, cycle: int | None, phase: str) -> None:
     st.caption(
         "The run file and the run page hold every token's text, so they need no tokenizer; the figures page "
         "embeds plotly.js. All three work offline."
+    )
+
+
+def run_file_button(where: Any, label: str, key: str, fields: dict[str, Any], disabled: bool = False) -> None:
+    """A download button for the run file; the record is built from `fields` (specviz.ui.runs.
+    record_fields) only when the button is clicked."""
+    where.download_button(
+        label,
+        data=lambda: record_run(**fields).to_json(),
+        file_name="specviz-run.json",
+        mime="application/json",
+        key=key,
+        on_click="ignore",  # downloading changes nothing: no rerun
+        disabled=disabled,
+        help="Opens in any specviz (sidebar: Open a run file) with no model loaded.",
     )
 
 
