@@ -5,9 +5,10 @@ between cycles, build a new config with `dataclasses.replace(cfg, k=8)` (or `cfg
 and hand it to `SpeculativeDecoder.update_config`; the decoder checks it before using it, so a
 bad value leaves the running decoder untouched.
 
-Which fields may change mid-run: the sampling knobs (k, temperature, top_k, top_p), the
-what-if forcing, the invariant check and max_new_tokens. The proposer, cache layout, page size, pool size,
-free policy and seed shape the caches and the random stream, so changing them needs `start()`.
+Which fields may change mid-run: the sampling knobs (k, temperature, top_k, top_p), the tree
+shape (tree_width, tree_nodes), the what-if forcing, the invariant check and max_new_tokens.
+The proposer, cache layout, page size, pool size, free policy and seed shape the caches and the
+random stream, so changing them needs `start()`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from typing import Literal, get_args
 from .errors import ConfigError
 
 MAX_K = 64  # a draft longer than this is never useful and only wastes memory
+MAX_TREE_WIDTH = 16  # children kept per expanded node of a token tree
+MAX_TREE_NODES = 128  # draft nodes one tree verify may hold (EAGLE-2 uses 60 on a GPU)
 
 # Each set of allowed values is defined once, as a type; the tuples below are read from it, and
 # the CLI, the app's selectors and the caches' own checks all use these.
@@ -32,14 +35,18 @@ PROPOSERS: tuple[str, ...] = get_args(ProposerName)
 
 # Fields that may change between cycles without restarting the decoder.
 LIVE_FIELDS = frozenset(
-    {"k", "temperature", "top_k", "top_p", "draft_confidence", "forced_outcomes", "check_invariant",
-     "max_new_tokens", "top_n", "instrument"}
+    {"k", "tree_width", "tree_nodes", "temperature", "top_k", "top_p", "draft_confidence", "forced_outcomes",
+     "check_invariant", "max_new_tokens", "top_n", "instrument"}
 )
 
 
 @dataclass(frozen=True)
 class DecodeConfig:
-    k: int = 5  # draft length K
+    k: int = 5  # draft length K (for a token tree: its depth)
+    # Token trees (docs/design.md §1c): children kept per expanded node. 1 = a chain, drafted and
+    # verified exactly as without trees; > 1 = an EAGLE-2-style tree of depth k.
+    tree_width: int = 1
+    tree_nodes: int = 16  # a tree's node budget: the most draft nodes one verify pass holds (width > 1 only)
     proposer: ProposerName = "draft"
     lookup_max_ngram: int = 3  # prompt lookup: longest suffix n-gram matched first
     lookup_min_ngram: int = 1  # ... and the shortest tried before giving up
@@ -75,6 +82,17 @@ class DecodeConfig:
         """Raise ConfigError with a clear message for any out-of-range value."""
         if not isinstance(self.k, int) or isinstance(self.k, bool) or not 1 <= self.k <= MAX_K:
             raise ConfigError(f"K (draft length) must be an integer in 1..{MAX_K}, got {self.k!r}")
+        if not _int(self.tree_width) or not 1 <= self.tree_width <= MAX_TREE_WIDTH:
+            raise ConfigError(
+                f"tree_width must be an integer in 1..{MAX_TREE_WIDTH} (1 = a chain), got {self.tree_width!r}"
+            )
+        if not _int(self.tree_nodes) or not 1 <= self.tree_nodes <= MAX_TREE_NODES:
+            raise ConfigError(
+                f"tree_nodes (the tree's node budget) must be an integer in 1..{MAX_TREE_NODES}, "
+                f"got {self.tree_nodes!r}"
+            )
+        if self.tree_width > 1 and self.forced_outcomes:
+            raise ConfigError("what-if forcing (forced_outcomes) works on chains only: set tree_width to 1")
         if self.proposer not in PROPOSERS:
             raise ConfigError(f"proposer must be one of {PROPOSERS}, got {self.proposer!r}")
         if not (isinstance(self.lookup_min_ngram, int) and isinstance(self.lookup_max_ngram, int)
@@ -114,12 +132,21 @@ class DecodeConfig:
     def greedy(self) -> bool:
         return self.temperature == 0
 
+    @property
+    def is_tree(self) -> bool:
+        """Draft a token tree (tree_width > 1) rather than a chain."""
+        return self.tree_width > 1
+
     def replace(self, **changes: object) -> DecodeConfig:
         return dataclasses.replace(self, **changes)
 
     def forced_outcome(self, index: int) -> bool | None:
         """The forced verdict for 1-based draft index `index`, or None when not forced."""
         return next((accept for i, accept in self.forced_outcomes if i == index), None)
+
+
+def _int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
 
 
 def _finite(x: object) -> bool:

@@ -19,6 +19,13 @@ decoder would. Which proposer drafts never changes verify, accept, resolve or th
 Positions are 0-based: x_i sits at position i-1, so "target cache length n-1" means positions
 0..n-2 are cached.
 
+A token tree (`tree_width > 1`, docs/design.md §1c, `specviz.tree`) runs the same phases over a
+tree instead of a chain: the proposer grows the tree, the target verifies every node in one pass
+(its own tree mask, positions = the root's + depth), the accepted path is walked (greedy, or the
+deterministic-siblings rule), and the rollback first *compacts* the accepted path's K/V into the
+committed positions (`SpecvizCache.move`), then truncates as after a chain. Width 1 is the chain,
+unchanged.
+
 Errors never leave a half-done cycle behind: `step()` snapshots the decoder's small state
 (committed tokens, cache lengths, generator states) and restores it if anything raises.
 """
@@ -35,6 +42,7 @@ from typing import Any
 import torch
 
 from . import sampling
+from . import tree as trees
 from .config import LIVE_FIELDS, DecodeConfig
 from .errors import ConfigError, ContextFullError, DecodingFinishedError
 from .kv import SpecvizCache
@@ -53,7 +61,7 @@ from .runtime import (
     validate_prompt,
     vocab_size_of,
 )
-from .trace import CycleTrace, DraftStep, EmittedToken, PhaseSnapshot, TokenProb
+from .trace import CycleTrace, DraftStep, EmittedToken, PhaseSnapshot, TokenProb, TreeNode, TreeTrace
 
 DRAFT_SEED_SALT = 0x9E3779B9  # decorrelates the draft's random stream from the target's
 
@@ -80,6 +88,25 @@ class _Proposal:
     drafts: list[int]  # d_1..d_k
     draft_probs: list[torch.Tensor]  # q_i [V] for i = 1..k
     target_probs: torch.Tensor  # p_1..p_{k+1} [k+1, V]
+
+
+class _Clock:
+    """Per-phase timings and (when instrumented) one cache snapshot per phase of a cycle."""
+
+    def __init__(self, decoder: SpeculativeDecoder, s: _Session, record: bool, n: int) -> None:
+        self.decoder, self.s, self.record = decoder, s, record
+        self.timings: dict[str, float] = {}
+        self.snaps: list[PhaseSnapshot] = []
+        self.t = time.perf_counter()
+        if record:
+            self.snaps.append(decoder._phase_snapshot(s, "start", n))
+
+    def mark(self, phase: str, num_committed: int) -> None:
+        now = time.perf_counter()
+        self.timings[phase] = (now - self.t) * 1000
+        if self.record:
+            self.snaps.append(self.decoder._phase_snapshot(self.s, phase, num_committed))
+        self.t = now
 
 
 def _check_live_update(old: DecodeConfig, new: DecodeConfig) -> None:
@@ -220,6 +247,8 @@ class SpeculativeDecoder:
 
         saved = self._save(s)
         try:
+            if cfg.is_tree:
+                return self._tree_cycle(s, cfg, n, k, remaining, room)
             return self._cycle(s, cfg, n, k, remaining, room)
         except BaseException:
             self._restore(s, saved)
@@ -236,45 +265,27 @@ class SpeculativeDecoder:
         return s.committed[before:]
 
     def _cycle(self, s: _Session, cfg: DecodeConfig, n: int, k: int, remaining: int, room: int) -> CycleTrace:
-        timings: dict[str, float] = {}
-        snaps: list[PhaseSnapshot] = []
+        clock = _Clock(self, s, cfg.instrument, n)
         record = cfg.instrument
-
-        def mark(phase: str, num_committed: int, began: float) -> float:
-            now = time.perf_counter()
-            timings[phase] = (now - began) * 1000
-            if record:
-                snaps.append(self._phase_snapshot(s, phase, num_committed))
-            return now
-
-        t = time.perf_counter()
-        if record:
-            snaps.append(self._phase_snapshot(s, "start", n))
         proposed = s.proposer.propose(
             s.committed, k, lambda logits: self._distribution(logits, cfg), cfg.greedy, s.generators["draft"],
             cfg.draft_confidence,
         )
         drafts, draft_probs = proposed.tokens, proposed.probs
         k = len(drafts)  # a proposer may propose fewer (lookup without a match: none)
-        t = mark("draft", n, t)
+        clock.mark("draft", n)
         target_probs = self._verify(s, cfg, drafts)  # [k+1, V]
-        t = mark("verify", n, t)
+        clock.mark("verify", n)
         proposal = _Proposal(n, drafts, draft_probs, target_probs)
         steps, num_accepted = self._accept(s, cfg, proposal)
-        t = mark("accept", n + num_accepted, t)
+        clock.mark("accept", n + num_accepted)
         emitted, dist_top = self._resolve(s, cfg, proposal, num_accepted)
         emitted, finish_reason = self._trim(emitted, remaining, room)
-        t = mark("resolve", n + min(num_accepted, len(emitted)), t)  # accepted drafts the trim kept
+        clock.mark("resolve", n + min(num_accepted, len(emitted)))  # accepted drafts the trim kept
         self._commit(s, emitted)
         self._rollback(s)
-        t = mark("rollback", len(s.committed), t)
-
-        invariant = None
-        if cfg.check_invariant:
-            invariant = self.check_invariant()
-            timings["invariant_check"] = (time.perf_counter() - t) * 1000
-        s.finish_reason = finish_reason
-        s.cycle += 1
+        clock.mark("rollback", len(s.committed))
+        invariant = self._finish_cycle(s, cfg, clock, finish_reason)
 
         rejected_at = num_accepted + 1 if num_accepted < k else None
         return CycleTrace(
@@ -296,14 +307,24 @@ class SpeculativeDecoder:
             emitted=tuple(emitted),
             target_events=tuple(s.caches["target"].drain_events()),
             draft_events=tuple(s.proposer.drain_events()),
-            snapshots=tuple(snaps),
-            timings_ms=timings,
+            snapshots=tuple(clock.snaps),
+            timings_ms=clock.timings,
             invariant_max_abs_diff=invariant,
             finish_reason=finish_reason,
             forced=any(st.forced for st in steps),
             proposer=s.proposer.name,
             proposer_note=proposed.note,
         )
+
+    def _finish_cycle(self, s: _Session, cfg: DecodeConfig, clock: _Clock, finish_reason: str | None) -> dict | None:
+        """The invariant check (when asked for), then the cycle is counted."""
+        invariant = None
+        if cfg.check_invariant:
+            invariant = self.check_invariant()
+            clock.timings["invariant_check"] = (time.perf_counter() - clock.t) * 1000
+        s.finish_reason = finish_reason
+        s.cycle += 1
+        return invariant
 
     def _distribution(self, logits: torch.Tensor, cfg: DecodeConfig) -> torch.Tensor:
         """The sampling distribution over the pair's joint vocabulary: the same processing for
@@ -419,6 +440,134 @@ class SpeculativeDecoder:
         if cache.get_seq_length() > keep:
             cache.truncate(keep, "rollback")
         s.proposer.rollback(s.committed)
+
+    # -- one token-tree cycle (docs/design.md §1c) ----------------------------------------
+
+    def _tree_cycle(self, s: _Session, cfg: DecodeConfig, n: int, depth: int, remaining: int,
+                    room: int) -> CycleTrace:
+        """draft (grow a tree) -> verify (one pass, tree mask) -> accept (walk the path) ->
+        resolve -> rollback (compact the path's K/V, then truncate)."""
+        clock = _Clock(self, s, cfg.instrument, n)
+        # The verify pass appends 1 + nodes entries: n - 1 + 1 + nodes <= max_context.
+        shape = trees.TreeShape(cfg.tree_width, depth, min(cfg.tree_nodes, room))
+        proposed = s.proposer.propose_tree(s.committed, shape)
+        tree = proposed.tree
+        clock.mark("draft", n)
+        target_probs, features, slots = self._verify_tree(s, cfg, tree)  # [N+1, V]
+        clock.mark("verify", n)
+        walk = trees.walk_greedy(tree, target_probs) if cfg.greedy else trees.walk_sampled(
+            tree, target_probs, s.generators["target"])
+        s.proposer.observe_verify(None if features is None else features[[0, *walk.path]])  # real F of the path
+        clock.mark("accept", n)  # the accepted K/V are not in place yet: nothing new is committed
+        emitted = [EmittedToken(tree.tokens[a], self.token_text(tree.tokens[a]), n + i, "accepted")
+                   for i, a in enumerate(walk.path)]
+        kind = walk.kind if tree.num_nodes else "generated"
+        emitted.append(EmittedToken(walk.token, self.token_text(walk.token), n + len(walk.path), kind))
+        emitted, finish_reason = self._trim(emitted, remaining, room)
+        clock.mark("resolve", n)
+        self._commit(s, emitted)
+        moves = self._compact(s, n - 1, walk.path)
+        clock.mark("rollback", len(s.committed))
+        invariant = self._finish_cycle(s, cfg, clock, finish_reason)
+
+        record = cfg.instrument
+        steps, nodes = self._tree_records(cfg, n, tree, target_probs, walk, slots)
+        corrected = walk.kind == "corrected" and tree.num_nodes > 0
+        dist_top = self._top(walk.dist, cfg) if record else ()
+        return CycleTrace(
+            cycle=s.cycle - 1,
+            context_len=n,
+            k=tree.num_nodes,
+            temperature=cfg.temperature,
+            top_k=cfg.top_k,
+            top_p=cfg.top_p,
+            catch_up=tuple(
+                EmittedToken(s.committed[pos], self.token_text(s.committed[pos]) if record else "", pos, s.origins[pos])
+                for pos in proposed.catch_up_positions
+            ),
+            drafts=tuple(steps),
+            num_accepted=len(walk.path),
+            rejected_at=len(walk.path) + 1 if corrected else None,
+            residual_top=dist_top if corrected else (),
+            bonus_top=() if corrected else dist_top,
+            emitted=tuple(emitted),
+            target_events=tuple(s.caches["target"].drain_events()),
+            draft_events=tuple(s.proposer.drain_events()),
+            snapshots=tuple(clock.snaps),
+            timings_ms=clock.timings,
+            invariant_max_abs_diff=invariant,
+            finish_reason=finish_reason,
+            proposer=s.proposer.name,
+            proposer_note=proposed.note,
+            tree=TreeTrace(
+                width=shape.width, depth=shape.depth, budget=shape.nodes, root_position=n - 1, root_slot=slots[0],
+                nodes=tuple(nodes), path=tuple(walk.path), moves=tuple(moves), in_place=not moves,
+                proposer_fed=tuple(proposed.fed),
+            ),
+        )
+
+    def _verify_tree(self, s: _Session, cfg: DecodeConfig, tree: trees.TokenTree
+                     ) -> tuple[torch.Tensor, torch.Tensor | None, list[int]]:
+        """One target pass over the root and every node: node i in cache entry L+i, at position
+        L + depth(i), under the additive tree mask. Returns p for every node [N+1, V], the
+        target's features [N+1, H] (feature head only) and each node's physical slot."""
+        cache = s.caches["target"]
+        prefix = cache.get_seq_length()  # L = n - 1: the root x_n goes to entry L
+        dtype = next(self.target.parameters()).dtype
+        mask = trees.verify_mask(tree, prefix, dtype if dtype.is_floating_point else torch.float32,
+                                 model_device(self.target))  # [1, 1, N+1, L+N+1]
+        logits, features = forward_with_features(
+            self.target, cache, tree.tokens, "verify", features=s.proposer.wants_target_features,
+            tree=(mask, tree.position_ids(prefix)),
+        )
+        slots = cache.slots(range(prefix, prefix + len(tree.tokens)))
+        return self._distribution(logits, cfg), features, slots
+
+    def _compact(self, s: _Session, prefix: int, path: list[int]) -> list[tuple[int, int]]:
+        """The KV update after a tree verify: copy the accepted nodes the committed sequence keeps
+        from their verify entries (prefix + a_i) to their positions (prefix + i), in increasing i,
+        then truncate to the new committed length minus one (freeing or keeping blocks by policy).
+        Returns the moves; none when the path was already in place (the common case, since the
+        most likely chain is nodes 1, 2, ..)."""
+        cache = s.caches["target"]
+        keep = len(s.committed) - 1
+        moves = [(prefix + a, prefix + i) for a, i in trees.compaction_moves(path, keep - prefix - 1)]
+        cache.move(moves, "rollback")
+        if cache.get_seq_length() > keep:
+            cache.truncate(keep, "rollback")
+        s.proposer.rollback(s.committed)
+        return moves
+
+    def _tree_records(self, cfg: DecodeConfig, n: int, tree: trees.TokenTree, target_probs: torch.Tensor,
+                      walk: trees.TreeWalk, slots: list[int]) -> tuple[list[DraftStep], list[TreeNode]]:
+        """Each node as a DraftStep (the chain views' record) and as a TreeNode (the tree's)."""
+        record = cfg.instrument
+        steps, nodes = [], []
+        for i in range(1, len(tree.tokens)):
+            token, parent = tree.tokens[i], tree.parents[i]
+            p = target_probs[parent]
+            q = sampling.pad_vocab(tree.draft_probs[i], self.vocab_size) if tree.draft_probs is not None else None
+            p_tok = float(p[token])
+            q_tok = 0.0 if q is None else float(q[token])
+            if cfg.greedy:
+                ratio = 1.0 if token == sampling.greedy_token(p) else 0.0
+            else:  # the chance it was (or would have been) accepted with: p'(x), or p(x) if never asked
+                ratio = walk.accept_probs[i] if walk.accept_probs[i] is not None else p_tok
+            text = self.token_text(token) if record else ""
+            position = n - 1 + tree.depths[i]
+            steps.append(DraftStep(
+                index=i, position=position, token_id=token, text=text, draft_prob=q_tok, target_prob=p_tok,
+                ratio=ratio, u=walk.u[i], verdict=walk.verdicts[i], forced=False,
+                draft_top=self._top(q, cfg) if record and q is not None else (),
+                target_top=self._top(p, cfg) if record else (),
+                overlap=None if q is None else float(sampling.expected_acceptance(p, q)),
+            ))
+            nodes.append(TreeNode(
+                index=i, parent=parent, depth=tree.depths[i], token_id=token, text=text, position=position,
+                slot=slots[i], draft_prob=q_tok, target_prob=p_tok, accept_prob=walk.accept_probs[i],
+                u=walk.u[i], verdict=walk.verdicts[i],
+            ))
+        return steps, nodes
 
     # -- checks and snapshots -------------------------------------------------------------
 

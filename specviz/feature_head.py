@@ -216,14 +216,15 @@ class FeatureHead(nn.Module):
         return full
 
     def forward(self, features: torch.Tensor, token_ids: torch.Tensor, cache: Any = None,
-                attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+                attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None) -> torch.Tensor:
         """Predicted features [B, T, H] for input pairs (features [B, T, H], token_ids [B, T]).
-        With `cache`, the pairs are appended to it (one sequence, B = 1)."""
+        With `cache`, the pairs are appended to it (one sequence, B = 1). A token tree passes its
+        own 4D additive mask and position ids (docs/design.md §1c)."""
         inputs = self.fused_input(features, token_ids)
-        if cache is not None and inputs.shape[1] == 1 and attention_mask is None:
+        if cache is not None and inputs.shape[1] == 1 and attention_mask is None and position_ids is None:
             return self._one_step(inputs, cache)
         out = self.decoder(inputs_embeds=inputs, past_key_values=cache, use_cache=cache is not None,
-                           attention_mask=attention_mask)
+                           attention_mask=attention_mask, position_ids=position_ids)
         return out.last_hidden_state
 
     def _one_step(self, inputs: torch.Tensor, cache: Any) -> torch.Tensor:

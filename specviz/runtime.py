@@ -19,7 +19,7 @@ import torch
 
 from . import tokenbytes
 from .config import DecodeConfig
-from .errors import PromptError
+from .errors import ConfigError, PromptError
 from .kv import SpecvizCache, create_cache
 
 
@@ -59,32 +59,59 @@ def eos_ids_of(model: Any) -> frozenset[int]:
 
 @torch.inference_mode()
 def forward(
-    model: Any, cache: SpecvizCache, token_ids: Sequence[int], phase: str, last_only: bool = False
+    model: Any, cache: SpecvizCache, token_ids: Sequence[int], phase: str, last_only: bool = False,
+    tree: tuple[torch.Tensor, Sequence[int]] | None = None,
 ) -> torch.Tensor:
-    """Feed token_ids at the cache's next positions; return logits [T, V] (or [1, V])."""
-    return forward_with_features(model, cache, token_ids, phase, last_only, features=False)[0]
+    """Feed token_ids at the cache's next positions; return logits [T, V] (or [1, V]).
+    `tree` = (mask, position ids) for token-tree nodes (see `forward_with_features`)."""
+    return forward_with_features(model, cache, token_ids, phase, last_only, features=False, tree=tree)[0]
 
 
 @torch.inference_mode()
 def forward_with_features(
     model: Any, cache: SpecvizCache, token_ids: Sequence[int], phase: str, last_only: bool = False,
-    features: bool = True,
+    features: bool = True, tree: tuple[torch.Tensor, Sequence[int]] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """As `forward`, and also the model's features [T, H]: the input of its output head (the
     final hidden state after the last norm), caught by a hook on that head in the same pass, so
-    a feature-level draft head gets them without a second forward."""
+    a feature-level draft head gets them without a second forward.
+
+    `tree` = (mask, position ids) feeds token-tree nodes (docs/design.md §1c): an additive float
+    mask [1, 1, T, L+T] and one position per token, passed to the model as they are."""
+    extra = {} if tree is None else tree_inputs(model, *tree, num_tokens=len(token_ids))
     start_len = cache.get_seq_length()
     cache.reserve(list(token_ids), phase)
     with output_head_inputs(model, enabled=features) as caught:
         try:
             ids = torch.tensor([list(token_ids)], dtype=torch.long, device=model_device(model))  # [1, T]
             keep = 1 if last_only and not features else 0  # features of every position need the full head input
-            out = model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=keep)
+            out = model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=keep, **extra)
         except BaseException:
             cache.truncate(start_len, phase)  # cancel the reservation: the cache stays as it was
             raise
     logits = out.logits[0].float()  # [T, V]
     return (logits[-1:] if last_only else logits), (caught[0][0] if caught else None)
+
+
+def tree_inputs(model: Any, mask: torch.Tensor, positions: Sequence[int], num_tokens: int) -> dict[str, Any]:
+    """The `attention_mask` and `position_ids` keyword arguments of a tree forward, checked.
+
+    transformers passes a 4D mask through unchanged; eager attention *adds* it to the scores, so a
+    boolean mask would be silently wrong there (True = 1.0 added, nothing masked): refused here,
+    as is flash attention, which reads any mask as padding."""
+    if mask.dim() != 4 or mask.shape[-2] != num_tokens or len(positions) != num_tokens:
+        raise ValueError(f"a tree forward over {num_tokens} tokens needs a [1, 1, {num_tokens}, L+{num_tokens}] "
+                         f"mask and {num_tokens} positions, got {tuple(mask.shape)} and {len(positions)}")
+    if not mask.is_floating_point():
+        raise TypeError("a tree mask must be additive float (0 = attend, the dtype's minimum = masked): "
+                        "eager attention adds the mask to the scores, so a boolean mask is silently wrong")
+    impl = str(getattr(model.config, "_attn_implementation", "") or "")
+    if "flash" in impl:
+        raise ConfigError(f"token trees need eager or sdpa attention; {impl} reads a tree mask as padding")
+    device = model_device(model)
+    dtype = next(model.parameters()).dtype
+    return {"attention_mask": mask.to(device=device, dtype=dtype if dtype.is_floating_point else mask.dtype),
+            "position_ids": torch.tensor([list(positions)], dtype=torch.long, device=device)}
 
 
 @contextlib.contextmanager
@@ -112,9 +139,9 @@ def output_head_inputs(model: Any, enabled: bool = True) -> Iterator[list[torch.
 
 def expected_reach(cfg: DecodeConfig, prompt_len: int, limit: int | None = None) -> int:
     """Positions a run's caches can reach: prompt + max_new_tokens + K + 1 (the verify pass
-    appends K+1 positions provisionally), capped by `limit`. Caches are sized for this and grow
-    past it only if K or max_new_tokens is raised live."""
-    reach = prompt_len + cfg.max_new_tokens + cfg.k + 1
+    appends K+1 positions provisionally; a tree verify appends tree_nodes + 1), capped by `limit`.
+    Caches are sized for this and grow past it only if K, the tree or max_new_tokens grow live."""
+    reach = prompt_len + cfg.max_new_tokens + (max(cfg.k, cfg.tree_nodes) if cfg.is_tree else cfg.k) + 1
     return reach if limit is None else min(reach, limit)
 
 

@@ -30,7 +30,7 @@ CyclePhase = Literal["start", "draft", "verify", "accept", "resolve", "rollback"
 Phase = Literal[CyclePhase, "prefill", "decode"]
 CYCLE_PHASES: tuple[str, ...] = get_args(CyclePhase)
 
-EventKind = Literal["append", "truncate", "alloc", "free", "pointer", "reuse", "grow"]
+EventKind = Literal["append", "truncate", "alloc", "free", "pointer", "reuse", "grow", "move"]
 TokenKind = Literal["prompt", "accepted", "corrected", "bonus", "generated"]
 Verdict = Literal["accepted", "rejected", "untested"]
 SlotState = Literal["committed", "provisional", "stale", "free"]
@@ -50,6 +50,9 @@ class CacheEvent:
     grow      storage enlarged from `start` to `end` slots (contiguous: buffer rows) or blocks
               (paged: the pool; `blocks` are the new ids, added to the tail of the free list);
               every existing slot keeps its K/V
+    move      K/V of cache entry `start` copied to entry `end` (end < start): a token tree's
+              compaction, bringing an accepted node to its committed position; `blocks` are the
+              physical (from, to) blocks for the paged layout
     """
 
     kind: EventKind
@@ -79,6 +82,9 @@ class CacheEvent:
                     f"(new block(s) [{added}] join the free list; old blocks copied)"
                 )
             return f"grow the buffer from {self.start} to {self.end} rows (old rows copied)"
+        if self.kind == "move":
+            where = f" (block {self.blocks[0]} -> block {self.blocks[1]})" if len(self.blocks) == 2 else ""
+            return f"move K/V of entry {self.start} to entry {self.end}{where}"
         return f"reuse reserved block(s) [{ids}]"
 
 
@@ -189,6 +195,43 @@ class EmittedToken:
 
 
 @dataclass(frozen=True)
+class TreeNode:
+    """One draft node of a token tree (docs/design.md §1c). The root (node 0) is the newest
+    committed token and is not listed."""
+
+    index: int  # 1..N, depth-first order: also its verify slot offset (cache entry L + index)
+    parent: int  # 0 = the root
+    depth: int  # 1..D
+    token_id: int
+    text: str
+    position: int  # sequence (RoPE) position in the verify pass: root's + depth; siblings share it
+    slot: int  # physical slot its K/V were written to in the verify pass (paged: through the block table)
+    draft_prob: float  # the proposer's probability of the token given the parent (it ranked the node)
+    target_prob: float  # p(token) under the parent's target distribution
+    accept_prob: float | None  # T > 0: the p'(x) it was accepted with (None: untested or greedy)
+    u: float | None  # T > 0: its uniform draw (None: untested or greedy)
+    verdict: Verdict
+
+
+@dataclass(frozen=True)
+class TreeTrace:
+    """What a token-tree cycle drafted, verified and moved (docs/design.md §1c, §5)."""
+
+    width: int  # children kept per expanded node
+    depth: int  # the depth the proposer was asked for (the tree may be shallower)
+    budget: int  # the node budget it was asked for (clipped near the end of the context)
+    root_position: int  # the root's position (n-1) = its cache entry L
+    root_slot: int  # the root's physical slot in the verify pass
+    nodes: tuple[TreeNode, ...]
+    path: tuple[int, ...]  # accepted node indices, the root's child first
+    # The compaction: (from entry, to entry) copies done after acceptance, in order; empty when the
+    # committed path was already in place (`in_place`: nothing copied).
+    moves: tuple[tuple[int, int], ...] = ()
+    in_place: bool = True
+    proposer_fed: tuple[int, ...] = ()  # tokens the proposer fed past its prefix while growing the tree
+
+
+@dataclass(frozen=True)
 class PhaseSnapshot:
     phase: str
     target: CacheSnapshot
@@ -221,6 +264,10 @@ class CycleTrace:
     forced: bool = False  # some outcome was forced by what-if mode
     proposer: str = "draft"  # who proposed: "draft", "feature" or "lookup" (specviz.proposers)
     proposer_note: str = ""  # what the proposer did this cycle, in words
+    # A token-tree cycle (tree_width > 1): the tree, its verdicts and the compaction. Then `drafts`
+    # lists the tree's nodes in node order, `k` their number, `num_accepted` the accepted path's
+    # length and `rejected_at` the depth where no child passed (None: a leaf was reached).
+    tree: TreeTrace | None = None
 
     @property
     def corrected_token(self) -> EmittedToken | None:
@@ -256,8 +303,10 @@ _NESTED: dict[type, dict[str, type]] = {
         "target_events": CacheEvent,
         "draft_events": CacheEvent,
         "snapshots": PhaseSnapshot,
+        "tree": TreeTrace,
     },
     DraftStep: {"draft_top": TokenProb, "target_top": TokenProb},
+    TreeTrace: {"nodes": TreeNode},
     PhaseSnapshot: {"target": CacheSnapshot, "draft": CacheSnapshot},
 }
 
@@ -273,9 +322,14 @@ def _build(cls: type, data: dict[str, Any]) -> Any:
             inner = nested[f.name]
             value = _build(inner, value) if isinstance(value, dict) else tuple(_build(inner, v) for v in value)
         elif isinstance(value, list):
-            value = tuple(value)
+            value = _tuples(value)
         kwargs[f.name] = value
     return cls(**kwargs)
+
+
+def _tuples(value: Any) -> Any:
+    """JSON lists back to the tuples they were (nested ones too, e.g. a tree's moves)."""
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
 
 
 def traces_to_json(traces: list[CycleTrace]) -> str:

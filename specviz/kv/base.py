@@ -15,6 +15,11 @@ Speculative decoding needs three operations on that length (docs/design.md §1):
 * **truncate** — the rollback: `L` moves back to `new_len`. The K/V of the removed positions
   stay in memory ("stale") but are never read again, because every read covers positions
   `0 .. L-1` only, and the next append overwrites them.
+* **move** — a token tree's compaction (docs/design.md §1c): after a tree verify, the accepted
+  nodes' K/V are copied from the entries the verify pass wrote them to into the entries of their
+  committed positions (`move([(from, to), ..], phase)`, recorded as "move" events). The entries
+  stay where the layout keeps them: a contiguous row copy, or a copy between pages found through
+  the block table, possibly from one block into another.
 * **read** — each layer's `update` returns the dense K/V of positions `0 .. L+n-1`, exactly what
   `transformers.DynamicCache` would return, so attention (and its causal mask, built from
   `get_mask_sizes`) is bit-for-bit the computation a plain cache would do.
@@ -157,6 +162,11 @@ class SpecvizLayer(CacheLayerMixin):
 
     def bytes_per_slot(self) -> int:
         """Bytes of keys + values of one slot (0 before the first write allocates storage)."""
+        raise NotImplementedError
+
+    def copy_slots(self, src: torch.Tensor, dst: torch.Tensor) -> None:
+        """Copy the K/V of physical slots `src` to slots `dst` ([M] each): the source rows are
+        gathered before anything is written, so overlapping copies are safe."""
         raise NotImplementedError
 
     # -- the transformers CacheLayerMixin interface --------------------------------------
@@ -346,6 +356,43 @@ class SpecvizCache(Cache):
         self.pending = []
         self.layers_done.clear()
         del self.tokens[new_len:]
+
+    def move(self, moves: Sequence[tuple[int, int]], phase: str) -> None:
+        """Copy the K/V of entry `src` to entry `dst` for every (src, dst) of `moves`, in every layer.
+
+        A tree's compaction: each dst < src < L and the dsts increase, which is the order in which
+        one-at-a-time copies would be safe; the layers gather all sources before writing, so the
+        result is the same. Checked first: a bad move raises ValueError with nothing changed.
+        """
+        moves = [(int(a), int(b)) for a, b in moves]
+        if not moves:
+            return
+        if self.pending:
+            raise ValueError("move() while a reservation is pending: finish or cancel the forward first")
+        for k, (src, dst) in enumerate(moves):
+            if not 0 <= dst < src < self.seq_len:
+                raise ValueError(f"move {src} -> {dst} needs 0 <= to < from < seq_len={self.seq_len}")
+            if k and dst <= moves[k - 1][1]:
+                raise ValueError("move() targets must increase (the compaction order)")
+        src_slots = self.slots([a for a, _ in moves])
+        dst_slots = self.slots([b for _, b in moves])
+        for layer in self.layers:
+            if layer.is_initialized:
+                device = layer.keys.device
+                layer.copy_slots(torch.tensor(src_slots, device=device), torch.tensor(dst_slots, device=device))
+        for (src, dst), from_slot, to_slot in zip(moves, src_slots, dst_slots):
+            self.tokens[dst] = self.tokens[src]
+            self.slot_positions[to_slot] = dst
+            self.slot_tokens[to_slot] = self.tokens[src]
+            self.events.append(CacheEvent("move", phase, src, dst, blocks=self._move_blocks(from_slot, to_slot)))
+
+    def slots(self, entries: Sequence[int]) -> list[int]:
+        """The physical slots of cache entries (each < L + pending)."""
+        return [self._slot_list(e, e + 1)[0] for e in entries]
+
+    def _move_blocks(self, from_slot: int, to_slot: int) -> tuple[int, ...]:
+        """The physical (from, to) blocks of a move, recorded with its event (paged layout only)."""
+        return ()
 
     def crop(self, tokens_to_remove: int) -> None:
         """transformers' rollback API (as DynamicCache.crop): a negative count of tokens to drop."""

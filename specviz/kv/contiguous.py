@@ -52,6 +52,10 @@ class ContiguousLayer(SpecvizLayer):
             self.keys = grown(self.keys, 2, num_slots)  # [1, H, rows', D], rows 0..rows-1 copied
             self.values = grown(self.values, 2, num_slots)
 
+    def copy_slots(self, src: torch.Tensor, dst: torch.Tensor) -> None:
+        self.keys[:, :, dst] = self.keys[:, :, src]  # the right side is a gathered copy: overlaps are safe
+        self.values[:, :, dst] = self.values[:, :, src]
+
     def bytes_per_slot(self) -> int:
         return (self.keys[0, :, 0].nbytes + self.values[0, :, 0].nbytes) if self.is_initialized else 0
 

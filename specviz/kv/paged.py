@@ -216,6 +216,12 @@ class PagedLayer(SpecvizLayer):
     def dense(self, length: int) -> tuple[torch.Tensor, torch.Tensor]:
         return self.gather(self.owner.slot_ids(length, self.keys.device))
 
+    def copy_slots(self, src: torch.Tensor, dst: torch.Tensor) -> None:
+        heads = self.keys.shape[2]
+        for pool in (self.keys, self.values):
+            flat = pool.view(-1, heads, pool.shape[-1])  # [num_blocks * page_size, H, D]
+            flat.index_copy_(0, dst, flat.index_select(0, src))  # gathered first: overlaps are safe
+
 
 class PagedKVCache(SpecvizCache):
     """A block table over a growable BlockPool (events: "append", "grow", "alloc", "reuse",
@@ -347,6 +353,9 @@ class PagedKVCache(SpecvizCache):
 
     def _slot_list(self, start: int, end: int) -> list[int]:
         return [self.table.slot(p) for p in range(start, end)]
+
+    def _move_blocks(self, from_slot: int, to_slot: int) -> tuple[int, ...]:
+        return (from_slot // self.page_size, to_slot // self.page_size)
 
     def snapshot(self, num_committed: int) -> CacheSnapshot:
         n = cdiv(self.num_touched, self.page_size) * self.page_size

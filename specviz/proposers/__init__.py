@@ -15,7 +15,7 @@ from ..runtime import model_device
 from .base import Drafts, Proposer
 from .draft_model import DraftModelProposer
 from .feature import FeatureProposer
-from .lookup import LookupProposer, find_continuation
+from .lookup import LookupProposer, find_continuation, find_continuations
 
 __all__ = [
     "PROPOSERS",
@@ -25,7 +25,9 @@ __all__ = [
     "LookupProposer",
     "PROPOSER_CLASSES",
     "Proposer",
+    "TreeDrafts",
     "find_continuation",
+    "find_continuations",
     "make_proposer",
 ]
 

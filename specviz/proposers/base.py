@@ -19,17 +19,28 @@ A proposer's life in one cycle, with committed tokens x_1..x_n:
 
 Each proposer also reports its cache (if any) for snapshots, its cache events for the trace, and
 can check its invariant against a fresh recomputation.
+
+**Token trees** (docs/design.md §1c). With `tree_width > 1` the engine calls
+``propose_tree(committed, shape)`` instead of ``propose``: the proposer catches up as usual, then
+grows a `specviz.tree.TokenTree` rather than a chain. A model-based proposer grows it EAGLE-2's
+way (`specviz.tree.grow`): one forward per depth over the frontier, the frontier's nodes written
+into its own cache past the committed prefix under a tree mask (`TreeFeeder`), so each node
+attends only to the prefix and its own ancestors. Those entries are guesses on a branching
+path: ``rollback`` cuts the cache back to the committed prefix it had before growing (at most),
+and the next cycle re-feeds the accepted tokens as catch-up, as after a chain. A tree is chosen by
+rank, not sampled, so growing one draws no random numbers: the tree rule never needs q.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
 
+from .. import tree as trees
 from ..kv import SpecvizCache
 from ..trace import CacheEvent, CacheSnapshot
 
@@ -45,6 +56,17 @@ class Drafts:
     probs: list[torch.Tensor]  # q_i [V], i = 1..k
     catch_up_positions: list[int]  # sequence positions of the committed tokens fed to catch up
     note: str = ""  # what the proposer did, in words (e.g. which n-gram lookup matched)
+
+
+@dataclass
+class TreeDrafts:
+    """One cycle's token tree (root = the newest committed token), what catch-up fed, and the
+    tokens fed past the committed prefix while growing it (in feeding order: the proposer's cache)."""
+
+    tree: trees.TokenTree
+    catch_up_positions: list[int]
+    note: str = ""
+    fed: list[int] = field(default_factory=list)
 
 
 class Proposer:
@@ -70,8 +92,14 @@ class Proposer:
         probability is below it (adaptive K; at least one draft is always proposed)."""
         raise NotImplementedError
 
+    def propose_tree(self, committed: list[int], shape: trees.TreeShape) -> TreeDrafts:
+        """A token tree of at most `shape.nodes` drafts, depth `shape.depth`, `shape.width`
+        children per expanded node (docs/design.md §1c)."""
+        raise NotImplementedError
+
     def observe_verify(self, features: torch.Tensor | None) -> None:
-        """The target's features [k+1, H] for the verify inputs [x_n, d_1..d_k]."""
+        """The target's features [k+1, H] for the verify inputs [x_n, d_1..d_k] (after a tree
+        verify: for the root and the accepted path only, in order)."""
 
     def rollback(self, committed: list[int]) -> None:
         """The cycle has committed its tokens (`committed` is the new sequence); restore the invariant."""
@@ -131,6 +159,33 @@ def draft_tokens(
         if i < k - 1:
             logits = next_logits(token)
     return tokens, probs
+
+
+class TreeFeeder:
+    """`expand` for `specviz.tree.grow`: feeds a frontier of candidates into a proposer's cache
+    past its committed prefix, each at position (prefix - 1) + depth, under the tree mask (the
+    prefix, its fed ancestors, itself), and remembers the fed candidates in cache order."""
+
+    def __init__(self, prefix_len: int, dtype: torch.dtype, device: torch.device,
+                 run: Callable[[list[int], list[trees.Candidate], torch.Tensor, list[int]], torch.Tensor]) -> None:
+        # run(frontier, pool, mask, positions) -> logits [F, V] of the frontier's children
+        self.prefix_len, self.dtype, self.device, self.run = prefix_len, dtype, device, run
+        self.fed: list[int] = []
+        self.calls = 0  # forwards made (one per depth grown past the first)
+
+    def __call__(self, frontier: list[int], pool: list[trees.Candidate]) -> torch.Tensor:
+        parents = [c.parent for c in pool]
+        mask = trees.attention_mask(parents, self.prefix_len, self.fed + frontier, frontier, self.dtype, self.device)
+        positions = [self.prefix_len - 1 + pool[c].depth for c in frontier]
+        logits = self.run(frontier, pool, mask, positions)
+        self.fed.extend(frontier)
+        self.calls += 1
+        return logits
+
+
+def tree_note(tree: trees.TokenTree, shape: trees.TreeShape, forwards: int) -> str:
+    return (f"grew a tree of {tree.num_nodes} node(s), depth {tree.depth if tree.num_nodes else 0} "
+            f"(width {shape.width}, budget {shape.nodes}) with {forwards} forward(s) over its frontier")
 
 
 def sample_from(probs: torch.Tensor, greedy: bool, generator: torch.Generator) -> int:

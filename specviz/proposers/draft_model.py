@@ -5,6 +5,11 @@ prefix x_1..x_m of the committed sequence, m <= n-1. Each cycle it is fed the to
 ("catch-up": x_n, or x_{n-1}, x_n after a fully accepted cycle, because d_K is sampled but never
 fed), then samples d_1 from q_1, feeds d_1, samples d_2, ... up to d_K. Its rollback truncates it
 to the new committed length minus one, exactly like the target's.
+
+A token tree (docs/design.md §1c) is grown after the same catch-up: the frontier of each depth is
+fed in one forward under the tree mask, its entries written past x_1..x_n. Rollback then cuts the
+cache back to x_1..x_n (the committed prefix it grew from); the accepted tokens are caught up
+next cycle.
 """
 
 from __future__ import annotations
@@ -13,9 +18,10 @@ from typing import Any
 
 import torch
 
+from .. import tree as trees
 from ..config import DecodeConfig
-from ..runtime import forward, max_abs_kv_diff, open_cache
-from .base import Distribution, Drafts, Proposer, draft_tokens
+from ..runtime import forward, max_abs_kv_diff, model_device, open_cache
+from .base import Distribution, Drafts, Proposer, TreeDrafts, TreeFeeder, draft_tokens, tree_note
 
 
 class DraftModelProposer(Proposer):
@@ -24,6 +30,7 @@ class DraftModelProposer(Proposer):
 
     def __init__(self, draft: Any, config: DecodeConfig, max_context: int) -> None:
         self.draft, self.config, self.max_context = draft, config, max_context
+        self.tree_base: int | None = None  # the committed prefix a tree was grown from (until rollback)
 
     def start(self, prompt_ids: list[int], prefill_features: torch.Tensor | None) -> None:
         self.cache = open_cache(self.draft, self.config, self.max_context, prompt_ids)
@@ -39,10 +46,30 @@ class DraftModelProposer(Proposer):
         )  # d_k is never fed: the draft catches up on it next cycle
         return Drafts(tokens, probs, list(range(first, len(committed))))
 
+    def propose_tree(self, committed: list[int], shape: trees.TreeShape) -> TreeDrafts:
+        cache = self.cache
+        first = cache.get_seq_length()
+        root_logits = forward(self.draft, cache, committed[first:], "draft", last_only=True)[-1]  # [V]
+        self.tree_base = prefix = cache.get_seq_length()  # x_1..x_n
+
+        def run(frontier: list[int], pool: list[trees.Candidate], mask: torch.Tensor,
+                positions: list[int]) -> torch.Tensor:
+            return forward(self.draft, cache, [pool[c].token for c in frontier], "draft", tree=(mask, positions))
+
+        feeder = TreeFeeder(prefix, next(self.draft.parameters()).dtype, model_device(self.draft), run)
+        tree, fed = trees.grow(committed[-1], root_logits, feeder, shape, max_fed=cache.max_len - prefix)
+        return TreeDrafts(tree, list(range(first, len(committed))), tree_note(tree, shape, feeder.calls), fed)
+
     def rollback(self, committed: list[int]) -> None:
         keep = len(committed) - 1
+        if self.tree_base is not None:  # the entries past the prefix hold tree nodes, not the sequence
+            keep, self.tree_base = min(keep, self.tree_base), None
         if self.cache.get_seq_length() > keep:
             self.cache.truncate(keep, "rollback")
+
+    def restore(self, saved) -> None:
+        self.tree_base = None
+        super().restore(saved)
 
     def check_invariant(self, committed: list[int]) -> float | None:
         return max_abs_kv_diff(self.draft, self.cache, committed[: self.cache.get_seq_length()])

@@ -23,6 +23,12 @@ exist for F[0..n-2] only (from the prefill and earlier verify passes). One cycle
 
 With a one-token prompt there is no feature yet: the first cycle proposes nothing (a plain
 target step) and the head starts from the features that step produces.
+
+A token tree (docs/design.md §1c) grows from the same catch-up: a frontier node's pair is
+(G of its parent's entry, its token) -- the root's children take the catch-up's last output --
+fed one depth per forward under the tree mask. Every such entry rests on a guess, so rollback
+drops them all, as it drops a chain's; the verify pass hands back the real features of the root
+and the accepted path only.
 """
 
 from __future__ import annotations
@@ -32,11 +38,12 @@ from typing import Any
 
 import torch
 
+from .. import tree as trees
 from ..config import DecodeConfig
 from ..feature_head import FeatureHead
 from ..kv import create_cache
-from ..runtime import expected_reach, model_device, output_head_inputs
-from .base import Distribution, Drafts, Proposer, draft_tokens
+from ..runtime import expected_reach, model_device, output_head_inputs, tree_inputs
+from .base import Distribution, Drafts, Proposer, TreeDrafts, TreeFeeder, draft_tokens, tree_note
 
 
 class FeatureProposer(Proposer):
@@ -68,14 +75,17 @@ class FeatureProposer(Proposer):
         self.cache.drain_events()
 
     @torch.inference_mode()
-    def _feed(self, features: torch.Tensor, tokens: list[int], phase: str) -> torch.Tensor:
-        """Append the pairs (features[i], tokens[i]) to the head's cache; predicted features [T, H]."""
+    def _feed(self, features: torch.Tensor, tokens: list[int], phase: str,
+              tree: tuple[torch.Tensor, list[int]] | None = None) -> torch.Tensor:
+        """Append the pairs (features[i], tokens[i]) to the head's cache; predicted features [T, H].
+        `tree` = (mask, positions) for token-tree nodes."""
         cache = self.cache
+        extra = {} if tree is None else tree_inputs(self.head.decoder, *tree, num_tokens=len(tokens))
         start = cache.get_seq_length()
         cache.reserve(tokens, phase)
         try:
             ids = torch.tensor([tokens], dtype=torch.long, device=features.device)
-            return self.head(features[None], ids, cache=cache)[0]
+            return self.head(features[None], ids, cache=cache, **extra)[0]
         except BaseException:
             cache.truncate(start, phase)
             raise
@@ -107,6 +117,35 @@ class FeatureProposer(Proposer):
         if len(tokens) < k:
             note += f"; stopped after {len(tokens)} of {k} drafts (next top probability below {min_confidence:g})"
         return Drafts(tokens, probs, list(range(m + 1, n)), note)
+
+    @torch.inference_mode()
+    def propose_tree(self, committed: list[int], shape: trees.TreeShape) -> TreeDrafts:
+        n = len(committed)
+        m = self.cache.get_seq_length()
+        if n < 2:
+            return TreeDrafts(trees.TokenTree([committed[-1]], [-1], [0]), [],
+                              "no target feature yet (one-token context): a plain target step")
+        if m > n - 2:
+            self.cache.truncate(n - 2, "draft")
+            m = n - 2
+        root = self._feed(self.features[m : n - 1], committed[m + 1 : n], "draft")[-1]  # [H]: G[n-1]
+        self.num_real = prefix = n - 1
+        predicted: dict[int, torch.Tensor] = {}  # candidate -> the head's output at its entry
+
+        def run(frontier: list[int], pool: list[trees.Candidate], mask: torch.Tensor,
+                positions: list[int]) -> torch.Tensor:
+            parents = [pool[c].parent for c in frontier]
+            inputs = torch.stack([root if p < 0 else predicted[p] for p in parents])  # [F, H]: the parents' G
+            out = self._feed(inputs, [pool[c].token for c in frontier], "draft", (mask, positions))  # [F, H]
+            predicted.update(zip(frontier, out))
+            return self.head.full_logits(out)  # [F, V]
+
+        feeder = TreeFeeder(prefix, self.head.fuse.weight.dtype, model_device(self.target), run)
+        tree, fed = trees.grow(committed[-1], self.head.full_logits(root), feeder, shape,
+                               max_fed=self.cache.max_len - prefix)
+        note = (f"caught up on {n - 1 - m} pair(s) from the target's real features; "
+                + tree_note(tree, shape, feeder.calls) + " on the head's own predicted features")
+        return TreeDrafts(tree, list(range(m + 1, n)), note, fed)
 
     def observe_verify(self, features: torch.Tensor | None) -> None:
         self.verify_features = features

@@ -10,13 +10,20 @@ The proposal is deterministic, so each q_i is one-hot on d_i. The acceptance tes
 u <= p_i(d_i) (the target keeps a guessed token exactly as often as it would have produced it),
 and after a rejection the residual max(0, p - q) is p with d_j removed, renormalised. When
 nothing matches there is no proposal and the cycle is one plain target step.
+
+A token tree (docs/design.md §1c) is a *trie* of several continuations instead of one
+(`find_continuations`): those that followed the most recent earlier occurrences of the suffix
+n-gram (longest n first, then newest first). A node's score is the share of those continuations
+that pass through it; each node keeps its `width` most shared children, ties going to the newer
+occurrence, so the first chain of the tree is the chain prompt lookup proposes.
 """
 
 from __future__ import annotations
 
 import torch
 
-from .base import Distribution, Drafts, Proposer
+from .. import tree as trees
+from .base import Distribution, Drafts, Proposer, TreeDrafts
 
 
 def find_continuation(tokens: list[int], k: int, max_ngram: int, min_ngram: int) -> tuple[list[int], int, int]:
@@ -29,6 +36,25 @@ def find_continuation(tokens: list[int], k: int, max_ngram: int, min_ngram: int)
             if tokens[start : start + n] == suffix:
                 return tokens[start + n : start + n + k], n, start
     return [], 0, -1
+
+
+def find_continuations(tokens: list[int], depth: int, max_ngram: int, min_ngram: int,
+                       max_paths: int) -> list[tuple[list[int], int, int]]:
+    """Up to `max_paths` (continuation, n, start) triples, as `find_continuation` finds one: the
+    up to `depth` tokens that followed an earlier occurrence, at `start`, of the suffix n-gram --
+    longest n first, newest occurrence first, each continuation start counted once."""
+    out: list[tuple[list[int], int, int]] = []
+    seen: set[int] = set()
+    for n in range(min(max_ngram, len(tokens) - 1), min_ngram - 1, -1):
+        suffix = tokens[-n:]
+        for start in range(len(tokens) - n - 1, -1, -1):
+            follow = start + n
+            if follow not in seen and tokens[start:follow] == suffix:
+                seen.add(follow)
+                out.append((tokens[follow : follow + depth], n, start))
+                if len(out) == max_paths:
+                    return out
+    return out
 
 
 class LookupProposer(Proposer):
@@ -56,3 +82,15 @@ class LookupProposer(Proposer):
             note = (f"no earlier occurrence of the last {self.min_ngram}..{self.max_ngram} token(s): "
                     "no proposal, this cycle is one plain target step")
         return Drafts(tokens, probs, [], note)
+
+    def propose_tree(self, committed: list[int], shape: trees.TreeShape) -> TreeDrafts:
+        found = find_continuations(committed, shape.depth, self.max_ngram, self.min_ngram, shape.nodes)
+        tree = trees.from_paths(committed[-1], [c for c, _, _ in found], shape, self.vocab_size, self.device)
+        if found:
+            note = (f"a trie of the continuations of {len(found)} earlier occurrence(s) of the last "
+                    f"{found[0][1]}..{found[-1][1]} token(s), newest first: {tree.num_nodes} node(s), "
+                    f"depth {tree.depth}")
+        else:
+            note = (f"no earlier occurrence of the last {self.min_ngram}..{self.max_ngram} token(s): "
+                    "no proposal, this cycle is one plain target step")
+        return TreeDrafts(tree, [], note)

@@ -1,0 +1,400 @@
+"""Token trees: several guesses per position, verified in one target pass (docs/design.md §1c).
+
+A chain of K drafts is only as good as the proposer's single best guess at each depth. A *token
+tree* keeps the few best guesses per depth: its root is the newest committed token x_n, every
+other node is a draft token whose parent is the token before it, and each root-to-node path is a
+candidate continuation. The target scores every node in ONE forward pass and the path it agrees
+with is committed (SpecInfer, Miao et al. 2024; Medusa; EAGLE-2, Li et al. 2024).
+
+This module is the tree as plain data and its rules, as pure functions (no model, no cache):
+
+* **The node arrays** (`TokenTree`): node 0 is the root, nodes 1..N the drafts, with `tokens`,
+  `parents`, `depths`, the proposer's `scores` (cumulative log-probability) and `draft_probs`
+  (row i: the proposer's distribution node i's token was picked from). Nodes are ordered
+  depth-first, each node's children by score, so every parent precedes its children and the most
+  likely chain is nodes 1, 2, .., D: when the target accepts it, its K/V are already in place.
+* **Growth** (`grow`, EAGLE-2's dynamic tree): the root's top-`width` children; then, one
+  proposer forward per depth, the best `width` nodes of the newest depth (by cumulative
+  log-probability) are expanded into their top-`width` children; finally the best `nodes`
+  candidates are kept, every kept node's ancestors with it (`select`). A child never outscores its
+  parent, except on a tie (a child of probability 1); the order (score, then depth) enforces it.
+* **The mask and the position ids** (`attention_mask`, `TokenTree.position_ids`). In the verify
+  pass node i sits in cache slot L+i (L = the cache's length, the root at L), but at position
+  L + depth(i): siblings share a position. Each node may attend to the whole committed prefix,
+  to its ancestors and to itself, nothing else. The mask is *additive float* (0 where allowed, the
+  dtype's minimum elsewhere, [1, 1, Q, L+N+1]): eager attention ADDS the mask to the scores, so a
+  boolean mask there would be silently wrong.
+* **The accepted path** (`walk_greedy`, `walk_sampled`). At T = 0: descend into the child equal to
+  the target's argmax; where none matches, emit the argmax (the corrected token); at a leaf, the
+  argmax of the leaf's distribution (the bonus). Output = the target's greedy text exactly. At
+  T > 0, the *deterministic-siblings* rule (EAGLE's `evaluate_posterior`, SGLang's target-only
+  sampler): at a node with target distribution p, ask its children x_1..x_m in order "is it
+  x_j?" -- accept x_j with probability p'(x_j), where p' starts as p, and on a rejection set
+  p'(x_j) = 0 and renormalise; if every child is rejected, sample from p'; at an accepted leaf
+  sample the bonus from the leaf's p. That is sampling Y ~ p in steps, so it is exact, and it needs
+  no proposer distribution q: the tree only decides which questions are asked first. A duplicate
+  sibling is skipped (it would be asked with p' = 0).
+* **The compaction** (`compaction_moves`). After acceptance of the path a_1 < a_2 < .. < a_j, the
+  K/V in slot L+a_i belong at L+i: copy them for i = 1, 2, .. in increasing order (safe, since
+  a_i >= i), keeping only what the committed sequence needs. No re-rotation: node a_i was computed
+  at position L+i already. When a_i = i all along, there is nothing to copy.
+
+Randomness is passed in (a `torch.Generator`), as in `specviz.sampling`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from . import sampling
+
+
+@dataclass(frozen=True)
+class TreeShape:
+    """What a proposer may grow: `width` children per expanded node, `depth` levels, `nodes` drafts."""
+
+    width: int
+    depth: int
+    nodes: int
+
+    def __post_init__(self) -> None:
+        if min(self.width, self.depth, self.nodes) < 1:
+            raise ValueError(f"a tree needs width, depth and nodes >= 1, got {self}")
+
+
+@dataclass
+class TokenTree:
+    """Node 0 is the root (the newest committed token), nodes 1..N the drafts, depth-first."""
+
+    tokens: list[int]
+    parents: list[int]  # parents[0] = -1; parents[i] < i
+    depths: list[int]  # depths[0] = 0; depths[i] = depths[parents[i]] + 1
+    scores: list[float] = field(default_factory=list)  # cumulative log q (root 0.0); ranks siblings
+    draft_probs: torch.Tensor | None = None  # [N+1, V]: row i = the distribution node i was picked from
+
+    def __post_init__(self) -> None:
+        if not self.scores:
+            self.scores = [0.0] * len(self.tokens)
+        self.validate()
+
+    def validate(self) -> None:
+        """ValueError unless the arrays form a tree rooted at node 0 with parents before children."""
+        n = len(self.tokens)
+        if n < 1 or not (len(self.parents) == len(self.depths) == len(self.scores) == n):
+            raise ValueError("a token tree needs a root and arrays of one length (tokens, parents, depths, scores)")
+        if self.parents[0] != -1 or self.depths[0] != 0:
+            raise ValueError("node 0 must be the root: parent -1, depth 0")
+        for i in range(1, n):
+            parent = self.parents[i]
+            if not 0 <= parent < i:
+                raise ValueError(f"node {i}'s parent {parent} must be an earlier node (0..{i - 1})")
+            if self.depths[i] != self.depths[parent] + 1:
+                raise ValueError(
+                    f"node {i} has depth {self.depths[i]}, its parent {parent} depth {self.depths[parent]}"
+                )
+        if self.draft_probs is not None and self.draft_probs.shape[0] != n:
+            raise ValueError(f"draft_probs has {self.draft_probs.shape[0]} rows for {n} nodes")
+
+    @classmethod
+    def chain(cls, root: int, tokens: Sequence[int]) -> TokenTree:
+        """A chain as a tree: node i is the i-th draft, each the child of the one before."""
+        return cls([root, *tokens], list(range(-1, len(tokens))), list(range(len(tokens) + 1)))
+
+    @property
+    def num_nodes(self) -> int:
+        """Draft nodes (the root excluded)."""
+        return len(self.tokens) - 1
+
+    @property
+    def depth(self) -> int:
+        return max(self.depths)
+
+    def children(self, node: int) -> list[int]:
+        return [i for i in range(node + 1, len(self.tokens)) if self.parents[i] == node]
+
+    def path_to(self, node: int) -> list[int]:
+        """Nodes from the root's child down to `node` (empty for the root)."""
+        path = []
+        while node > 0:
+            path.append(node)
+            node = self.parents[node]
+        return path[::-1]
+
+    def position_ids(self, root_position: int) -> list[int]:
+        """RoPE position of every node: the root's plus its depth (siblings share a position)."""
+        return [root_position + d for d in self.depths]
+
+    def leaves(self) -> list[int]:
+        has_child = set(self.parents)
+        return [i for i in range(len(self.tokens)) if i not in has_child]
+
+
+# ---------------------------------------------------------------- the mask
+
+
+def ancestors_or_self(parents: Sequence[int], node: int) -> set[int]:
+    out = set()
+    while node >= 0:
+        out.add(node)
+        node = parents[node]
+    return out
+
+
+def attention_mask(
+    parents: Sequence[int], prefix_len: int, keys: Sequence[int], queries: Sequence[int],
+    dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu",
+) -> torch.Tensor:
+    """Additive float mask [1, 1, len(queries), prefix_len + len(keys)] for a tree forward.
+
+    The key axis is the cached prefix (every query sees all of it) followed by the tree nodes
+    `keys` in cache order (the queries are the newest of them); query q may see key k iff k is
+    q or one of its ancestors (`parents`, with a negative parent ending the walk). 0 = allowed,
+    the dtype's minimum = masked: eager attention adds it to the scores, sdpa accepts it too."""
+    if not dtype.is_floating_point:
+        raise TypeError("a tree mask must be an additive float mask: eager attention adds it to the scores")
+    allowed = torch.zeros(len(queries), prefix_len + len(keys), dtype=torch.bool)
+    allowed[:, :prefix_len] = True
+    column = {k: prefix_len + j for j, k in enumerate(keys)}
+    for row, q in enumerate(queries):
+        for a in ancestors_or_self(parents, q):
+            if a in column:
+                allowed[row, column[a]] = True
+    mask = torch.zeros(allowed.shape, dtype=dtype)
+    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask[None, None].to(device)  # [1, 1, Q, prefix + keys]
+
+
+def verify_mask(tree: TokenTree, prefix_len: int, dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
+    """The target's verify mask: all N+1 nodes (root included) over the prefix and the tree."""
+    nodes = list(range(len(tree.tokens)))
+    return attention_mask(tree.parents, prefix_len, nodes, nodes, dtype, device)
+
+
+# ---------------------------------------------------------------- growth
+
+
+@dataclass
+class Candidate:
+    """A node considered while growing: `parent` is a candidate index (-1 = the root)."""
+
+    token: int
+    parent: int
+    depth: int
+    score: float  # cumulative log-probability of the path root..this node
+    prob: float  # the proposer's probability of `token` given the parent
+    dist: int = -1  # row of the distribution it was picked from (in the grower's list), -1: none
+
+
+def top_children(logprobs: torch.Tensor, width: int) -> list[tuple[int, float]]:
+    """(token, log-probability) of the `width` most likely tokens, impossible ones dropped."""
+    values, ids = torch.topk(logprobs, min(width, logprobs.shape[-1]))
+    return [(int(t), float(v)) for t, v in zip(ids.tolist(), values.tolist()) if v > float("-inf")]
+
+
+def grow(
+    root_token: int, root_logits: torch.Tensor, expand: Callable[[list[int], list[Candidate]], torch.Tensor],
+    shape: TreeShape, max_fed: int | None = None,
+) -> tuple[TokenTree, list[int]]:
+    """EAGLE-2's dynamic tree. `root_logits` [V] score the root's children; `expand(frontier,
+    pool)` feeds the candidates `frontier` (indices into `pool`) to the proposer in one forward
+    and returns the logits [len(frontier), V] of their children. At most `max_fed` candidates are
+    fed in all (the proposer's cache room). Returns the tree and the fed candidates' tokens in
+    feeding order (what the proposer's cache holds past the prefix)."""
+    dists = [torch.softmax(root_logits.float(), dim=-1)]
+    pool: list[Candidate] = []
+    for token, logp in top_children(torch.log(dists[0]), shape.width):
+        pool.append(Candidate(token, -1, 1, logp, float(dists[0][token]), 0))
+    frontier = list(range(len(pool)))
+    fed: list[int] = []
+    for depth in range(2, shape.depth + 1):
+        if not frontier or (max_fed is not None and len(fed) + len(frontier) > max_fed):
+            break
+        logits = expand(frontier, pool)  # [F, V]: one proposer forward over the frontier
+        fed.extend(frontier)
+        newest = []
+        for parent, row in zip(frontier, logits):
+            dists.append(torch.softmax(row.float(), dim=-1))
+            for token, logp in top_children(torch.log(dists[-1]), shape.width):
+                newest.append(len(pool))
+                pool.append(Candidate(token, parent, depth, pool[parent].score + logp, float(dists[-1][token]),
+                                      len(dists) - 1))
+        frontier = sorted(newest, key=lambda c: -pool[c].score)[: shape.width]
+    tree = select(root_token, pool, shape.nodes, dists)
+    return tree, [pool[c].token for c in fed]
+
+
+def select(root_token: int, pool: Sequence[Candidate], budget: int,
+           dists: Sequence[torch.Tensor] | None = None) -> TokenTree:
+    """The best `budget` candidates, every kept node's ancestors with it, ordered depth-first
+    with each node's children by score (so the most likely chain is nodes 1, 2, ..)."""
+    ranked = sorted((c for c in range(len(pool)) if pool[c].score > float("-inf")),
+                    key=lambda c: (-pool[c].score, pool[c].depth, c))
+    kept: set[int] = set()
+    for c in ranked:  # a parent ranks before its children (ties: by depth), so it is kept first
+        if len(kept) == budget:
+            break
+        if pool[c].parent < 0 or pool[c].parent in kept:
+            kept.add(c)
+    children: dict[int, list[int]] = {}
+    for c in sorted(kept, key=lambda c: (-pool[c].score, c)):
+        children.setdefault(pool[c].parent, []).append(c)
+    tokens, parents, depths, scores, rows = [root_token], [-1], [0], [0.0], [-1]
+    stack = [(c, 0) for c in reversed(children.get(-1, []))]
+    while stack:  # depth-first, best child first
+        c, parent = stack.pop()
+        node = len(tokens)
+        tokens.append(pool[c].token)
+        parents.append(parent)
+        depths.append(pool[c].depth)
+        scores.append(pool[c].score)
+        rows.append(pool[c].dist)
+        stack.extend((child, node) for child in reversed(children.get(c, [])))
+    probs = None
+    if dists:
+        probs = torch.stack([torch.zeros_like(dists[0]) if r < 0 else dists[r] for r in rows])  # [N+1, V]
+    return TokenTree(tokens, parents, depths, scores, probs)
+
+
+def from_paths(root_token: int, paths: Sequence[Sequence[int]], shape: TreeShape, vocab_size: int,
+               device: torch.device | str = "cpu") -> TokenTree:
+    """A trie of token sequences (the most important first), cut to `shape`: each node's score
+    is the log of the share of paths through it; a node keeps its `width` most shared children
+    (ties: the earlier path first). Prompt lookup builds its tree this way."""
+    pool: list[Candidate] = []
+    first_seen: list[int] = []
+    counts: list[int] = []
+    index: dict[tuple[int, int], int] = {}  # (parent, token) -> candidate
+    for order, path in enumerate(paths):
+        parent = -1
+        for depth, token in enumerate(path[: shape.depth], start=1):
+            key = (parent, int(token))
+            if key not in index:
+                index[key] = len(pool)
+                pool.append(Candidate(int(token), parent, depth, 0.0, 0.0))
+                first_seen.append(order)
+                counts.append(0)
+            counts[index[key]] += 1
+            parent = index[key]
+    # Keep each node's `width` most shared children (ties: most important path first).
+    by_parent: dict[int, list[int]] = {}
+    for c, cand in enumerate(pool):
+        by_parent.setdefault(cand.parent, []).append(c)
+    alive = [False] * len(pool)
+    dists: list[torch.Tensor] = []
+    stack = [-1]
+    while stack:
+        parent = stack.pop()
+        kids = sorted(by_parent.get(parent, []), key=lambda c: (-counts[c], first_seen[c]))[: shape.width]
+        total = sum(counts[c] for c in kids)
+        dist = torch.zeros(vocab_size, device=device)
+        for c in kids:
+            alive[c] = True
+            pool[c].prob = counts[c] / total
+            dist[pool[c].token] = pool[c].prob
+            pool[c].score = (0.0 if parent < 0 else pool[parent].score) + math.log(pool[c].prob)
+            pool[c].dist = len(dists)
+            stack.append(c)
+        dists.append(dist)
+    for c in range(len(pool)):
+        if not alive[c]:
+            pool[c].score = float("-inf")
+    # Equal shares rank by candidate index, i.e. the order the paths came in: the more important first.
+    return select(root_token, pool, shape.nodes, dists)
+
+
+# ---------------------------------------------------------------- acceptance
+
+
+@dataclass
+class TreeWalk:
+    """The outcome of verifying a tree: the accepted path and every node's verdict."""
+
+    path: list[int]  # accepted nodes, root's child first (strictly increasing)
+    verdicts: list[str]  # per node (index 0: the root, always "accepted")
+    u: list[float | None]  # the uniform draw of each tested node (T > 0)
+    accept_probs: list[float | None]  # p'(x) each tested node was accepted with (T > 0)
+    token: int  # the token after the path: corrected (no child passed) or bonus (a leaf was reached)
+    kind: str  # "corrected" or "bonus"
+    dist: torch.Tensor  # [V] the distribution `token` came from (p' after the rejections, or the leaf's p)
+
+
+def _new_walk(tree: TokenTree) -> TreeWalk:
+    n = len(tree.tokens)
+    return TreeWalk([], ["accepted"] + ["untested"] * (n - 1), [None] * n, [None] * n, -1, "", torch.empty(0))
+
+
+def walk_greedy(tree: TokenTree, target_probs: torch.Tensor) -> TreeWalk:
+    """T = 0: follow the target's argmax while a child matches it (no random draw)."""
+    walk = _new_walk(tree)
+    node = 0
+    while True:
+        want = sampling.greedy_token(target_probs[node])
+        seen: set[int] = set()
+        match = None
+        for child in tree.children(node):
+            token = tree.tokens[child]
+            if token in seen:
+                continue  # a duplicate sibling is never asked
+            seen.add(token)
+            if token == want:
+                match = child
+                break
+            walk.verdicts[child] = "rejected"
+        kids = tree.children(node)
+        if match is None:
+            walk.token, walk.kind, walk.dist = want, "bonus" if not kids else "corrected", target_probs[node]
+            return walk
+        walk.verdicts[match] = "accepted"
+        walk.path.append(match)
+        node = match
+
+
+def walk_sampled(tree: TokenTree, target_probs: torch.Tensor, generator: torch.Generator) -> TreeWalk:
+    """T > 0, the deterministic-siblings rule: at each node ask its children in order "is it
+    x_j?" with probability p'(x_j), zeroing and renormalising p' after each no; sample from p'
+    when all say no, or the bonus from the leaf's p. Exactly a draw from the target's p."""
+    walk = _new_walk(tree)
+    node = 0
+    while True:
+        kids = tree.children(node)
+        if not kids:  # an accepted leaf (or a bare root): the bonus from its full p
+            dist = target_probs[node]
+            walk.token, walk.kind, walk.dist = sampling.sample(dist, generator), "bonus", dist
+            return walk
+        residual = target_probs[node].clone()  # p', renormalised after each rejected child
+        seen: set[int] = set()
+        match = None
+        for child in kids:
+            token = tree.tokens[child]
+            if token in seen:
+                continue  # p'(token) is already 0: a duplicate sibling is skipped untested
+            seen.add(token)
+            chance = float(residual[token])
+            u = sampling.uniform(generator)
+            walk.u[child], walk.accept_probs[child] = u, chance
+            if u < chance:  # strict: a token with p'(x) = 0 is never accepted
+                match = child
+                break
+            walk.verdicts[child] = "rejected"
+            residual[token] = 0.0
+            total = residual.sum()
+            if total <= 0:  # cannot happen (a child with p'(x) = 1 always passes); keep p as the honest law
+                residual = target_probs[node].clone()
+                break
+            residual = residual / total
+        if match is None:
+            walk.token, walk.kind, walk.dist = sampling.sample(residual, generator), "corrected", residual
+            return walk
+        walk.verdicts[match] = "accepted"
+        walk.path.append(match)
+        node = match
+
+
+def compaction_moves(path: Sequence[int], keep: int) -> list[tuple[int, int]]:
+    """(from, to) offsets past the root's slot that bring the first `keep` accepted nodes of
+    `path` into place: node a_i goes to offset i, in increasing i. Empty when already in place."""
+    return [(a, i) for i, a in enumerate(path[:keep], start=1) if a != i]
