@@ -20,7 +20,7 @@ from specviz.viz.sample import demo_token_text, demo_traces
 from specviz.viz.style import KIND_COLORS, PHASE_TITLES, SLOT_COLORS, esc_attr
 
 CELL = re.compile(r"<div class='svkv-cell ([^']*)'([^>]*) title='slot (\d+)")
-ROW = r"<div class='svkv-row' data-row='(\d+)'>(.*?)</div>(?=<div class='svkv-(?:row|gap)'|</div></section>)"
+ROW = r"<div class='svkv-row' data-row='(\d+)'[^>]*>(.*?)</div>(?=<div class='svkv-(?:row|gap)'|</div></section>)"
 
 
 @functools.cache
@@ -146,7 +146,7 @@ def test_rollback_cells_carry_the_stale_and_free_cues_of_the_snapshot(policy):
     for block in freed:  # a freed block's row says so, its tag flips, and the free list slides it in
         sec = sections(html)[0]
         assert f"svkv-tag svkv-anim svkv-tagflip svkv-tag-free'>block {block}<br>free" in sec
-        assert f"<span class='svkv-fb svkv-fb-in svkv-anim'>{block}</span>" in sec
+        assert f"<span class='svkv-fb svkv-fb-in svkv-anim' data-key='t-fb{block}'>{block}</span>" in sec
 
 
 @pytest.mark.parametrize("layout", ["paged", "contiguous"])
@@ -214,7 +214,7 @@ def test_slots_at_draft_positions_are_linked_to_the_draft_columns(proposer):
     target_d = {int(x) for x in re.findall(r"data-d='(\d+)'", sections(html)[0])}
     assert target_d == {d.index for d in tr.drafts}  # the verify pass wrote every draft's K/V
     for d in tr.drafts:
-        assert f"<div class='svkv-draft' data-d='{d.index}' tabindex='0'>" in html
+        assert f"<div class='svkv-draft' data-d='{d.index}' data-key='d{d.index}' tabindex='0'>" in html
         for state, kind in itertools.product(("hover", "focus"), (".svkv-cell", ".svkv-draft")):
             assert f'.svkv:has([data-d="{d.index}"]:{state}) {kind}[data-d="{d.index}"]' in html
 
@@ -311,11 +311,11 @@ def test_block_table_tags_and_free_list_on_the_demo_cycle(policy):
         free = re.search(r"<div class='svkv-free'>(.*?)</div>", sec).group(1)
         assert f"free list ({snap.num_free_blocks} of {snap.num_blocks} blocks)" in free
         # a long free list keeps its head (handed out next) and its tail (where freed blocks return)
-        shown = [int(b) for b in re.findall(r"<span class='svkv-fb(?! svkv-fb-out)[^']*'>(\d+)</span>", free)]
+        shown = [int(b) for b in re.findall(r"<span class='svkv-fb(?! svkv-fb-out)[^']*'[^>]*>(\d+)</span>", free)]
         head, tail = list(snap.free_blocks[:FREE_LIST_SHOWN]), list(snap.free_blocks[-FREE_LIST_TAIL:])
         assert len(snap.free_blocks) > FREE_LIST_SHOWN + FREE_LIST_TAIL and shown == head + tail
         assert f"… {len(snap.free_blocks) - len(shown)} more …" in free
-    freed = "<span class='svkv-fb svkv-fb-in svkv-anim'>3</span>"
+    freed = "<span class='svkv-fb svkv-fb-in svkv-anim' data-key='t-fb3'>3</span>"
     assert (freed in stage(tr, demo_token_text, "rollback")) == (policy == "free")
 
 

@@ -11,8 +11,9 @@ through a cycle never redraws it.
   no model loaded (`specviz.runfile`), so a lecture prepared at home can be shown anywhere.
 * **Side-by-side replay.** The decisions of a cycle (drafts, verdicts, emitted tokens) do not
   depend on the cache layout; only the bookkeeping does. `specviz.replay` replays the run's
-  committed token stream into another layout/policy, and the stage draws it under the real one
-  at the same phase, so free vs keep or paged vs contiguous are compared on the very same cycle.
+  committed token stream into another layout/policy, and the stage draws it beside the real one
+  (in columns from 1440 px, else under it) at the same phase, so free vs keep or paged vs
+  contiguous are compared on the very same cycle.
 * **Scenario gallery.** Deterministic, exact scenarios on the default pair, found by seed rather
   than forced (`specviz.scenarios`); one click sets the sidebar and runs up to the cycle.
 """
@@ -29,6 +30,7 @@ from ..errors import SpecvizError
 from ..replay import replay_run
 from ..runfile import RunRecord, load_run, record_run
 from ..scenarios import Scenario, load_scenarios
+from ..viz.stage_data import Timeline
 from . import sidebar
 from .session import request_full_run, workspace
 from .state import Run
@@ -247,16 +249,20 @@ def runs_panel(run: Run | None) -> None:
         compare_controls(run)
 
 
-def compare_view(run: Run, lecture: bool, hero: Any) -> None:
-    """Under the stage's picture: the replay at the same step, when comparing is on."""
-    settings = compare_settings()
-    if settings is None or not run.traces:
-        return
+def compare_timeline(run: Run, settings: tuple[str, int, str]) -> Timeline | None:
+    """The replay at the same steps, for the stage's second picture (None when it cannot be drawn:
+    the stage shows why). Only the run's own cycles: a prefetched one is replayed once adopted."""
+    if not run.traces:
+        return None
     try:
         other = replayed(run, settings)
     except SpecvizError as exc:
         st.warning(f"The replay into {settings[0]} could not be drawn: {exc}")
-        return
-    st.markdown(compare_title(settings))
-    st.html(hero(other, lecture))
-
+        return None
+    key = ("compare", run.id, len(run.traces), settings)
+    memo = st.session_state.get("_compare_timeline")
+    if memo is None or memo[0] != key:
+        memo = (key, Timeline(prompt_ids=other.prompt_ids, prefill=other.prefill, traces=other.traces,
+                              texts=other.texts, proposer=other.proposer))
+        st.session_state._compare_timeline = memo
+    return memo[1]

@@ -91,10 +91,20 @@ def decoding_slot() -> Iterator[None]:
         yield
 
 
-def act(fn: Callable[[Run], Run]) -> None:
-    """Run an action on the shown run; assign the result only if it succeeded."""
+def act(fn: Callable[[Run], Run], moved: bool = True) -> None:
+    """Run an action on the shown run; assign the result only if it succeeded. `moved=False`: the
+    browser already shows the result (the stage component said where it is), so it is not told to
+    follow (`Workspace.stage_seq`)."""
     ws = workspace()  # fetched before the (possibly slow) action: see Workspace
     parking.shared_registry().touch(ws)
+    try:
+        _act(ws, fn)
+    finally:
+        if moved:  # also after an error: the stage stops waiting and shows where the server is
+            ws.stage_seq += 1
+
+
+def _act(ws: Workspace, fn: Callable[[Run], Run]) -> None:
     with ws.lock:
         if ws.run is None:
             return
@@ -135,7 +145,7 @@ def park_idle(ws: Workspace) -> bool:
     run = ws.run
     if run is None or run.dec is None or ws.playing:
         return False
-    _swap(ws, dataclasses.replace(run, dec=None, parked=parking.park(run.dec)))
+    _swap(ws, dataclasses.replace(run, dec=None, parked=parking.park(run.dec), ahead=None))
     return True
 
 

@@ -1,14 +1,15 @@
-"""The stage: what a lecture looks at, above the fold.
+"""The stage: what a lecture looks at, on one screen.
 
-Top to bottom: the step buttons, one status line, the KV-cache picture (the hero: both caches and
-the cycle's drafts with their p, q and acceptance bars, linked on hover), the narrative of the
-phase, the token strip, the quiz when it is on, and the history slider. The stage runs as a
-Streamlit fragment, so a click on Next phase / Back re-runs only this part of the page (the
-sidebar and the rest stay as they are), and the picture animates from the step shown before the
-click (`Run.before`) to the new one.
+Top to bottom: the step buttons, then the stage component (`stage_component`: the status line, the
+KV-cache picture — both caches and the cycle's drafts with their p, q and acceptance bars, linked
+on hover — the narrative of the phase beside it, the token strip), the quiz when it is on, and the
+history slider. The component steps through the phases it has in the browser; the buttons' own
+callbacks are the server path (what a harness without JavaScript clicks, and what the component
+falls back to). The stage runs as a Streamlit fragment, so a server step re-runs only this part of
+the page; after it is drawn, the next cycle is computed in advance (prefetch).
 
-Keyboard: → next phase, Shift+→ next cycle, ← back, P play/pause (Streamlit button shortcuts);
-every control is a real button or widget, so Tab reaches it.
+Keyboard: → next phase, Shift+→ next cycle, ← back (answered by the component), P play/pause
+(a Streamlit button shortcut); every control is a real button or widget, so Tab reaches it.
 """
 
 from __future__ import annotations
@@ -20,11 +21,10 @@ import streamlit as st
 
 from .. import narrative
 from ..errors import SpecvizError
-from ..trace import CYCLE_PHASES, CycleTrace
-from ..viz import kv_html, tokens
+from ..trace import CYCLE_PHASES
 from ..viz.style import PHASE_TITLES
-from . import quiz
-from .runs import compare_view, record_fields
+from . import quiz, stage_component
+from .runs import compare_settings, compare_timeline, compare_title, record_fields
 from .session import act, decoding_slot, request_full_run, take_full_run_request, workspace
 from .sidebar import PROPOSER_LABELS, SPEEDS
 from .state import (
@@ -37,7 +37,6 @@ from .state import (
     compute_cycle,
     park,
     seek,
-    snapshots_at,
     step_label,
     view_of,
 )
@@ -45,8 +44,9 @@ from .tab_export import run_file_button
 
 WALKTHROUGH = ((1, True), (2, True), (3, True), (4, False))
 # Cache rows drawn around the action; the rest fold into the overview strip. Six rows keep the
-# action above the fold at 1440x900 with the buttons and the status line.
-STAGE_ROWS = 6
+# action above the fold at 1440x900 with the buttons and the status line; in lecture mode the
+# action rows and at most two rows of context (one screen at 1280x720).
+STAGE_ROWS, LECTURE_ROWS = 6, 3
 
 
 # ---------------------------------------------------------------- actions (callbacks) ---------
@@ -150,7 +150,8 @@ def button_row(run: Run | None) -> None:
     buttons = (
         ("Next phase", "next_phase", on_next_phase, ":material/play_arrow:", "Right", disabled, "primary"),
         ("Next cycle", "next_cycle", on_next_cycle, ":material/skip_next:", "Shift+Right", disabled, "secondary"),
-        ("Back", "back", on_back, ":material/undo:", "Left", disabled or run.view == 0, "secondary"),
+        # Not disabled at step 0: the browser may be further on than the server knows yet.
+        ("Back", "back", on_back, ":material/undo:", "Left", disabled, "secondary"),
         (
             "Pause" if playing else "Play", "play", on_play,
             ":material/pause:" if playing else ":material/slow_motion_video:", "P", disabled, "secondary",
@@ -183,42 +184,22 @@ def reset_question(run: Run) -> None:
 def status_line(run: Run, cycle: int | None, phase: str) -> str:
     """From the recorded traces only (`narrative.status_markdown`): the finish reason shows at the
     resolve and rollback phases of the cycle that ended the text, never earlier."""
-    proposer = PROPOSER_LABELS.get(run.proposer, run.proposer).split(" (")[0].lower()
-    line = narrative.status_markdown(len(run.prompt_ids), run.traces, cycle, phase, proposer)
-    if not run.live:
-        line += f" · {run.source} run (no model)"
-    return line
+    line = narrative.status_markdown(len(run.prompt_ids), run.traces, cycle, phase, proposer_label(run))
+    return line + status_suffix(run)
 
 
-def hero_html(run: Run, lecture: bool) -> str:
-    """The KV-cache picture at the step shown, animated from the step shown before."""
-    cycle, phase = view_of(run.view, run)
-    shown_before = run.before is not None and run.before != run.view and 0 <= run.before <= run.revealed
-    return kv_html.kv_stage_html(
-        snapshots_at(run, run.view),
-        snapshots_at(run, run.before) if shown_before else None,
-        run.texts,
-        trace=run.traces[cycle] if cycle is not None else None,
-        phase=phase,
-        proposer=run.proposer,
-        lecture=lecture,
-        max_rows=STAGE_ROWS,
-        inline_css=False,  # app.py inserts kv_html.stylesheet() once per page
-    )
+def proposer_label(run: Run) -> str:
+    return PROPOSER_LABELS.get(run.proposer, run.proposer).split(" (")[0].lower()
 
 
-def narrative_box(run: Run, tr: CycleTrace | None, phase: str) -> None:
-    with st.container(border=True):
-        if tr is None:
-            target, proposer = run.prefill
-            proposer_len = proposer.seq_len if proposer is not None else None
-            st.markdown(narrative.prefill_markdown(len(run.prompt_ids), target.seq_len, proposer_len, run.proposer))
-        else:
-            st.markdown(narrative.phase_markdown(tr, phase))
+def status_suffix(run: Run) -> str:
+    return "" if run.live else f" · {run.source} run (no model)"
 
 
 def quiz_box(run: Run, cycle: int | None, phase: str) -> None:
-    """Ask at the verify phase of a cycle not yet past it; score from the accept phase on."""
+    """Ask at the verify phase of a cycle not yet past it. From the accept phase on, the answer
+    about the accepted count; the rollback answers and the running score (which would tell whether
+    the rollback guesses were right) only from the rollback phase on."""
     if cycle is None or phase == "start":
         return
     tr = run.traces[cycle]
@@ -236,10 +217,12 @@ def quiz_box(run: Run, cycle: int | None, phase: str) -> None:
                 c3.multiselect("Blocks returned to the pool", truth.candidate_blocks, key="quiz_freed")
             st.button("Lock in and reveal", key="quiz_submit", on_click=on_quiz_submit, args=(cycle,), type="primary")
     elif result is not None and step >= CYCLE_PHASES.index("accept"):
-        shown = result.marks() if step >= CYCLE_PHASES.index("rollback") else result.marks()[:1]
+        at_end = step >= CYCLE_PHASES.index("rollback")
+        shown = result.marks() if at_end else result.marks()[:1]
         rows = " · ".join(f"{'✓' if ok else '✗'} {q}: you said {yours}, it was {real}" for q, yours, real, ok in shown)
         right, asked = quiz.tally(run.quiz)
-        st.caption(f"**Quiz** — {rows}. Score over this run: {right}/{asked}.")
+        score = f" Score over this run: {right}/{asked}." if at_end else " The rest of your answers at the rollback."
+        st.caption(f"**Quiz** — {rows}.{score}")
 
 
 def history_slider(run: Run) -> None:
@@ -284,6 +267,7 @@ def stage(after: Any = None) -> None:
             st.rerun(scope="app")
         if ws.whatif_spent:
             st.rerun(scope="app")  # redraw the sidebar: the what-if toggle has switched itself off
+    ss._stage_full_run = bool(ss.get("_full_run"))  # a whole-page run: a fragment re-run is not allowed
     ss._full_run = False
     run = ws.run
     button_row(run)
@@ -291,18 +275,24 @@ def stage(after: Any = None) -> None:
         reset_question(run)
     messages(ws)
     cycle, phase = view_of(run.view, run)
-    st.markdown(status_line(run, cycle, phase))
     lecture = bool(ss.get("lecture"))
-    st.html(hero_html(run, lecture))
-    compare_view(run, lecture, hero_html)
-    tr = run.traces[cycle] if cycle is not None else None
+    compare = compare_settings()
+    if compare and run.traces:
+        st.markdown(compare_title(compare) + " — the second picture")
+    stage_component.show(stage_component.payload(
+        run, ws, lecture=lecture, max_rows=LECTURE_ROWS if lecture else STAGE_ROWS,
+        proposer_label=proposer_label(run), suffix=status_suffix(run),
+        compare=compare_timeline(run, compare) if compare else None,
+        follow=bool(ss.get("quiz")) or (bool(ss.get("more")) and not lecture),
+    ))  # fmt: skip
     if ss.get("quiz"):
         quiz_box(run, cycle, phase)
-    narrative_box(run, tr, phase)
-    st.html(tokens.strip_html(tokens.strip_chips(run.prompt_ids, run.traces, run.texts, cycle, phase)))
     history_slider(run)
     if after is not None:
         after(run, cycle, phase)
+    full = ss.get("_stage_full_run", False)
+    if stage_component.prefetch_next(ws):  # after the page is drawn: the next cycle, in advance
+        st.rerun(scope="app" if full else "fragment")
 
 
 def run_stage(after: Any = None) -> None:

@@ -13,6 +13,14 @@ run is a timeline of steps::
 (live runs only). `before` is the step shown before the last move, so the picture can animate
 from it.
 
+**Prefetch.** The browser steps through a cycle's phases by itself, so the next cycle is best
+computed before anyone asks for it: `prefetch` runs it on a *fork* of the decoder (caches and
+random streams copied, so the trace is the one the decoder itself would produce next) and keeps
+it beside the run as `Run.ahead`. `adopt` makes it the run's next cycle when the run reaches it;
+`compute_cycle` adopts instead of computing when it can, so a cycle is never computed twice. A
+live setting change (K, temperature, what-if, …) changes the decoder's config, and a prefetched
+cycle computed under another config is dropped, never shown.
+
 Runs come from three sources: **live** (a decoder, possibly parked while idle), **imported**
 (a run file: no model at all) and **replay** (a live or imported run's committed token stream
 replayed into another cache layout/policy). Only live runs can grow.
@@ -48,6 +56,16 @@ class RecordingEndError(SpecvizError):
 
 
 @dataclass(frozen=True)
+class Ahead:
+    """A cycle computed before it was asked for: its trace, the forked decoder that computed it
+    (now past it) and the config it ran under."""
+
+    trace: CycleTrace
+    decoder: Any
+    config: DecodeConfig
+
+
+@dataclass(frozen=True)
 class Run:
     """Everything one run shows. Replaced as a whole, never mutated in place (the decoder inside
     a live run is the one mutable object; it only changes inside `step()`, which leaves it
@@ -78,6 +96,7 @@ class Run:
     lab: Any = None  # specviz.lab.LabResult of the last exactness lab
     notices: tuple[str, ...] = ()
     quiz: tuple[Any, ...] = ()  # specviz.ui.quiz.QuizResult per answered cycle
+    ahead: Ahead | None = None  # the next cycle, prefetched (not yet part of `traces`)
 
     @property
     def live(self) -> bool:
@@ -95,6 +114,12 @@ class Run:
         if self.parked is not None:
             return bool(self.traces and self.traces[-1].finish_reason)
         return True
+
+    @property
+    def next_cycle(self) -> CycleTrace | None:
+        """The prefetched next cycle, if it still matches the decoder's settings."""
+        a = self.ahead
+        return a.trace if a is not None and self.dec is not None and self.dec.config == a.config else None
 
     @property
     def cycles_shown(self) -> int:
@@ -180,11 +205,16 @@ def advance_cycle(run: Run, slot: Slot = nullcontext) -> Run:
 
 
 def compute_cycle(run: Run, slot: Slot = nullcontext) -> Run:
-    """Run one real cycle; returns the run showing its draft phase.
+    """Run one real cycle (or adopt the prefetched one); returns the run showing its draft phase.
 
     Forced outcomes (what-if) apply to this one cycle only: `whatif.forced_step` keeps a forced
     acceptance from ending the text at an end-of-text draft, and afterwards the decoder is exact
     again. The notice says what was forced and that exact decoding resumes."""
+    adopted = adopt(run)
+    if len(adopted.traces) > len(run.traces):
+        step = PHASES_PER_CYCLE * (len(adopted.traces) - 1) + 1
+        return dataclasses.replace(adopted, revealed=step, before=run.view, view=step, notices=())
+    run = adopted
     if not run.live:
         raise RecordingEndError(
             f"This run is a recording with {len(run.traces)} cycle(s) and they are all shown. "
@@ -205,8 +235,40 @@ def compute_cycle(run: Run, slot: Slot = nullcontext) -> Run:
     step = PHASES_PER_CYCLE * (len(traces) - 1) + 1
     notices = whatif.notices(result, forced) if forced else ()
     return dataclasses.replace(
-        run, dec=result.decoder, traces=traces, revealed=step, before=run.view, view=step, notices=notices
+        run, dec=result.decoder, traces=traces, revealed=step, before=run.view, view=step, notices=notices, ahead=None
     )
+
+
+def prefetch(run: Run, slot: Slot = nullcontext) -> Run:
+    """Compute the next cycle on a fork of the decoder, without showing it (`Run.ahead`). Nothing
+    to do for a recording, a finished or parked run, a run that already has it, or a what-if cycle
+    (forcing is asked for one cycle at the moment it runs). Errors propagate; the run is unchanged."""
+    dec = run.dec
+    if not run.live or dec is None or dec.finished or run.next_cycle is not None or dec.config.forced_outcomes:
+        return run
+    twin = dec.fork()  # caches and random streams copied: the same cycle `dec.step()` would give
+    with slot():
+        trace = twin.step()
+    return dataclasses.replace(run, ahead=Ahead(trace, twin, dec.config))
+
+
+def adopt(run: Run) -> Run:
+    """The prefetched cycle becomes the run's next one (the view does not move); one computed
+    under other settings is dropped."""
+    if run.ahead is None:
+        return run
+    if run.next_cycle is None:
+        return dataclasses.replace(run, ahead=None)
+    return dataclasses.replace(run, dec=run.ahead.decoder, traces=(*run.traces, run.ahead.trace), ahead=None)
+
+
+def show_step(run: Run, step: int) -> Run:
+    """Show a step the browser already showed (it steps locally and says where it is): adopt the
+    prefetched cycle if the step lies in it, reveal up to it."""
+    if step > PHASES_PER_CYCLE * len(run.traces):
+        run = adopt(run)
+    step = max(0, min(step, PHASES_PER_CYCLE * len(run.traces)))
+    return dataclasses.replace(run, before=run.view, view=step, revealed=max(run.revealed, step))
 
 
 def run_to_cycle(run: Run, cycle: int, slot: Slot = nullcontext) -> Run:
@@ -268,7 +330,7 @@ def park(run: Run) -> Run:
     """Release a live run's decoder (its KV caches); the history stays."""
     if run.dec is None:
         return run
-    return dataclasses.replace(run, dec=None, parked=parking.park(run.dec))
+    return dataclasses.replace(run, dec=None, parked=parking.park(run.dec), ahead=None)
 
 
 def wake(run: Run, slot: Slot = nullcontext) -> Run:
@@ -305,6 +367,10 @@ class Workspace:
     reset_asked: Run | None = None  # the run a Reset question is shown for
     last_active: float = 0.0  # time.monotonic() of the last script run (specviz.parking)
     waited_note: str | None = None
+    # Bumped by every move the server makes on its own (a button, Play, the history, an answered
+    # request): the stage component then follows the server's step instead of its own.
+    stage_seq: int = 0
+    prefetch_failed: Any = None  # (run id, cycles, config) whose prefetch failed: not retried
 
     def new_id(self) -> int:
         self.next_id += 1

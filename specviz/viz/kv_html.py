@@ -76,20 +76,26 @@ def kv_stage_html(
     lecture: bool = False,
     max_rows: int | None = None,
     inline_css: bool = True,
+    keyframes: bool = True,
 ) -> str:
     """Both caches at `now` (animated from `before`, when given), the cycle panel for `trace` at
-    `phase`, a legend and a text description, as one self-contained HTML fragment for `st.html`."""
+    `phase`, a legend and a text description, as one self-contained HTML fragment for `st.html`.
+
+    With `keyframes=False` (the stage component, which keeps its nodes and runs CSS transitions
+    and FLIP between steps) `before` only decides which rows the phase changed (`data-role=
+    "action"`, and the window around them); no keyframe classes are emitted."""
     rows_cap = max_rows or (MAX_ROWS_LECTURE if lecture else MAX_ROWS)
     entries = proposer == "feature"
     drafts = trace.drafts if trace is not None and _step(phase) >= _step("draft") else ()
     panels = [
         _Cache("Target cache", now.target, _same_shape(before and before.target, now.target),
-               _events(trace, "target", phase), drafts, entries=False)
+               _events(trace, "target", phase), drafts, entries=False, cid="t", keyframes=keyframes)
     ]
     if now.draft is not None:
         panels.append(_Cache(PANEL_TITLES.get(proposer, "Draft cache"), now.draft,
                              _same_shape(before and before.draft, now.draft),
-                             _events(trace, "draft", phase), drafts, entries=entries))
+                             _events(trace, "draft", phase), drafts, entries=entries, cid="p",
+                             keyframes=keyframes))
     title = PHASE_TITLES.get(phase, phase)
     cycle = f"Cycle {trace.cycle + 1} · " if trace is not None else ""
     min_w = max(_min_width_em(p.snap) for p in panels)
@@ -145,6 +151,8 @@ class _Cache:
     events: str
     drafts: Sequence[DraftStep]
     entries: bool  # a feature head's cache: entry p pairs the feature at p with the token at p+1
+    cid: str = "t"  # the cache's key prefix: every node's data-key starts with it
+    keyframes: bool = True  # False: no keyframe classes (the stage component transitions kept nodes)
 
     @property
     def width(self) -> int:
@@ -231,16 +239,20 @@ def _cache_html(cache: _Cache, token_text: TokenText, cap: int, lecture: bool) -
     was_cells = [[_slot(before, r * width + c) for c in range(width)] for r in range(n_rows)] if before else None
     ptr, was_ptr = _pointer(snap, width), (_pointer(before, width) if before else None)
     hot = {r for r in range(n_rows) if any(s.state in ("provisional", "stale") for s in now_cells[r])}
+    changed: set[int] = set()  # rows this phase changed: data-role="action" (what a test looks for)
     if was_cells is not None:
-        hot |= {r for r in range(n_rows) if _row_changed(now_cells[r], was_cells[r])}
-        hot |= {r for r in range(n_rows) if _tag(snap, r, width) != _tag(before, r, width)}
+        changed |= {r for r in range(n_rows) if _row_changed(now_cells[r], was_cells[r])}
+        changed |= {r for r in range(n_rows) if _tag(snap, r, width) != _tag(before, r, width)}
+        if ptr != was_ptr:
+            changed |= {p[0] for p in (ptr, was_ptr) if p is not None}
+    hot |= changed
     hot |= {p[0] for p in (ptr, was_ptr) if p is not None}
     rows = _window(cache, n_rows, hot, cap)
     order = {r: i for i, r in enumerate(rows)}
 
     parts = [f"<section class='svkv-cache' aria-label='{esc_attr(cache.title)}'>", _heading(cache, lecture)]
     if snap.layout == "paged":
-        parts.append(_free_list_html(snap, before))
+        parts.append(_free_list_html(cache))
     if len(rows) < n_rows:
         parts.append(_overview_html(now_cells, rows))
     # Wide rows (a 16-token page) leave each cell a few characters: a smaller (still ≥ 14 px)
@@ -250,14 +262,15 @@ def _cache_html(cache: _Cache, token_text: TokenText, cap: int, lecture: bool) -
     last = -1
     for row in rows:
         if row > last + 1:
-            parts.append(_gap_html(snap, now_cells, last + 1, row, width))
+            parts.append(_gap_html(cache, now_cells, last + 1, row))
         parts.append(
             _row_html(cache, row, now_cells[row], was_cells[row] if was_cells else None, token_text,
-                      _pointer_cell(ptr, was_ptr, before is not None, row, order))
+                      _pointer_cell(ptr, was_ptr, before is not None and cache.keyframes, row, order),
+                      row in changed)
         )
         last = row
     if last < n_rows - 1:
-        parts.append(_gap_html(snap, now_cells, last + 1, n_rows, width))
+        parts.append(_gap_html(cache, now_cells, last + 1, n_rows))
     parts.append("</div></section>")
     return "".join(parts)
 
@@ -309,13 +322,15 @@ def _next_write(snap: CacheSnapshot, width: int) -> str:
     return " · the next position needs a new block" if _pointer(snap, width) is None else ""
 
 
-def _free_list_html(snap: CacheSnapshot, before: CacheSnapshot | None) -> str:
+def _free_list_html(cache: _Cache) -> str:
     """The pool's free list in hand-out order; blocks that just joined slide in, blocks that just
     left fade out where they stood. A long list keeps its head (handed out next) and its tail
-    (where freed blocks return) and counts the middle."""
+    (where freed blocks return) and counts the middle. Each chip is keyed by its block id, so the
+    stage component keeps the node and glides it (FLIP) as the list shifts."""
+    snap, before = cache.snap, cache.before
     old = before.free_blocks if before else snap.free_blocks
-    joined = set(snap.free_blocks) - set(old)
-    left = [b for b in old if b not in set(snap.free_blocks)]
+    joined = set(snap.free_blocks) - set(old) if cache.keyframes else set()
+    left = [b for b in old if b not in set(snap.free_blocks)] if cache.keyframes else []
     chips = [f"<span class='svkv-fb svkv-fb-out svkv-anim'>{b}</span>" for b in left[:FREE_LIST_SHOWN]]
     free = list(snap.free_blocks)
     tail = max(FREE_LIST_TAIL, len(joined))
@@ -326,7 +341,7 @@ def _free_list_html(snap: CacheSnapshot, before: CacheSnapshot | None) -> str:
                 chips.append(f"<span class='svkv-fb-more'>… {skipped} more …</span>")
             continue
         cls = "svkv-fb svkv-fb-in svkv-anim" if b in joined else "svkv-fb"
-        chips.append(f"<span class='{cls}'>{b}</span>")
+        chips.append(f"<span class='{cls}' data-key='{cache.cid}-fb{b}'>{b}</span>")
     return (f"<div class='svkv-free'><span class='svkv-free-h'>free list ({snap.num_free_blocks} of "
             f"{snap.num_blocks} blocks) →</span>{''.join(chips) or '<span>empty</span>'}</div>")
 
@@ -343,8 +358,9 @@ def _overview_html(cells: Sequence[Sequence[_Slot]], shown: Sequence[int]) -> st
     return f"<div class='svkv-ov' aria-hidden='true'><span>whole cache</span>{''.join(spans)}</div>"
 
 
-def _gap_html(snap: CacheSnapshot, cells, start: int, end: int, width: int) -> str:
+def _gap_html(cache: _Cache, cells, start: int, end: int) -> str:
     """One line standing for rows start..end-1, which are not drawn."""
+    snap = cache.snap
     committed = sum(s.state == "committed" for row in cells[start:end] for s in row)
     free = sum(all(s.state == "free" for s in row) for row in cells[start:end])
     unit = "block" if snap.layout == "paged" else "row"
@@ -352,7 +368,7 @@ def _gap_html(snap: CacheSnapshot, cells, start: int, end: int, width: int) -> s
     parts = [_count(committed, "committed position")] if committed or not free else []
     if free:
         parts.append(f"{_count(free, unit)} free" if committed else f"free {unit}{'s' if free > 1 else ''}")
-    return f"<div class='svkv-gap'>⋯ {span} hidden: {', '.join(parts)} ⋯</div>"
+    return f"<div class='svkv-gap' data-key='{cache.cid}-g{start}'>⋯ {span} hidden: {', '.join(parts)} ⋯</div>"
 
 
 def _count(n: int, noun: str) -> str:
@@ -360,15 +376,17 @@ def _count(n: int, noun: str) -> str:
 
 
 def _row_html(cache: _Cache, row: int, now: Sequence[_Slot], was: Sequence[_Slot] | None,
-              token_text: TokenText, pointer: tuple[int, str] | None) -> str:
+              token_text: TokenText, pointer: tuple[int, str] | None, changed: bool = False) -> str:
     snap, before, width = cache.snap, cache.before, cache.width
     tag = _tag(snap, row, width)
     tag_cls = "svkv-tag"
-    if before is not None and _tag(before, row, width) != tag:
+    if before is not None and cache.keyframes and _tag(before, row, width) != tag:
         tag_cls += " svkv-anim svkv-tagflip"
     if snap.layout == "paged" and tag[1] == "free":
         tag_cls += " svkv-tag-free"
-    parts = [f"<div class='svkv-row' data-row='{row}'><div class='{tag_cls}'>{tag[0]}<br>{tag[1]}</div>"]
+    role = " data-role='action'" if changed else ""
+    parts = [f"<div class='svkv-row' data-row='{row}' data-key='{cache.cid}-r{row}'{role}>"
+             f"<div class='{tag_cls}'>{tag[0]}<br>{tag[1]}</div>"]
     for col, cell in enumerate(now):
         old = was[col] if was is not None else None
         mark = pointer[1] if pointer is not None and pointer[0] == col else None
@@ -381,7 +399,7 @@ def _cell_html(cache: _Cache, slot: int, cell: _Slot, old: _Slot | None, token_t
                pointer_style: str | None) -> str:
     classes = ["svkv-cell", f"svkv-s-{cell.state}"]
     style = ""
-    if old is not None and old.key != cell.key:
+    if old is not None and old.key != cell.key and cache.keyframes:
         classes += ["svkv-anim", "svkv-appear" if old.state == "free" else "svkv-morph"]
         style = f"--from-bg:{SLOT_COLORS[old.state]};--from-fg:{SLOT_TEXT_COLORS[old.state]}"
     d = _draft_index(cache, cell)
@@ -400,10 +418,12 @@ def _cell_html(cache: _Cache, slot: int, cell: _Slot, old: _Slot | None, token_t
     ptr = ""
     if pointer_style is not None:
         anim = " svkv-anim" if pointer_style else ""
-        ptr = f"<span class='svkv-ptr{anim}' style='{pointer_style}' aria-hidden='true'></span>"
+        style_ptr = f" style='{pointer_style}'" if pointer_style else ""
+        ptr = f"<span class='svkv-ptr{anim}'{style_ptr} data-key='{cache.cid}-ptr' aria-hidden='true'></span>"
     style_attr = f" style='{style}'" if style else ""
     return (
-        f"<div class='{' '.join(classes)}'{style_attr}{attrs} title='{esc_attr(tip)}'>{ptr}"
+        f"<div class='{' '.join(classes)}' data-key='{cache.cid}-s{slot}'{style_attr}{attrs} "
+        f"title='{esc_attr(tip)}'>{ptr}"
         f"<span class='svkv-meta'><span class='svkv-pos'>{pos}</span><span class='svkv-glyph'>{glyph}</span></span>"
         f"<span class='svkv-tok'>{text}</span></div>"
     )
@@ -450,7 +470,7 @@ def _bar(d: int, label: str, value: float, kind: str, marker: float | None = Non
 
 def _draft_column(d: DraftStep, step: int, greedy: bool) -> str:
     parts = [
-        f"<div class='svkv-draft' data-d='{d.index}' tabindex='0'>",
+        f"<div class='svkv-draft' data-d='{d.index}' data-key='d{d.index}' tabindex='0'>",
         f"<div class='svkv-dhead'>d{d.index} <span class='svkv-dpos'>position {d.position}</span></div>",
         f"<div class='svkv-dtok'>{esc_attr(show_token(d.text, 10**6))}</div>",
     ]
@@ -473,7 +493,7 @@ def _draft_column(d: DraftStep, step: int, greedy: bool) -> str:
 def _acceptance(d: DraftStep, greedy: bool) -> str:
     glyph = VERDICT_GLYPHS[d.verdict]
     forced = " (forced: what-if)" if d.forced else ""
-    verdict = (f"<div class='svkv-verdict svkv-v-{d.verdict}' data-d='{d.index}'>"
+    verdict = (f"<div class='svkv-verdict svkv-v-{d.verdict}' data-d='{d.index}' data-role='verdict'>"
                f"<span class='svkv-vglyph'>{glyph}</span> {d.verdict}{esc_attr(forced)}</div>")
     if d.verdict == "untested":
         return verdict + "<div class='svkv-barrow'>not tested: an earlier draft was rejected</div>"
@@ -490,7 +510,7 @@ def _result_column(trace: CycleTrace) -> str:
         return ""
     where = "from the residual norm(max(0, p − q))" if token.kind == "corrected" else "from p_K+1 (all passed)"
     return (
-        f"<div class='svkv-draft svkv-result svkv-k-{token.kind}'>"
+        f"<div class='svkv-draft svkv-result svkv-k-{token.kind}' data-key='res'>"
         f"<div class='svkv-dhead'>{token.kind} <span class='svkv-dpos'>position {token.position}</span></div>"
         f"<div class='svkv-dtok'>{esc_attr(show_token(token.text, 10**6))}</div>"
         f"<div class='svkv-barrow'>{esc_attr(where)}</div></div>"

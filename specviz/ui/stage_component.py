@@ -1,0 +1,151 @@
+"""The stage as a Streamlit custom component (components v2): the browser steps, the server computes.
+
+Every phase of a cycle is known the moment the cycle is computed, so a server round trip per
+phase (a script run, a sanitised `st.html` re-inserted) is waste. The component is mounted once,
+with a fixed key, straight into the page (`isolate_styles=False`: the page's KV stylesheet applies
+and tests find `.svkv` with a plain query). It receives the steps around the one shown
+(`viz.stage_data.window`: the shown cycle, the step before it and the prefetched next cycle) and
+steps through them itself — on the page's Next phase / Next cycle / Back buttons and the arrow
+keys — patching the picture in place so the nodes transition and glide (`viz/static/stage.js`).
+
+It tells the server where it is only when that matters (`stage_events`): when it enters another
+cycle (the server adopts the prefetched cycle and computes the following one), after every step
+when something below the picture follows the phase (the quiz, an open tab), once when stepping
+pauses (so Play, Reset and the history start from the step on screen), and when it needs a step it
+does not have. The server's own moves bump `Workspace.stage_seq`, and the component follows them.
+
+Prefetch: after the stage is drawn, if the run has no next cycle in hand, it is computed
+(`state.prefetch`, under a decoding slot like any model run) and the fragment re-runs to send it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import cache
+from typing import Any
+
+import streamlit as st
+
+from ..errors import SpecvizError
+from ..trace import CYCLE_PHASES
+from ..viz import stage_data, stage_js
+from . import stage_events
+from .session import act, decoding_slot
+from .state import PHASES_PER_CYCLE, Run, Workspace, prefetch
+
+KEY = "stage"
+NAME = "specviz_stage"
+
+
+@cache
+def _component() -> Any:
+    return st.components.v2.component(NAME, css=stage_js.stage_css(), js=stage_js.app_js(), isolate_styles=False)
+
+
+def on_event() -> None:
+    """The component's `event` trigger: a report of where it is, or a step it asks for."""
+    state = st.session_state.get(KEY)
+    raw = state.get("event") if hasattr(state, "get") else getattr(state, "event", None)
+    event = stage_events.parse(raw)
+    if event is None:
+        return
+    act(lambda r: stage_events.apply(r, event, decoding_slot), moved=stage_events.moves_server(event))
+
+
+def timeline(run: Run, proposer_label: str, suffix: str) -> stage_data.Timeline:
+    """The run's steps as the browser may show them (with the prefetched cycle), built once per
+    run state and kept in the session: the steps it renders are memoised inside it."""
+    nxt = run.next_cycle
+    key = (run.id, run.source, len(run.traces), id(run.traces[-1]) if run.traces else 0, id(nxt), suffix)
+    memo = st.session_state.get("_stage_timeline")
+    if memo is None or memo[0] != key:
+        tl = stage_data.Timeline(
+            prompt_ids=run.prompt_ids, prefill=run.prefill, traces=(*run.traces, *((nxt,) if nxt else ())),
+            texts=run.texts, proposer=run.proposer, proposer_label=proposer_label, real=len(run.traces),
+            status_suffix=suffix,
+        )  # fmt: skip
+        memo = (key, tl)
+        st.session_state._stage_timeline = memo
+    return memo[1]
+
+
+def can_grow(run: Run) -> bool:
+    """Whether the server can compute beyond the steps it has."""
+    if not run.live:
+        return False
+    nxt = run.next_cycle
+    if nxt is not None:
+        return not nxt.finish_reason
+    return not run.finished
+
+
+def end_text(run: Run) -> str:
+    if run.live:
+        reason = (run.next_cycle or (run.traces[-1] if run.traces else None))
+        why = f" ({reason.finish_reason})" if reason is not None and reason.finish_reason else ""
+        return f"Generation has finished{why}. Press Reset or change the prompt to start again."
+    return (f"This run is a recording with {len(run.traces)} cycle(s) and they are all shown. "
+            "Start a live run (change a setting, or Reset) to decode further.")
+
+
+def quiz_steps(run: Run, steps: range) -> list[int]:
+    """Verify steps of unanswered quiz questions: the browser holds there once before skipping."""
+    if not st.session_state.get("quiz"):
+        return []
+    answered = {q.cycle for q in run.quiz}
+    verify = CYCLE_PHASES.index("verify")
+    out = []
+    for s in steps:
+        c, p = divmod(s - 1, PHASES_PER_CYCLE)
+        if s > 0 and p + 1 == verify and c < len(run.traces) and c not in answered and run.traces[c].k > 0:
+            out.append(s)
+    return out
+
+
+def payload(run: Run, ws: Workspace, *, lecture: bool, max_rows: int, proposer_label: str, suffix: str,
+            compare: stage_data.Timeline | None, follow: bool) -> dict[str, Any]:
+    tl = timeline(run, proposer_label, suffix)
+    steps = stage_data.window(run.view, tl)
+    return {
+        "run": run.id,
+        "seq": ws.stage_seq,
+        "view": run.view,
+        "steps": stage_data.steps_payload(tl, steps, lecture=lecture, max_rows=max_rows, compare=compare),
+        "more": can_grow(run),
+        "end": end_text(run),
+        "follow": follow,
+        "lecture": lecture,
+        "quiz": quiz_steps(run, steps),
+    }
+
+
+def show(data: dict[str, Any]) -> None:
+    _component()(key=KEY, data=data, on_event_change=on_event)
+
+
+def prefetch_next(ws: Workspace) -> bool:
+    """Compute the shown run's next cycle if it has none in hand; True when one was added (the
+    caller re-runs the stage to send it). A failure is remembered (not retried for this run state)
+    and left for the click that asks for the cycle to report."""
+    run = ws.run
+    if run is None or not run.live or run.dec is None or run.next_cycle is not None or run.finished:
+        return False
+    if run.dec.config.forced_outcomes:
+        return False  # a what-if cycle is computed when it is asked for
+    mark = (run.id, len(run.traces), run.dec.config)
+    if ws.prefetch_failed == mark:
+        return False
+    with ws.lock:
+        if ws.run is not run:  # another action got there first
+            return False
+        try:
+            new = prefetch(run, decoding_slot)
+        except SpecvizError:
+            ws.prefetch_failed = mark
+            return False
+        except Exception:  # noqa: BLE001 - the click that asks for the cycle reports it
+            ws.prefetch_failed = mark
+            return False
+        ws.run = dataclasses.replace(ws.run, ahead=new.ahead)
+    return True
+

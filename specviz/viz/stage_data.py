@@ -1,0 +1,147 @@
+"""What the stage component is sent: each step of a run as data the browser can show by itself.
+
+A run is a timeline of steps (step 0 the prefill, then five per cycle: draft, verify, accept,
+resolve, rollback; `specviz.ui.state`). Every phase of a cycle is known the moment the cycle is
+computed, so the browser gets them all at once and steps through them locally
+(docs/design.md §3, "The stage"). One step is a plain dict:
+
+    {"title": "Cycle 2 · 3 · Acceptance tests", "cycle": 1, "phase": "accept",
+     "kv": [picture_html, replay_html?], "status": html, "story": html, "strip": html}
+
+`kv` holds the KV picture (`kv_html.kv_stage_html`, computed against the step before so that the
+rows the phase changed carry `data-role="action"` and the window keeps them in view) and, when
+comparing, the same step replayed into another cache layout. The picture's nodes carry stable
+`data-key`s (a slot, a row, a free-list chip, the write pointer, a draft column): the browser
+patches one step's picture into the next by key, so the nodes that persist transition and the ones
+that moved glide. A later view (a token tree, a mask grid, compaction that moves K/V between slots)
+adds its own keyed nodes to the same HTML and gets the same motion: a node whose key reappears
+elsewhere moves there. The payload model is "keyed cells in slots", not "a cache of rows".
+
+Markdown (status line, narrative) is rendered here to HTML with markdown-it, HTML in the source
+disabled (token texts inside the narrative are not ours). No Streamlit, no torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from markdown_it import MarkdownIt
+
+from .. import narrative
+from ..trace import CYCLE_PHASES, CacheSnapshot, CycleTrace, PhaseSnapshot
+from . import kv_html, tokens
+from .style import PHASE_TITLES
+
+PHASES_PER_CYCLE = len(CYCLE_PHASES) - 1  # "start" of cycle c+1 is "rollback" of cycle c
+_MD = MarkdownIt("commonmark", {"html": False})
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """The steps a browser may show, from any source: a live run (with its prefetched cycle), a
+    recording, a replay. `real` counts the cycles the run has adopted: before the first one, step 0
+    is the prefill (a prefetched first cycle does not turn it into "start of cycle 1")."""
+
+    prompt_ids: tuple[int, ...]
+    prefill: tuple[CacheSnapshot, CacheSnapshot | None]
+    traces: tuple[CycleTrace, ...]
+    texts: Callable[[int], str]
+    proposer: str
+    proposer_label: str = ""
+    real: int | None = None
+    status_suffix: str = ""
+    _memo: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def adopted(self) -> int:
+        return len(self.traces) if self.real is None else self.real
+
+    @property
+    def last_step(self) -> int:
+        return PHASES_PER_CYCLE * len(self.traces)
+
+
+def view_of(step: int, tl: Timeline) -> tuple[int | None, str]:
+    """(cycle or None before the first, phase) of a step, as `specviz.ui.state.view_of`."""
+    if step == 0:
+        return (0, "start") if tl.adopted else (None, "prefill")
+    c, p = divmod(step - 1, PHASES_PER_CYCLE)
+    return c, CYCLE_PHASES[p + 1]
+
+
+def snapshots(tl: Timeline, step: int) -> PhaseSnapshot:
+    cycle, phase = view_of(step, tl)
+    if cycle is None:
+        return PhaseSnapshot("prefill", tl.prefill[0], tl.prefill[1])
+    return tl.traces[cycle].snapshot(phase)
+
+
+def title(cycle: int | None, phase: str) -> str:
+    """The picture's heading: 'Prefill' or 'Cycle 2 · 3 · Acceptance tests'."""
+    words = PHASE_TITLES.get(phase, phase)
+    return words if cycle is None else f"Cycle {cycle + 1} · {words}"
+
+
+def window(view: int, tl: Timeline) -> range:
+    """The steps sent with the page: the shown cycle's phases, the step before it (the previous
+    cycle's rollback) and the next cycle's, when computed — a sliding window, not the whole run."""
+    cycle = 0 if view == 0 else (view - 1) // PHASES_PER_CYCLE
+    lo = max(0, PHASES_PER_CYCLE * cycle)
+    hi = min(tl.last_step, PHASES_PER_CYCLE * (cycle + 2))
+    return range(lo, max(lo, hi) + 1)
+
+
+def step_payload(
+    tl: Timeline, step: int, *, lecture: bool, max_rows: int | None, compare: Timeline | None = None
+) -> dict[str, Any]:
+    """One step as the browser shows it (see the module docstring). Memoised per timeline."""
+    key = (step, lecture, max_rows, id(compare))
+    if key in tl._memo:
+        return tl._memo[key]
+    cycle, phase = view_of(step, tl)
+    tr = tl.traces[cycle] if cycle is not None else None
+    pictures = [_picture(tl, step, tr, phase, lecture, max_rows)]
+    if compare is not None and step <= compare.last_step:
+        pictures.append(_picture(compare, step, tr and compare.traces[cycle], phase, lecture, max_rows))
+    traces = tl.traces[: max((cycle or 0) + 1, tl.adopted)]
+    status = narrative.status_markdown(len(tl.prompt_ids), traces, cycle, phase, tl.proposer_label or tl.proposer)
+    if tr is None:
+        target, proposer = tl.prefill
+        story = narrative.prefill_markdown(
+            len(tl.prompt_ids), target.seq_len, proposer.seq_len if proposer is not None else None, tl.proposer
+        )
+    else:
+        story = narrative.phase_markdown(tr, phase)
+    strip = tokens.strip_html(tokens.strip_chips(list(tl.prompt_ids), traces, tl.texts, cycle, phase))
+    out = {
+        "title": title(cycle, phase),
+        "cycle": cycle,
+        "phase": phase,
+        "kv": pictures,
+        "status": _MD.render(status + tl.status_suffix),
+        "story": _MD.render(story),
+        "strip": strip,
+    }
+    tl._memo[key] = out
+    return out
+
+
+def _picture(tl: Timeline, step: int, tr: CycleTrace | None, phase: str, lecture: bool, max_rows: int | None) -> str:
+    before = snapshots(tl, step - 1) if step > 0 else None
+    return kv_html.kv_stage_html(
+        snapshots(tl, step), before, tl.texts, trace=tr, phase=phase, proposer=tl.proposer, lecture=lecture,
+        max_rows=max_rows, inline_css=False, keyframes=False,
+    )  # fmt: skip
+
+
+def steps_payload(
+    tl: Timeline, steps: Iterable[int], *, lecture: bool, max_rows: int | None, compare: Timeline | None = None
+) -> dict[str, dict[str, Any]]:
+    """Several steps, keyed by their index as a string (JSON object keys)."""
+    return {
+        str(s): step_payload(tl, s, lecture=lecture, max_rows=max_rows, compare=compare)
+        for s in steps
+        if 0 <= s <= tl.last_step
+    }

@@ -1,0 +1,45 @@
+"""The stage's browser code, as text: one source for the app's component and the standalone page.
+
+The browser steps through a run's phases itself (docs/design.md §3, "The stage"): `static/stage.js`
+holds the core (`createStage`: patch the picture in place with morphdom, FLIP the nodes that moved,
+queue clicks the server must answer), `static/stage_app.js` the Streamlit glue (a components-v2
+default export), and the standalone run page (`viz/standalone.py`) adds its own few lines of glue.
+morphdom (MIT, vendored unmodified with its licence in `static/`) does the DOM patching: matching
+nodes by key across two trees is a solved problem, and a hand-written copy would be a second one.
+
+A component's JavaScript is loaded from a Blob URL, where relative imports do not resolve, so the
+module is one string: morphdom's ES module without its `export default` line, then the core, then
+the glue. Nothing here imports Streamlit.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+STATIC = Path(__file__).resolve().parent / "static"
+_MORPHDOM_EXPORT = "export default morphdom;"
+
+
+def _read(name: str) -> str:
+    return (STATIC / name).read_text(encoding="utf-8")
+
+
+@cache
+def core_js() -> str:
+    """morphdom (as a plain function in the module's scope) and the stage core."""
+    morphdom = _read("morphdom.js")
+    if _MORPHDOM_EXPORT not in morphdom:
+        raise RuntimeError("static/morphdom.js is not morphdom's ES module build")
+    return morphdom.replace(_MORPHDOM_EXPORT, "") + "\n" + _read("stage.js")
+
+
+@cache
+def app_js() -> str:
+    """The component's module: the core plus the Streamlit glue (its default export)."""
+    return core_js() + "\n" + _read("stage_app.js")
+
+
+@cache
+def stage_css() -> str:
+    return _read("stage.css")

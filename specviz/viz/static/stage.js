@@ -1,0 +1,238 @@
+// specviz stage: a run's phases stepped in the browser (specviz/viz/stage_js.py builds the module).
+//
+// The server sends the steps it knows (the shown cycle's phases, the cycle before's last one and,
+// once computed, the next cycle's) as data: per step the KV picture's HTML, the status line, the
+// narrative and the token strip. Stepping to a known step is local: the picture is *patched* (morphdom,
+// nodes matched by their data-key) instead of replaced, so the nodes that persist run CSS
+// transitions on their state classes, and nodes that moved glide from where they were (FLIP with the
+// Web Animations API). Only a step the browser does not have goes to the server; clicks that arrive
+// meanwhile are queued and shown as such, never dropped.
+//
+// `createStage(root, hooks)` is the shared core: the Streamlit component (app glue, below it in the
+// module) and the standalone run page (standalone glue) both call it, so they cannot drift.
+
+const PHASES = 5;  // steps per cycle: draft, verify, accept, resolve, rollback
+const MOVE_MS = 420;
+const ENTER_MS = 380;
+const REPORT_IDLE_MS = 1200;  // a pause this long after local steps tells the server where we are
+
+function svKey(node) {
+  return node.nodeType === 1 ? node.getAttribute('data-key') || undefined : undefined;
+}
+
+function reducedMotion() {
+  return !!(window.matchMedia && window.matchMedia('(prefers-reduced-motion: reduce)').matches);
+}
+
+// FLIP: First (rects before the patch), Last (after), Invert and Play (a transform animation from
+// the old place to none). A keyed node inside a keyed node that moved the same way does not move on
+// its own: only the difference to its keyed ancestor is animated.
+function measure(root) {
+  const rects = new Map();
+  root.querySelectorAll('[data-key]').forEach(el => rects.set(el, el.getBoundingClientRect()));
+  return rects;
+}
+
+function flip(root, before) {
+  if (reducedMotion()) return 0;
+  const moved = new Map();
+  before.forEach((r0, el) => {
+    if (!el.isConnected || !root.contains(el)) return;
+    const r1 = el.getBoundingClientRect();
+    const dx = r0.left - r1.left, dy = r0.top - r1.top;
+    if (Math.abs(dx) >= 1 || Math.abs(dy) >= 1) moved.set(el, [dx, dy]);
+  });
+  let n = 0;
+  moved.forEach(([dx, dy], el) => {
+    const up = el.parentElement && el.parentElement.closest('[data-key]');
+    const carried = up && moved.get(up);
+    const ox = carried ? dx - carried[0] : dx, oy = carried ? dy - carried[1] : dy;
+    if (Math.abs(ox) < 1 && Math.abs(oy) < 1) return;
+    el.animate([{transform: `translate(${ox}px, ${oy}px)`}, {transform: 'none'}],
+      {duration: MOVE_MS, easing: 'cubic-bezier(.2,.8,.3,1)'});
+    n += 1;
+  });
+  return n;
+}
+
+function enter(el) {
+  if (reducedMotion() || !el.animate) return;
+  el.animate([{opacity: 0, transform: 'scale(.6)'}, {opacity: 1, transform: 'none'}],
+    {duration: ENTER_MS, easing: 'cubic-bezier(.2,.8,.3,1)'});
+}
+
+// One picture slot: the first fill is a plain insert; later fills patch the nodes in place.
+function patch(slot, html) {
+  if (!slot.firstElementChild || !html) {
+    slot.innerHTML = html || '';
+    return;
+  }
+  const holder = document.createElement('div');
+  holder.innerHTML = html;
+  morphdom(slot, holder, {
+    childrenOnly: true,
+    getNodeKey: svKey,
+    onNodeAdded(node) {
+      if (node.nodeType === 1 && node.hasAttribute('data-key')) enter(node);
+      return node;
+    },
+    // Focus stays where the keyboard left it: an element that has focus keeps its attributes.
+    onBeforeElUpdated(from, to) {
+      return !from.isEqualNode(to);
+    },
+  });
+}
+
+function createStage(root, hooks) {
+  root.classList.add('svs');
+  root.innerHTML = (
+    "<div class='svs-notice' role='status' aria-live='polite'></div>" +
+    "<div class='svs-body'>" +
+    "<div class='svs-pics'><div class='svs-pic' data-pic='0'></div><div class='svs-pic svs-pic-2' data-pic='1'></div></div>" +
+    "<aside class='svs-side'><div class='svs-status'></div>" +
+    "<div class='svs-story' data-role='narrative' aria-live='polite'></div></aside></div>" +
+    "<div class='svs-strip'></div>"
+  );
+  const el = {
+    notice: root.querySelector('.svs-notice'),
+    pics: [...root.querySelectorAll('.svs-pic')],
+    status: root.querySelector('.svs-status'),
+    story: root.querySelector('.svs-story'),
+    strip: root.querySelector('.svs-strip'),
+  };
+  const s = {
+    data: null, cur: null, run: null, seq: null, queue: [], waiting: false, held: null,
+    reportTimer: null, reported: null, shownCycle: null, painted: 0,
+  };
+
+  function cycleOf(step) { return step === 0 ? -1 : Math.floor((step - 1) / PHASES); }
+  function known(step) { return !!(s.data && s.data.steps[String(step)]); }
+
+  function render(step) {
+    const d = s.data.steps[String(step)];
+    const rects = measure(root);
+    const kv = d.kv || [];
+    root.classList.toggle('svs-compare', kv.length > 1);
+    el.pics.forEach((slot, i) => patch(slot, kv[i] || ''));
+    el.status.innerHTML = d.status;
+    el.story.innerHTML = d.story;
+    if (el.strip.dataset.html !== d.strip) { el.strip.innerHTML = d.strip; el.strip.dataset.html = d.strip; }
+    root.dataset.step = String(step);
+    root.dataset.title = d.title;
+    flip(root, rects);
+    s.cur = step;
+    s.painted += 1;
+    if (hooks.shown) hooks.shown(step, d);
+  }
+
+  function say(text) {
+    el.notice.textContent = text || '';
+    el.notice.hidden = !text;
+  }
+
+  function report(kind, extra) {
+    if (!hooks.send) return;
+    clearTimeout(s.reportTimer);
+    s.reported = s.cur;
+    hooks.send(Object.assign({kind, step: s.cur, run: s.run, seq: s.seq}, extra || {}));
+  }
+
+  // Local stepping; `ask` is what the server is asked when the step is not here.
+  function go(target, kind) {
+    if (s.waiting) {  // a request is out: this click waits its turn, visibly
+      s.queue.push(kind);
+      say(`Computing on the server… ${s.queue.length} click${s.queue.length > 1 ? 's' : ''} queued.`);
+      return;
+    }
+    target = Math.max(0, target);
+    if (s.data.quiz && kind !== 'back' && s.data.quiz.includes(s.cur) && s.held !== s.cur && target > s.cur) {
+      s.held = s.cur;  // a pending question: the first Next says so, the second skips it
+      say('A quiz question is waiting below this picture: answer it, or press Next again to skip it.');
+      return;
+    }
+    if (known(target)) {
+      const before = cycleOf(s.cur);
+      render(target);
+      say(s.held === null || s.held === target ? '' : 'Quiz question skipped.');
+      if (s.held !== null && s.held !== target) s.held = null;
+      if (cycleOf(target) !== before && target > 0 && kind !== 'back') {
+        report('view');  // a new cycle: the server adopts it and computes the next one
+      } else if (s.data.follow) {
+        report('view');  // the tabs or the quiz below follow the phase
+      } else {
+        clearTimeout(s.reportTimer);
+        s.reportTimer = setTimeout(() => { if (s.cur !== s.reported) report('view'); }, REPORT_IDLE_MS);
+      }
+      return;
+    }
+    if (kind !== 'back' && !s.data.more) {
+      say(s.data.end || 'Nothing more to show.');
+      return;
+    }
+    s.waiting = true;
+    const c = cycleOf(target) + 1;
+    say(kind === 'back' ? 'Fetching the earlier step from the server…' : `Computing cycle ${c} on the server…`);
+    root.classList.add('svs-busy');
+    report(kind, {target});
+  }
+
+  function nextCycleTarget(step) {
+    return step % PHASES === 0 ? step + PHASES : Math.ceil(step / PHASES) * PHASES;
+  }
+
+  const api = {
+    next() { if (s.data) go(s.cur + 1, 'next_phase'); },
+    nextCycle() { if (s.data) go(nextCycleTarget(s.cur), 'next_cycle'); },
+    back() { if (s.data && s.cur > 0) go(s.cur - 1, 'back'); },
+    seek(step) { if (s.data) go(step, 'seek'); },
+    get state() { return s; },
+    update(data) {
+      const fresh = s.data === null || data.run !== s.run || data.seq !== s.seq;
+      s.data = data;
+      if (fresh) {  // the server moved (a new run, its own step, an answered request): follow it
+        s.run = data.run;
+        s.seq = data.seq;
+        s.reported = data.view;
+        const hadRequest = s.waiting;
+        s.waiting = false;
+        root.classList.remove('svs-busy');
+        render(known(data.view) ? data.view : Number(Object.keys(data.steps)[0]));
+        say(data.notice || '');
+        if (hadRequest || s.queue.length) {
+          const queued = s.queue;
+          s.queue = [];
+          for (const kind of queued) {
+            api[{next_phase: 'next', next_cycle: 'nextCycle', back: 'back'}[kind]]();
+            if (s.waiting) { s.queue.push(...queued.slice(queued.indexOf(kind) + 1)); break; }
+          }
+        }
+      } else if (known(s.cur)) {
+        // New data for the same position (a prefetched cycle arrived): keep what is shown.
+        if (data.steps[String(s.cur)].title !== root.dataset.title) render(s.cur);
+      }
+    },
+    destroy() { clearTimeout(s.reportTimer); },
+  };
+  return api;
+}
+
+// Keyboard: → next phase, Shift+→ next cycle, ← back, wherever the focus is, except in a text field.
+function typing(e) {
+  const t = e.composedPath ? e.composedPath()[0] : e.target;
+  if (!t || !t.tagName) return false;
+  const tag = t.tagName.toLowerCase();
+  return tag === 'input' || tag === 'textarea' || tag === 'select' || t.isContentEditable;
+}
+
+function stageKeys(stage) {
+  return e => {
+    if (e.defaultPrevented || e.altKey || e.ctrlKey || e.metaKey || typing(e)) return;
+    let act = null;
+    if (e.key === 'ArrowRight') act = e.shiftKey ? stage.nextCycle : stage.next;
+    else if (e.key === 'ArrowLeft' && !e.shiftKey) act = stage.back;
+    if (!act) return;
+    e.preventDefault();
+    e.stopImmediatePropagation();
+    act();
+  };
+}
