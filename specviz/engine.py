@@ -41,7 +41,7 @@ from typing import Any
 
 import torch
 
-from . import sampling
+from . import precision, sampling
 from . import tree as trees
 from .config import LIVE_FIELDS, DecodeConfig
 from .errors import ConfigError, ContextFullError, DecodingFinishedError
@@ -130,6 +130,7 @@ class SpeculativeDecoder:
         self.config.validate()
         self.target = pair.target
         self.draft = pair.draft if self.config.proposer == "draft" else None
+        self.dtype = precision.run_dtype(self.target, self.draft)  # sets the invariant's tolerance
         self.vocab_size = max(vocab_size_of(m) for m in (self.target, self.draft) if m is not None)
         self.eos_ids = eos_ids_of(self.target)
         self.token_text = TokenTexts(getattr(pair, "tokenizer", None))
@@ -314,6 +315,7 @@ class SpeculativeDecoder:
             forced=any(st.forced for st in steps),
             proposer=s.proposer.name,
             proposer_note=proposed.note,
+            dtype=self.dtype,
         )
 
     def _finish_cycle(self, s: _Session, cfg: DecodeConfig, clock: _Clock, finish_reason: str | None) -> dict | None:
@@ -499,6 +501,7 @@ class SpeculativeDecoder:
             finish_reason=finish_reason,
             proposer=s.proposer.name,
             proposer_note=proposed.note,
+            dtype=self.dtype,
             tree=TreeTrace(
                 width=shape.width, depth=shape.depth, budget=shape.nodes, root_position=n - 1, root_slot=slots[0],
                 nodes=tuple(nodes), path=tuple(walk.path), moves=tuple(moves), in_place=not moves,

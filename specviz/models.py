@@ -23,7 +23,9 @@ is a small Llama distilled from that target by ``scripts/train_draft.py`` and sh
 ``assets/draft`` (it shares the target's tokenizer).
 
 Devices: ``cuda``, then ``mps``, then ``cpu``; float32 on CPU and bfloat16 on a GPU unless a dtype
-is given. The two models may live on different devices (``draft_device``).
+is given (``dtype="bfloat16"``, ``"bf16"`` or ``torch.bfloat16``; an unknown name raises
+``ConfigError``, see ``specviz.precision``). The two models may live on different devices
+(``draft_device``).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from typing import Any
 import torch
 
 from specviz.errors import IncompatiblePairError, ModelLoadError
+from specviz.precision import dtype_name
 
 Progress = Callable[[str, float | None], None]
 
@@ -108,17 +111,12 @@ def default_dtype(device: torch.device) -> torch.dtype:
     return torch.float32 if device.type == "cpu" else torch.bfloat16
 
 
-def _as_dtype(dtype: torch.dtype | str | None, device: torch.device) -> torch.dtype:
+def as_dtype(dtype: torch.dtype | str | None, device: torch.device | str = "cpu") -> torch.dtype:
+    """A torch dtype from a name ("float32", "bf16", "torch.bfloat16"), a torch dtype, or None /
+    "auto" (the device's default). Anything else raises ConfigError naming the choices."""
     if dtype is None or dtype == "auto":
-        return default_dtype(device)
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    name = str(dtype).removeprefix("torch.")
-    aliases = {"fp32": "float32", "fp16": "float16", "half": "float16", "bf16": "bfloat16"}
-    value = getattr(torch, aliases.get(name, name), None)
-    if not isinstance(value, torch.dtype):
-        raise ValueError(f"unknown dtype {dtype!r}")
-    return value
+        return default_dtype(torch.device(device))
+    return getattr(torch, dtype_name(dtype))
 
 
 # --------------------------------------------------------------------------------------------
@@ -541,9 +539,9 @@ def _load_pair_dirs(
 ) -> ModelPair:
     t_dev = torch.device(device) if device is not None else default_device()
     d_dev = torch.device(draft_device) if draft_device is not None else t_dev
-    t_dtype = _as_dtype(dtype, t_dev)
+    t_dtype = as_dtype(dtype, t_dev)
     d_dtype = (
-        _as_dtype(draft_dtype, d_dev)
+        as_dtype(draft_dtype, d_dev)
         if draft_dtype is not None
         else (t_dtype if draft_device is None else default_dtype(d_dev))
     )
@@ -666,7 +664,11 @@ def load_default_pair(
 
     The first call converts the target's GGUF file into the user cache (~20 s, with progress);
     later calls load from there in about a second. No network access is attempted. The shipped
-    feature head (``assets/feature_head``) is attached as ``pair.feature_head``.
+    feature head (``assets/feature_head``) is attached as ``pair.feature_head``, bound in the
+    target's dtype.
+
+    ``dtype`` is the pair's precision (``"float32"``, ``"bfloat16"``, a torch dtype, or None for
+    the device's default; ``specviz.precision``): both models and the head run in it.
     """
     target_dir = default_target_dir(progress)
     draft_dir = default_draft_dir()

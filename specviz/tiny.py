@@ -56,13 +56,16 @@ def _tiny_llama(vocab_size: int, seed: int, layers: int, hidden: int, eos_id: in
     return model
 
 
-def build_tiny_pair(seed: int = 0, noise: float = 0.04, with_eos: bool = False) -> object:
-    """ModelPair of a 2-layer random target and a perturbed copy as draft, float32, CPU.
+def build_tiny_pair(seed: int = 0, noise: float = 0.04, with_eos: bool = False, dtype: object = "float32") -> object:
+    """ModelPair of a 2-layer random target and a perturbed copy as draft, on the CPU.
 
     `noise` scales the draft's perturbation: 0 makes the draft equal to the target (every draft
-    accepted), larger values lower the acceptance rate. `with_eos` lets the models emit <eos>."""
-    from .models import ModelPair
+    accepted), larger values lower the acceptance rate. `with_eos` lets the models emit <eos>.
+    `dtype` is the pair's precision (specviz.precision): the weights are made in float32, so a
+    bfloat16 pair is the float32 one rounded."""
+    from .models import ModelPair, as_dtype
 
+    torch_dtype = as_dtype(dtype)  # before any work: a bad name fails fast
     tokenizer = build_char_tokenizer()
     vocab_size = len(tokenizer)
     eos_id = tokenizer.eos_token_id if with_eos else None
@@ -73,7 +76,7 @@ def build_tiny_pair(seed: int = 0, noise: float = 0.04, with_eos: bool = False) 
         for param in draft.parameters():
             param.add_(torch.randn(param.shape, generator=gen) * noise * param.std())
     for model in (target, draft):
-        model.requires_grad_(False)
+        model.requires_grad_(False).to(torch_dtype)
     from .feature_head import FeatureHead
 
     return ModelPair(

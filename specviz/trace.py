@@ -268,6 +268,8 @@ class CycleTrace:
     # lists the tree's nodes in node order, `k` their number, `num_accepted` the accepted path's
     # length and `rejected_at` the depth where no child passed (None: a leaf was reached).
     tree: TreeTrace | None = None
+    # The precision the pair ran in (specviz.precision): it sets the invariant check's tolerance.
+    dtype: str = "float32"
 
     @property
     def corrected_token(self) -> EmittedToken | None:

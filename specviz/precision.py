@@ -1,0 +1,85 @@
+"""Precision: which number format the pair runs in, and what "equal" means in it.
+
+A model's weights and its KV cache can be stored as **float32** (24 significant bits) or
+**bfloat16** (8 significant bits, the float32 exponent range). bfloat16 halves the memory and,
+on GPUs and on CPUs with bfloat16 matrix units (AMX, AVX512-BF16), runs a forward over many tokens
+at nearly the cost of one. specviz offers both (`load_default_pair(dtype=...)`, `--dtype`, the
+app's Precision selector); float32 is the default because it is the clearest exactness demo.
+
+**Exactness is relative to the model as run.** Speculative decoding samples exactly from the
+target's distribution *as computed*: in bfloat16 that is the bfloat16 target. What changes is
+rounding. The same K/V computed in different shapes (a verify pass over K+1 tokens vs the fresh
+prefill the invariant check compares with) round differently, so the invariant's
+max |ΔK/V| is never exactly 0:
+
+* float32: ~1e-5 on the default pair (K/V up to ~20 in size);
+* bfloat16: a value near 16–32 is stored in steps of 0.125, so the same K/V differ by a few such
+  steps (0.3 seen on the default pair).
+
+A bookkeeping bug (a cache one token off) differs by the size of the values themselves (~8 on the
+default pair in both dtypes), so each dtype has one tolerance (`invariant_tolerance`) far below a
+bug and above its rounding. The app, the CLI and the tests judge the invariant with it and show
+it with its dtype (`invariant_words`). This module imports no torch: the views use it too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .errors import ConfigError
+
+DTYPES = ("float32", "bfloat16")  # offered by the app and the CLI; float32 first: the default
+DEFAULT_DTYPE = "float32"
+ALIASES = {"fp32": "float32", "float": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16"}
+# Formats `load_pair` also accepts (a GPU's float16, float64 for checks); the app offers DTYPES only.
+KNOWN = (*DTYPES, "float16", "float64")
+# max |ΔK/V| between a cache and a fresh prefill that is still rounding, per dtype (see above).
+INVARIANT_TOLERANCE = {"float32": 1e-3, "bfloat16": 1.0, "float16": 0.1, "float64": 1e-9}
+
+
+def dtype_name(dtype: Any) -> str:
+    """The canonical name of a dtype given as a string ("bf16", "torch.bfloat16") or a torch dtype.
+
+    Raises ConfigError naming the choices for anything else."""
+    raw = str(dtype).strip()
+    name = raw.removeprefix("torch.").lower()
+    name = ALIASES.get(name, name)
+    if name not in KNOWN:
+        raise ConfigError(
+            f"unknown precision {raw!r}: choose one of {', '.join(DTYPES)} (or float16 on a GPU); "
+            "aliases fp32, bf16 and torch dtypes are accepted too"
+        )
+    return name
+
+
+def invariant_tolerance(dtype: Any) -> float:
+    """The largest max |ΔK/V| of the invariant check that is rounding, not a bug, in `dtype`."""
+    return INVARIANT_TOLERANCE[dtype_name(dtype)]
+
+
+def invariant_holds(diffs: Mapping[str, float], dtype: Any) -> bool:
+    return max(diffs.values(), default=0.0) <= invariant_tolerance(dtype)
+
+
+def invariant_words(diffs: Mapping[str, float], dtype: Any, names: Mapping[str, str] | None = None) -> str:
+    """One sentence for the invariant check's numbers, judged by the dtype's tolerance, e.g.
+    'target 2.5e-01, draft 0.0e+00 — within bfloat16's tolerance 1.0 (rounding, not a bug)'."""
+    name = dtype_name(dtype)
+    tol = invariant_tolerance(name)
+    values = ", ".join(f"{(names or {}).get(role, role)} {value:.1e}" for role, value in diffs.items())
+    if invariant_holds(diffs, name):
+        return f"{values} — within {name}'s tolerance {tol:g} (rounding, not a bug)"
+    return f"{values} — **above {name}'s tolerance {tol:g}: the cache differs from a fresh prefill**"
+
+
+def run_dtype(*models: Any) -> str:
+    """The precision a run is judged in: the lowest of the given models' (None skipped), so a
+    float32 target with a bfloat16 draft is judged as bfloat16. A model without parameters (or no
+    model) counts as float32."""
+    names = [DEFAULT_DTYPE]
+    for model in models:
+        first = next(iter(model.parameters()), None) if model is not None else None
+        if first is not None:
+            names.append(dtype_name(first.dtype))
+    return max(names, key=INVARIANT_TOLERANCE.__getitem__)
