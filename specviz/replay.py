@@ -11,19 +11,22 @@ without running a model again.
 How the replay stays exactly in step with the engine: it invents nothing. Every cycle's trace
 already holds the log of the calls the engine and the proposer made on each cache, as
 layout-independent events: an "append" for every `reserve()` (positions start..end-1, in the
-phase that made it) and a "truncate" for every rollback (length from -> to). Everything else in
-the log -- "pointer", "alloc", "free", "reuse", "grow" -- is what the *layout* made of those
-calls. The replay builds real `specviz.kv` caches of the requested layout, sized exactly as the
-decoder sizes them (the run's context limit and its reach, `RunRecord.cache_reach`), and makes
-the recorded calls on them, in order:
+phase that made it), a "truncate" for every rollback (length from -> to) and, after a token tree,
+a "move" for every entry its compaction copied (entry from -> to). Everything else in the log --
+"pointer", "alloc", "free", "reuse", "grow" -- is what the *layout* made of those calls. The
+replay builds real `specviz.kv` caches of the requested layout, sized exactly as the decoder
+sizes them (the run's context limit and its reach, `RunRecord.cache_reach`), and makes the
+recorded calls on them, in order:
 
 * the prefill: the prompt's positions each cache held after `start()` (the prefill snapshots);
-* per cycle, phase by phase: the recorded appends and truncates of both caches, taking a
+* per cycle, phase by phase: the recorded appends, truncates and moves of both caches, taking a
   snapshot wherever the run took one (with the same committed boundary, which depends on the
   decisions, not the layout);
 * the token an append wrote is the committed sequence's (or the cycle's draft's) at that
   position -- shifted by one for a feature head, whose entry p pairs F[p] with x[p+1]
-  (`Proposer.cache_token_offset`).
+  (`Proposer.cache_token_offset`). In a tree cycle the target's verify entries hold the tree's
+  nodes in node order (`trace.drafts`), and the proposer's entries past its prefix hold the
+  tokens it fed while growing the tree (`trace.tree.proposer_fed`).
 
 The writes go through the caches' own layer `update()` with tiny dummy K/V tensors (one layer,
 one head, one dimension): no model, no real memory. The one figure that depends on the model --
@@ -49,7 +52,7 @@ from .errors import CacheCapacityError, SpecvizError
 from .kv import ContiguousKVCache, PagedKVCache, SpecvizCache
 from .proposers import PROPOSER_CLASSES
 from .runfile import RunRecord
-from .trace import CYCLE_PHASES, CacheEvent, CacheSnapshot, CycleTrace, PhaseSnapshot
+from .trace import CYCLE_PHASES, CacheEvent, CacheSnapshot, CycleTrace, PhaseSnapshot, TreeTrace
 
 # Phases of a cycle in which caches change (every phase but "start"), in order.
 _WORK_PHASES = CYCLE_PHASES[1:]
@@ -164,16 +167,21 @@ def _replay_cycle(
         )
     if draft is None and (trace.draft_events or any(s.draft is not None for s in trace.snapshots)):
         raise ReplayError(f"cycle {trace.cycle + 1} records a proposer cache, but the run's prefill has none")
-    sequence = committed + [step.token_id for step in trace.drafts]  # what each position holds this cycle
+    sequence = committed + [step.token_id for step in trace.drafts]  # what each entry holds this cycle
+    # A tree cycle's proposer wrote the candidates it fed past the committed prefix, not the nodes.
+    draft_sequence = sequence if trace.tree is None else committed + list(trace.tree.proposer_fed)
     target_log = _by_phase(trace, trace.target_events)
     draft_log = _by_phase(trace, trace.draft_events)
     recorded = {snap.phase: snap for snap in trace.snapshots}
     snapshots = []
+    tree = trace.tree
     for phase in CYCLE_PHASES:
         if phase != "start":
             _apply(target, target_log[phase], sequence, 0, trace)
             if draft is not None:
-                _apply(draft, draft_log[phase], sequence, offset, trace)
+                _apply(draft, draft_log[phase], draft_sequence, offset, trace)
+        if phase == "verify" and tree is not None:  # where this layout put each node in the verify pass
+            tree = _tree_slots(tree, target, trace)
         if phase in recorded:
             snap = recorded[phase]
             snapshots.append(PhaseSnapshot(
@@ -183,17 +191,29 @@ def _replay_cycle(
             ))
     return dataclasses.replace(
         trace,
+        tree=tree,
         target_events=tuple(target.drain_events()),
         draft_events=() if draft is None else tuple(draft.drain_events()),
         snapshots=tuple(snapshots),
     )
 
 
+def _tree_slots(tree: TreeTrace, target: SpecvizCache, trace: CycleTrace) -> TreeTrace:
+    """The tree's record with each node's physical slot in this layout (entry root + index)."""
+    root = tree.root_position
+    if root + len(tree.nodes) >= target.get_seq_length():
+        raise ReplayError(f"cycle {trace.cycle + 1}: its tree has more nodes than its verify pass wrote: "
+                          "the record is damaged")
+    slots = target.slots(range(root, root + len(tree.nodes) + 1))
+    nodes = tuple(dataclasses.replace(node, slot=slots[node.index]) for node in tree.nodes)
+    return dataclasses.replace(tree, root_slot=slots[0], nodes=nodes)
+
+
 def _by_phase(trace: CycleTrace, events: Sequence[CacheEvent]) -> dict[str, list[CacheEvent]]:
-    """The recorded calls (appends and truncates) grouped by the phase that made them, in order."""
+    """The recorded calls (appends, truncates, moves) grouped by the phase that made them, in order."""
     log: dict[str, list[CacheEvent]] = {phase: [] for phase in _WORK_PHASES}
     for event in events:
-        if event.kind not in ("append", "truncate"):
+        if event.kind not in ("append", "truncate", "move"):
             continue  # what the layout made of the calls: the replay's own cache makes it anew
         if event.phase not in log:
             raise ReplayError(
@@ -206,6 +226,14 @@ def _by_phase(trace: CycleTrace, events: Sequence[CacheEvent]) -> dict[str, list
 
 def _apply(cache: SpecvizCache, events: list[CacheEvent], sequence: list[int], offset: int, trace: CycleTrace) -> None:
     for event in events:
+        if event.kind == "move":
+            if not 0 <= event.end < event.start < cache.get_seq_length():
+                raise ReplayError(
+                    f"cycle {trace.cycle + 1}: a recorded move {event.start} -> {event.end} does not fit the "
+                    f"cache's {cache.get_seq_length()} entries: the record is damaged"
+                )
+            cache.move([(event.start, event.end)], event.phase)
+            continue
         if event.start != cache.get_seq_length():
             raise ReplayError(
                 f"cycle {trace.cycle + 1}: a recorded {event.kind} starts at length {event.start}, but the cache "

@@ -8,7 +8,8 @@ same seed, and require the replayed prefill snapshots, events and snapshots of b
 **equal** to the real ones -- for every proposer, at T=1 and T=0 (rejections happen), for A and B
 over contiguous and paged pages of 1/4/16 under both policies, with a live raise of K and
 max_new_tokens so that the caches grow, a one-token prompt, and explicit (small) pool caps,
-where running out must give the real run's error at the real run's cycle.
+where running out must give the real run's error at the real run's cycle. Token-tree runs replay
+too, their compaction's "move" events included.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def tiny_pair():
 @functools.cache
 def real_run(
     proposer: str, temperature: float, layout: tuple[str, int, str], num_blocks: int | None = None,
-    prompt: str = PROMPT_TEXT,
+    prompt: str = PROMPT_TEXT, tree_width: int = 1,
 ) -> tuple[RunRecord, PoolExhaustedError | None]:
     """A real run in `layout`: K=2 and max_new_tokens=4 at start, raised live to K=5 and 40 after the
     first cycle (so the caches outgrow what start() sized them for). Stops at a PoolExhaustedError,
@@ -49,7 +50,8 @@ def real_run(
     pair = tiny_pair()
     cache_layout, page_size, policy = layout
     config = DecodeConfig(k=2, proposer=proposer, temperature=temperature, max_new_tokens=4, seed=0,
-                          cache_layout=cache_layout, page_size=page_size, free_policy=policy, num_blocks=num_blocks)
+                          cache_layout=cache_layout, page_size=page_size, free_policy=policy, num_blocks=num_blocks,
+                          tree_width=tree_width, tree_nodes=8)
     dec = SpeculativeDecoder(pair, config)
     ids = pair.tokenizer.encode(prompt)
     dec.start(ids)
@@ -162,6 +164,22 @@ def test_an_explicit_pool_cap_that_suffices(proposer):
             assert_same_bookkeeping(replay(record, layout_b, num_blocks=cap), real_b)
         # and the capped run replays into an uncapped layout like a real uncapped run
         assert_same_bookkeeping(replay(real_b, LAYOUTS[0]), real_run(proposer, 0.0, LAYOUTS[0])[0])
+
+
+def test_token_tree_runs_replay_with_their_moves():
+    """Tree runs (width 3, 8 nodes, K raised live to 5): each proposer's run replays into every other
+    layout as a real tree run there, the compaction's moves re-issued; some cycles really move K/V."""
+    layouts = [LAYOUTS[0], ("paged", 1, "free"), ("paged", 4, "keep"), ("paged", 16, "free")]
+    moves = 0
+    for proposer in PROPOSERS:
+        runs = {lay: real_run(proposer, 1.0, lay, tree_width=3)[0] for lay in layouts}
+        assert all(t.tree is not None for t in runs[layouts[0]].traces)
+        moves += sum(e.kind == "move" for t in runs[layouts[0]].traces for e in t.target_events)
+        for layout_a in layouts:
+            for layout_b in layouts:
+                assert_same_bookkeeping(replay(runs[layout_a], layout_b), runs[layout_b])
+        assert load_run(runs[layouts[1]].to_json()) == runs[layouts[1]]  # trees round-trip through a run file
+    assert moves > 0
 
 
 def test_the_bytes_per_slot_are_the_recorded_models():
