@@ -2,7 +2,8 @@
 
     python -m specviz walk --prompt "Explain KV caches." --k 5 --temperature 0.8 --cycles 8 \
         --layout paged --page-size 4 [--policy free|keep] [--seed N] [--json FILE] [--no-chat] \
-        [--proposer draft|feature|lookup] [--target ID_OR_DIR --draft ID_OR_DIR | --tiny]
+        [--proposer draft|feature|lookup] [--target ID_OR_DIR --draft ID_OR_DIR | --tiny] \
+        [--dtype float32|bfloat16]
 
 For every cycle it prints what the decoder actually did, with positions and numbers: the
 catch-up tokens fed to the draft, each proposal with q, p, the ratio min(1, p/q), the uniform
@@ -20,7 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from . import models, prompting
+from . import models, precision, prompting
 from .config import PROPOSERS, DecodeConfig
 from .errors import SpecvizError
 from .outcome import cycle_outcome
@@ -99,8 +100,8 @@ def format_cycle(trace: CycleTrace) -> str:
         if snap is not None:
             out.append(f"{role:7s} after rollback: {_layout_line(snap)}")
     if trace.invariant_max_abs_diff is not None:
-        diffs = ", ".join(f"{r} {v:.2e}" for r, v in trace.invariant_max_abs_diff.items())
-        out.append(f"check   cache vs fresh prefill, max |diff|: {diffs}")
+        words = precision.invariant_words(trace.invariant_max_abs_diff, trace.dtype).replace("**", "")
+        out.append(f"check   cache vs fresh prefill, max |diff|: {words}")
     ms = ", ".join(f"{p} {v:.1f}" for p, v in trace.timings_ms.items())
     out.append(f"time    ms: {ms}")
     if trace.finish_reason:
@@ -111,13 +112,15 @@ def format_cycle(trace: CycleTrace) -> str:
 def _load_pair(args: argparse.Namespace, progress: Callable[[str, float | None], None]) -> Any:
     from . import tiny
 
+    dtype = precision.dtype_name(args.dtype)  # a clear error before anything loads
     if args.tiny:
-        return tiny.build_tiny_pair(seed=args.seed)
+        return tiny.build_tiny_pair(seed=args.seed, dtype=dtype)
     if args.target or args.draft:
         if not (args.target and args.draft):
             raise SpecvizError("give both --target and --draft (or neither, for the default pair)")
-        return models.load_pair(target=args.target, draft=args.draft, progress=progress, feature_head=args.feature_head)
-    return models.load_default_pair(progress=progress)
+        return models.load_pair(target=args.target, draft=args.draft, dtype=dtype, progress=progress,
+                                feature_head=args.feature_head)
+    return models.load_default_pair(dtype=dtype, progress=progress)
 
 
 def encode_prompt(tokenizer: Any, text: str, chat: bool = True) -> list[int]:
@@ -151,7 +154,7 @@ def walk(args: argparse.Namespace, out: TextIO) -> int:
     ids = prompting.encode_prompt(pair.tokenizer, args.prompt, args.chat)  # the app's ids for the same prompt
     dec.start(ids)
     print(f"prompt: {len(ids)} tokens; target {pair.target_name}, proposer {cfg.proposer} "
-          f"({dec.proposer.label if cfg.proposer != 'draft' else pair.draft_name})", file=out)
+          f"({dec.proposer.label if cfg.proposer != 'draft' else pair.draft_name}), {dec.dtype}", file=out)
     traces = []
     for _ in range(args.cycles):
         if dec.finished:
@@ -199,6 +202,10 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--proposer", choices=list(PROPOSERS),
                    help="who drafts: draft model, feature head or prompt lookup (default: the pair's best)")
     w.add_argument("--feature-head", help="a saved feature head directory for --target/--draft pairs")
+    w.add_argument("--dtype", default=precision.DEFAULT_DTYPE,
+                   help=f"the pair's precision: {' or '.join(precision.DTYPES)} (default {precision.DEFAULT_DTYPE}: "
+                        "the exactness demo; bfloat16 where the CPU or GPU runs it faster). The invariant check's "
+                        "tolerance follows it")
     return parser
 
 

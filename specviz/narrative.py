@@ -36,6 +36,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from . import precision
 from .outcome import FINISH_WORDS, CycleOutcome, DroppedEntry, Truncation, cycle_outcome, dropped_entries, freed_blocks
 from .stats import SpeedupReport
 from .trace import CacheEvent, CacheSnapshot, CycleTrace, DraftStep, EmittedToken, TokenProb
@@ -524,7 +525,7 @@ def _rollback(tr: CycleTrace) -> str:
         + _invariant_sentence(new_n, after.target.seq_len)
         + (
             " Invariant check (max |ΔK/V| vs a fresh prefill): "
-            + ", ".join(f"{name if m == 'draft' else m} {v:.2e}" for m, v in tr.invariant_max_abs_diff.items())
+            + precision.invariant_words(tr.invariant_max_abs_diff, tr.dtype, {"draft": name})
             + "."
             if tr.invariant_max_abs_diff
             else ""
