@@ -12,7 +12,7 @@ from typing import Any
 from ..config import PROPOSERS, DecodeConfig
 from ..errors import ConfigError
 from ..runtime import model_device
-from .base import Drafts, Proposer
+from .base import Drafts, Proposer, TreeDrafts
 from .draft_model import DraftModelProposer
 from .feature import FeatureProposer
 from .lookup import LookupProposer, find_continuation, find_continuations
