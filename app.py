@@ -234,7 +234,7 @@ def _pair_for(settings: Any, controls: sidebar.Controls | None) -> Any:
     if controls.kind == "custom" and not (controls.target and controls.draft):
         st.info("Enter a target and a draft (hub ids or local directories) in the sidebar.")
         return None
-    return session.load_pair_with_progress(controls.kind, controls.target, controls.draft)
+    return session.load_pair_with_progress(controls.kind, controls.target, controls.draft, controls.dtype)
 
 
 if __name__ == "__main__":  # streamlit runs the script as __main__; importing it (tests) runs nothing

@@ -605,6 +605,7 @@ def load_pair(
     :class:`IncompatiblePairError` (different vocabularies, not a full-attention decoder).
     Never runs remote code; only safetensors weights are downloaded.
     """
+    _check_dtypes(dtype, draft_dtype)  # a typo fails now, not after a download
     _report(progress, f"Locating the target {target}…", 0.0)
     target_dir = resolve_model_dir(target, progress)
     _report(progress, f"Locating the draft {draft}…", 0.05)
@@ -621,6 +622,12 @@ def load_pair(
         progress,
     )
     return attach_feature_head(pair, feature_head)
+
+
+def _check_dtypes(*dtypes: Any) -> None:
+    for dtype in dtypes:
+        if dtype is not None and dtype != "auto":
+            dtype_name(dtype)  # raises ConfigError naming the choices
 
 
 def attach_feature_head(pair: ModelPair, head: Any) -> ModelPair:
@@ -670,6 +677,7 @@ def load_default_pair(
     ``dtype`` is the pair's precision (``"float32"``, ``"bfloat16"``, a torch dtype, or None for
     the device's default; ``specviz.precision``): both models and the head run in it.
     """
+    _check_dtypes(dtype, draft_dtype)  # a typo fails now, not after the GGUF conversion
     target_dir = default_target_dir(progress)
     draft_dir = default_draft_dir()
     if not (draft_dir / "config.json").is_file():

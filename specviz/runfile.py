@@ -84,6 +84,11 @@ class RunRecord:
     # never saved.
     notes: tuple[str, ...] = field(default=(), compare=False)
 
+    @property
+    def dtype(self) -> str:
+        """The precision the run's pair ran in, as its cycles recorded it (float32 for older files)."""
+        return self.traces[0].dtype if self.traces else "float32"
+
     def token_text(self, token_id: int) -> str:
         """The token's text; ``<id>`` only for an id outside the run (never for a recorded run)."""
         text = self.token_texts.get(token_id)
@@ -96,6 +101,7 @@ class RunRecord:
             "title": self.title,
             "created": self.created,
             "pair": self.pair,
+            "dtype": self.dtype,  # for a reader of the file; loading takes it from the cycles
             "proposer": self.proposer,
             "config": dataclasses.asdict(self.config),
             "max_context": self.max_context,

@@ -209,6 +209,7 @@ def on_scenario(scenario_id: str) -> None:
         seed=cfg.seed, layout=cfg.cache_layout, page_size=cfg.page_size, policy=cfg.free_policy,
         max_new=cfg.max_new_tokens, proposer=cfg.proposer, top_k=defaults.top_k, top_p=defaults.top_p,
         num_blocks=0, max_context=defaults.max_context, whatif=False,
+        dtype="float32",  # scenarios are found and checked on the float32 pair
     )  # fmt: skip
     sidebar.restore_widgets(values)
     ss = st.session_state

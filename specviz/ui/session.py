@@ -182,28 +182,33 @@ def _pair_store() -> dict[str, Any]:
 MAX_PAIRS = 3  # loaded pairs kept in memory; the oldest is dropped first
 
 
-def load_pair_cached(kind: str, target: str = "", draft: str = "", progress: Any = None) -> Any:
+def load_pair_cached(kind: str, target: str = "", draft: str = "", progress: Any = None,
+                     dtype: str = "float32") -> Any:
+    """The pair `kind` (tiny, default or custom target + draft) in precision `dtype`, loaded once per
+    server process and shared; one pair per dtype (a bfloat16 pair is a second copy, not a view)."""
     import specviz
+    from specviz.precision import dtype_name
 
+    dtype = dtype_name(dtype)
     store = _pair_store()
     tiny_eos = kind == "tiny" and os.environ.get("SPECVIZ_TINY_EOS") == "1"
-    key = (kind, target, draft, tiny_eos)
+    key = (kind, target, draft, tiny_eos, dtype)
     with store["lock"]:
         pairs: dict = store["pairs"]
         if key not in pairs:
             if kind == "tiny":
-                pair = specviz.build_tiny_pair(seed=0, with_eos=tiny_eos)
+                pair = specviz.build_tiny_pair(seed=0, with_eos=tiny_eos, dtype=dtype)
             elif kind == "default":
-                pair = specviz.load_default_pair(progress=progress)
+                pair = specviz.load_default_pair(dtype=dtype, progress=progress)
             else:
-                pair = specviz.load_pair(target=target, draft=draft, progress=progress)
+                pair = specviz.load_pair(target=target, draft=draft, dtype=dtype, progress=progress)
             while len(pairs) >= MAX_PAIRS:
                 pairs.pop(next(iter(pairs)))
             pairs[key] = pair  # errors raise before this line: failures are never cached
         return pairs[key]
 
 
-def load_pair_with_progress(kind: str, target: str, draft: str) -> Any:
+def load_pair_with_progress(kind: str, target: str, draft: str, dtype: str = "float32") -> Any:
     """The pair, with a progress bar while it loads; None (and a clear error) when it cannot."""
     bar = st.empty()
 
@@ -211,7 +216,7 @@ def load_pair_with_progress(kind: str, target: str, draft: str) -> Any:
         bar.progress(min(max(fraction or 0.0, 0.0), 1.0), text=f"Loading models: {msg}")
 
     try:
-        pair = load_pair_cached(kind, target, draft, progress=progress)
+        pair = load_pair_cached(kind, target, draft, progress=progress, dtype=dtype)
     except SpecvizError as exc:
         bar.empty()
         st.error(f"Could not load the model pair: {exc}", icon=":material/error:")

@@ -1,8 +1,8 @@
 """The sidebar: every control, within this server's limits, turned into a `DecodeConfig`.
 
 Two kinds of settings: **live** ones (K, temperature, top-k/p, max new tokens, the invariant
-check, what-if forcing) apply from the next cycle of the same run; **restart** ones (the pair,
-proposer, prompt, chat template, cache layout, page size, policy, seed, pool and context size)
+check, what-if forcing) apply from the next cycle of the same run; **restart** ones (the pair and
+its precision, proposer, prompt, chat template, cache layout, page size, policy, seed, pool and context size)
 start a new run — the earlier run stays in the run list (specviz.ui.state.Workspace), so nothing
 is lost. Each restart setting is one sidebar widget, listed once in `RESTART_WIDGETS`; showing an
 earlier run writes its values back into these widgets.
@@ -21,6 +21,7 @@ import streamlit as st
 from ..config import LAYOUTS, POLICIES, PROPOSERS, DecodeConfig
 from ..errors import SpecvizError
 from ..models import preferred_proposer
+from ..precision import DEFAULT_DTYPE, DTYPES, INVARIANT_TOLERANCE
 from ..server import ServerSettings
 
 PAIR_LABELS = {
@@ -52,6 +53,7 @@ RESTART_WIDGETS = (
     ("seed", "seed"),
     ("num_blocks", "pool size"),
     ("max_context", "max context"),
+    ("dtype", "precision"),
 )
 
 
@@ -66,12 +68,13 @@ class Controls:
     chat: bool
     config: DecodeConfig
     proposer_slot: Any  # the sidebar container the proposer selector goes into
+    dtype: str = DEFAULT_DTYPE  # the pair's precision (specviz.precision): part of the pair, so a restart setting
 
     def restart_key(self) -> tuple:
         c = self.config
         return (
             self.kind, self.target, self.draft, c.proposer, self.prompt, self.chat,
-            c.cache_layout, c.page_size, c.free_policy, c.seed, c.num_blocks, c.max_context,
+            c.cache_layout, c.page_size, c.free_policy, c.seed, c.num_blocks, c.max_context, self.dtype,
         )  # fmt: skip
 
 
@@ -129,6 +132,7 @@ def init_state() -> None:
         page_size=16,
         num_blocks=0,
         max_context=2048,
+        dtype=DEFAULT_DTYPE,
         policy="free",
         seed=0,
         check=False,
@@ -197,6 +201,17 @@ def _sidebar(settings: ServerSettings, on_walkthrough: Any) -> Controls:
             draft = st.text_input(
                 "Draft (hub id or directory)", key="custom_draft", placeholder="HuggingFaceTB/SmolLM2-135M-Instruct"
             )
+        dtype = st.radio(
+            "Precision — changing it starts a new run",
+            DTYPES,
+            key="dtype",
+            horizontal=True,
+            help="The number format both models and their KV caches run in. float32: the exactness demo. "
+            "bfloat16: half the memory, and faster where the CPU (AMX) or GPU has bfloat16 units. Exactness is "
+            "relative to the model as run; the invariant check allows each format's rounding "
+            f"(max |ΔK/V| ≤ {INVARIANT_TOLERANCE['float32']:g} in float32, ≤ {INVARIANT_TOLERANCE['bfloat16']:g} "
+            "in bfloat16).",
+        )
         proposer_slot = st.container()
         st.markdown("**Prompt**")
         st.selectbox(
@@ -243,7 +258,8 @@ def _sidebar(settings: ServerSettings, on_walkthrough: Any) -> Controls:
         check = st.toggle(
             "Check the cache invariant every cycle",
             key="check",
-            help="Compare both caches with a fresh prefill of the committed sequence (slower).",
+            help="Compare both caches with a fresh prefill of the committed sequence (slower). The largest "
+            "difference is judged by the precision's tolerance (rounding, not a bug).",
         )
         st.markdown("**Play**")
         st.select_slider("Play speed", list(SPEEDS), key="speed")
@@ -267,7 +283,7 @@ def _sidebar(settings: ServerSettings, on_walkthrough: Any) -> Controls:
         num_blocks=int(num_blocks) if num_blocks and layout == "paged" else None,
         max_context=int(max_context),
     )
-    return Controls(kind, target.strip(), draft.strip(), prompt, chat, cfg, proposer_slot)
+    return Controls(kind, target.strip(), draft.strip(), prompt, chat, cfg, proposer_slot, dtype)
 
 
 def proposer_control(pair: Any) -> str:

@@ -40,7 +40,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .. import parking, whatif
+from .. import parking, precision, whatif
 from ..config import DecodeConfig
 from ..errors import DecodingFinishedError, SpecvizError
 from ..trace import CYCLE_PHASES, CacheSnapshot, CycleTrace, PhaseSnapshot
@@ -126,12 +126,22 @@ class Run:
         """Cycles whose rollback has been revealed (what the statistics count)."""
         return self.revealed // PHASES_PER_CYCLE
 
+    @property
+    def dtype(self) -> str:
+        """The precision the run's pair ran in (specviz.precision): the decoder's, else what its
+        cycles recorded."""
+        if self.dec is not None:
+            return self.dec.dtype
+        if self.traces:
+            return self.traces[0].dtype
+        return precision.run_dtype(self.pair.target) if self.pair is not None else precision.DEFAULT_DTYPE
+
     def label(self) -> str:
         """One line naming the run in the run selector."""
         c = self.config
         cache = f"paged {c.page_size}/{c.free_policy}" if c.cache_layout == "paged" else "contiguous"
         cycles = f"{len(self.traces)} cycle{'s' if len(self.traces) != 1 else ''}"
-        return f"#{self.id} · {self.title} · {c.proposer} · {cache} · seed {c.seed} · {cycles}"
+        return f"#{self.id} · {self.title} · {c.proposer} · {self.dtype} · {cache} · seed {c.seed} · {cycles}"
 
 
 def view_of(step: int, run: Run) -> tuple[int | None, str]:
