@@ -7,6 +7,7 @@ Public API (docs/design.md §4):
     head = specviz.FeatureHead.random(pair.target)     # an (untrained) EAGLE-style head
     cfg = specviz.DecodeConfig(proposer="feature")     # or "draft" (default), "lookup"
     cfg = specviz.DecodeConfig(k=5, temperature=1.0, cache_layout="paged", page_size=16)
+    cfg = specviz.DecodeConfig(k=4, tree_width=3, tree_nodes=16)   # a token tree of depth 4
     dec = specviz.SpeculativeDecoder(pair, cfg)
     dec.start(prompt_ids); trace = dec.step()          # one cycle -> CycleTrace
     run = specviz.load_run(text)                       # a recorded run, drawn without any model
@@ -32,7 +33,8 @@ from .models import ModelPair, load_default_pair, load_pair
 from .replay import ReplayError, replay_run
 from .runfile import RunFileError, RunRecord, load_run, record_run
 from .tiny import build_tiny_pair
-from .trace import CacheEvent, CacheSnapshot, CycleTrace, traces_from_json, traces_to_json
+from .trace import CacheEvent, CacheSnapshot, CycleTrace, TreeNode, TreeTrace, traces_from_json, traces_to_json
+from .tree import TokenTree, TreeShape
 
 __all__ = [
     "AutoregressiveDecoder",
@@ -55,6 +57,10 @@ __all__ = [
     "RunRecord",
     "SpecvizError",
     "SpeculativeDecoder",
+    "TokenTree",
+    "TreeNode",
+    "TreeShape",
+    "TreeTrace",
     "build_tiny_pair",
     "load_default_pair",
     "load_pair",
