@@ -75,9 +75,43 @@ def click(at: AppTest, key: str, times: int = 1) -> AppTest:
     return at
 
 
+def stage_payload(at: AppTest) -> dict:
+    """What the stage component was sent (`specviz.ui.stage_component.payload`)."""
+    found = at.main.get("bidi_component")
+    assert len(found) == 1, f"expected one stage component, found {len(found)}"
+    return json.loads(found[0].proto.json)
+
+
+def stage_step(at: AppTest) -> dict:
+    """The step the server shows, as the component draws it (title, kv, status, story, strip)."""
+    data = stage_payload(at)
+    return data["steps"][str(data["view"])]
+
+
 def kv_views(at: AppTest) -> list[str]:
-    """The KV-cache pictures on the page (the stage's, then the side-by-side replay's)."""
-    return [h.proto.body for h in at.get("html") if h.proto.body.startswith("<div class='svkv")]
+    """The KV-cache pictures of the step shown (the stage's, then the side-by-side replay's)."""
+    return stage_step(at)["kv"]
+
+
+def html_as_markdown(html: str) -> str:
+    """The stage's rendered markdown back as markdown, for text checks: **bold**, *italic*, text."""
+    text = re.sub(r"</?strong>", "**", html)
+    text = re.sub(r"</?em>", "*", text)
+    text = re.sub(r"</?code>", "`", text)
+    text = re.sub(r"</p>\s*<p>", "\n\n", text)
+    return htmllib.unescape(re.sub(r"<[^>]+>", "", text)).strip()
+
+
+def texts(at: AppTest) -> list[str]:
+    """Every markdown text on the page, the stage's status line and narrative included."""
+    step = stage_step(at) if at.main.get("bidi_component") else None
+    stage = [html_as_markdown(step["status"]), html_as_markdown(step["story"])] if step else []
+    return [m.value for m in at.markdown] + stage
+
+
+def strip_html(at: AppTest) -> str:
+    """The token strip of the step shown."""
+    return stage_step(at)["strip"]
 
 
 def kv_view(at: AppTest) -> str:
@@ -109,6 +143,13 @@ def verdicts(body: str) -> list[str]:
     return re.findall(r"class='svkv-verdict svkv-v-(\w+)' data-d=", body)
 
 
+def history(at: AppTest):
+    """The history slider (its key names the step it was drawn for: `stage.HISTORY` + ids)."""
+    found = [s for s in at.select_slider if (s.key or "").startswith("history-")]
+    assert len(found) == 1, [s.key for s in at.select_slider]
+    return found[0]
+
+
 def phase_shown(at: AppTest) -> tuple[int | None, str]:
     run = shown(at)
     return view_of(run.view, run)
@@ -134,7 +175,7 @@ def test_opens_after_prefill_with_kv_view():
     assert "provisional" not in slot_states(panels["Target cache"])
     assert f"block_table [{', '.join(map(str, target.block_table))}]" in panels["Target cache"]
     assert {b.key for b in at.button} >= {"next_phase", "next_cycle", "back", "play", "reset", "scenario"}
-    assert any("Prefill" in m.value for m in at.markdown)
+    assert any("Prefill" in t for t in texts(at))
 
 
 def test_next_phase_walks_one_cycle_and_the_kv_view_follows_the_phase():
@@ -155,11 +196,11 @@ def test_next_phase_walks_one_cycle_and_the_kv_view_follows_the_phase():
     assert slot_states(target)["committed"] == snap.num_committed
     assert slot_states(target)["provisional"] == snap.seq_len - snap.num_committed
     # At verify the target held the K+1 provisional entries of its one pass.
-    at.select_slider(key="history").set_value(2).run()
+    history(at).set_value(2).run()
     target = kv_panels(kv_view(at))["Target cache"]
     verify = tr.snapshot("verify").target
     assert slot_states(target)["provisional"] == verify.seq_len - verify.num_committed > 0
-    at.select_slider(key="history").set_value(5).run()
+    history(at).set_value(5).run()
     click(at, "next_phase")  # the next click computes the next cycle and shows its draft phase
     assert len(shown(at).traces) == 2 and shown(at).view == 6
     assert kv_phase(kv_view(at)) == f"Cycle 2 · {PHASE_TITLES['draft']}"
@@ -174,14 +215,14 @@ def test_every_view_is_present_at_resolve():
     assert any(" vs q" in t for t in titles)
     assert any(t.startswith("Rejection at") or t.startswith("All ") for t in titles)
     assert [t.label for t in at.tabs] == list(TABS.values())
-    assert any("Corrected token" in m.value or "Bonus token" in m.value for m in at.markdown)
+    assert any("Corrected token" in t or "Bonus token" in t for t in texts(at))
     # The KV picture carries the cycle panel: a verdict per draft and the resolved token.
     body = kv_view(at)
     tr = shown(at).traces[0]
     assert len(verdicts(body)) == tr.k
     assert "svkv-result svkv-k-" in body
     # The token strip (HTML) is there, with its legend.
-    assert any("accepted draft" in h.proto.body for h in at.get("html"))
+    assert "accepted draft" in strip_html(at)
 
 
 def test_acceptance_bars_mark_untested_positions():
@@ -215,7 +256,7 @@ def test_next_cycle_back_and_history_replay_without_recomputing():
     first = run.traces
     click(at, "back")
     assert shown(at).view == 9
-    at.select_slider(key="history").set_value(3).run()
+    history(at).set_value(3).run()
     assert_clean(at)
     run = shown(at)
     assert run.view == 3 and phase_shown(at) == (0, "accept")
@@ -330,7 +371,7 @@ def test_whatif_scenario_gives_three_accepted_and_a_rejection_at_four():
     assert [e.kind for e in tr.emitted] == ["accepted"] * 3 + ["corrected"]
     assert at.slider(key="k").value == 5
     click(at, "next_phase", 2)  # to the acceptance phase: clearly labelled as breaking exactness
-    assert any("What-if mode" in m.value for m in at.markdown)
+    assert any("What-if mode" in t for t in texts(at))
     assert "(forced: what-if)" in kv_view(at)
 
 
@@ -545,7 +586,7 @@ def test_proposer_selector_opens_on_the_preferred_proposer_and_restarts_like_a_c
     assert [len(r.traces) for r in workspace(at).others] == [2]
     body = kv_view(at)  # the prefill view: no proposer panel
     assert list(kv_panels(body)) == ["Target cache"] and "keeps no draft cache" in body
-    assert any("Prompt lookup keeps **no cache**" in m.value for m in at.markdown)
+    assert any("Prompt lookup keeps **no cache**" in t for t in texts(at))
     # A live setting afterwards keeps the new history, as with any other restart.
     click(at, "next_cycle")
     at.slider(key="k").set_value(2).run()
@@ -575,8 +616,8 @@ def test_a_plain_target_step_renders_in_every_view():
             assert any(t.startswith("Acceptance: nothing to test") for t in shown_titles)
             assert any("No proposal this cycle" in i.value for i in at.info)  # instead of p vs q
     assert any("generated from p1" in t for t in chart_titles(at))
-    assert any("removes nothing" in m.value for m in at.markdown)
-    assert any("generated (no proposal)" in h.proto.body for h in at.get("html"))
+    assert any("removes nothing" in t for t in texts(at))
+    assert "generated (no proposal)" in strip_html(at)
     # Statistics over plain steps only: no draft was tested, so α is not a number yet.
     open_tab(at, "stats")
     alpha = next(m for m in at.metric if m.label == "Acceptance rate α")
@@ -594,9 +635,9 @@ def test_feature_head_proposer_shows_its_one_layer_cache():
     panel = kv_panels(kv_view(at))[head_title]
     assert f"{head.seq_len - head.num_committed} from predicted features" in panel
     assert slot_states(panel)["provisional"] == head.seq_len - head.num_committed
-    assert any("**own predicted** feature" in m.value for m in at.markdown)
+    assert any("**own predicted** feature" in t for t in texts(at))
     click(at, "next_phase", 4)  # rollback
-    assert any("built from the head's own **predicted** features" in m.value for m in at.markdown)
+    assert any("built from the head's own **predicted** features" in t for t in texts(at))
 
 
 def test_feature_option_is_withdrawn_when_the_pair_has_no_head():

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_app import assert_clean, click, kv_phase, kv_view, open_app, shown, workspace
+from test_app import assert_clean, click, history, kv_phase, kv_view, open_app, shown, strip_html, texts, workspace
 
 import specviz
 from specviz import whatif
@@ -26,7 +26,7 @@ from specviz.trace import CYCLE_PHASES
 
 
 def status(at) -> str:
-    return next(m.value for m in at.markdown if " · phase **" in m.value)
+    return next(t for t in texts(at) if " · phase **" in t)
 
 
 def chart(at, title_start: str) -> dict:
@@ -58,20 +58,20 @@ def test_status_line_tells_the_finish_only_at_resolve_and_rollback():
     last_cycle = seen[-5:]  # draft, verify, accept, resolve, rollback of the cycle that ended the text
     assert [told for _, told in last_cycle] == [False, False, False, True, True]
     assert not any(told for _, told in seen[:-5])
-    assert any("**Generation finished:** max_new_tokens" in m.value for m in at.markdown)
+    assert any("**Generation finished:** max_new_tokens" in t for t in texts(at))
 
 
 def test_cycles_are_numbered_from_one_in_the_slider_table_and_kv_title():
     at = open_app(tab="stats")
     click(at, "next_cycle", 2)
-    options = at.select_slider(key="history").options
+    options = history(at).options
     assert options[0] == "cycle 1 · Start of cycle"
     assert options[1] == "cycle 1 · 1 · Draft proposes" and options[-1] == "cycle 2 · 5 · Rollback & commit"
     assert kv_phase(kv_view(at)) == "Cycle 2 · 5 · Rollback & commit"
     table = at.dataframe[0].value
     assert list(table["cycle"]) == [1, 2]
-    at.select_slider(key="history").set_value(0).run()  # the start of cycle 1
-    assert any("**Cycle 1 starts**" in m.value for m in at.markdown)
+    history(at).set_value(0).run()  # the start of cycle 1
+    assert any("**Cycle 1 starts**" in t for t in texts(at))
 
 
 # ---- what-if, scoped ---------------------------------------------------------------------------------
@@ -101,8 +101,8 @@ def test_forced_cycles_are_marked_in_every_view_and_left_out_of_the_statistics()
     run = shown(at)
     assert [t.forced for t in run.traces] == [False, True, False]
     # History slider, token strip (hover + legend), table, time bar.
-    assert "cycle 2 (what-if) · 3 · Acceptance tests" in at.select_slider(key="history").options
-    strip = next(h.proto.body for h in at.get("html") if "accepted draft" in h.proto.body)
+    assert "cycle 2 (what-if) · 3 · Acceptance tests" in history(at).options
+    strip = strip_html(at)
     assert "what-if (forced) cycle" in strip and "WHAT-IF cycle" in strip
     assert list(at.dataframe[0].value["forced"]) == ["", "what-if: not in the statistics", ""]
     time_fig = chart(at, "Time per cycle")

@@ -6,7 +6,7 @@ on hover — the narrative of the phase beside it, the token strip), the quiz wh
 history slider. The component steps through the phases it has in the browser; the buttons' own
 callbacks are the server path (what a harness without JavaScript clicks, and what the component
 falls back to). The stage runs as a Streamlit fragment, so a server step re-runs only this part of
-the page; after it is drawn, the next cycle is computed in advance (prefetch).
+the page; once a cycle is on screen, the component asks for the next one in advance (prefetch).
 
 Keyboard: → next phase, Shift+→ next cycle, ← back (answered by the component), P play/pause
 (a Streamlit button shortcut); every control is a real button or widget, so Tab reaches it.
@@ -47,6 +47,7 @@ WALKTHROUGH = ((1, True), (2, True), (3, True), (4, False))
 # action above the fold at 1440x900 with the buttons and the status line; in lecture mode the
 # action rows and at most two rows of context (one screen at 1280x720).
 STAGE_ROWS, LECTURE_ROWS = 6, 3
+HISTORY = "history"  # the history slider's key prefix
 
 
 # ---------------------------------------------------------------- actions (callbacks) ---------
@@ -64,8 +65,8 @@ def on_back() -> None:
     act(back)
 
 
-def on_history() -> None:
-    wanted = int(st.session_state.history)  # read before the lock: see Workspace
+def on_history(key: str) -> None:
+    wanted = int(st.session_state[key])  # read before the lock: see Workspace
     act(lambda r: seek(r, wanted))
 
 
@@ -228,16 +229,21 @@ def quiz_box(run: Run, cycle: int | None, phase: str) -> None:
 def history_slider(run: Run) -> None:
     if run.revealed == 0:
         return
-    st.session_state.history = run.view
     # Labels made now: Streamlit keeps a widget's format_func after the run, and one closing over
     # `run` would keep its decoder (the KV caches) alive after an idle session is parked.
     labels = [step_label(step, run, PHASE_TITLES) for step in range(run.revealed + 1)]
+    # A new key for every step the server shows: the browser may send back the slider's old value
+    # with a rerun the stage component asked for before the new slider arrived, and that stale value
+    # must not read as the user seeking back (it goes to the old key, which no longer exists).
+    key = f"{HISTORY}-{run.id}-{run.view}-{workspace().stage_seq}"
     st.select_slider(
         "History (every revealed phase of every cycle)",
         options=list(range(run.revealed + 1)),
+        value=run.view,
         format_func=labels.__getitem__,
-        key="history",
+        key=key,
         on_change=on_history,
+        args=(key,),
     )
 
 
@@ -267,7 +273,6 @@ def stage(after: Any = None) -> None:
             st.rerun(scope="app")
         if ws.whatif_spent:
             st.rerun(scope="app")  # redraw the sidebar: the what-if toggle has switched itself off
-    ss._stage_full_run = bool(ss.get("_full_run"))  # a whole-page run: a fragment re-run is not allowed
     ss._full_run = False
     run = ws.run
     button_row(run)
@@ -290,9 +295,6 @@ def stage(after: Any = None) -> None:
     history_slider(run)
     if after is not None:
         after(run, cycle, phase)
-    full = ss.get("_stage_full_run", False)
-    if stage_component.prefetch_next(ws):  # after the page is drawn: the next cycle, in advance
-        st.rerun(scope="app" if full else "fragment")
 
 
 def run_stage(after: Any = None) -> None:

@@ -14,8 +14,12 @@ when something below the picture follows the phase (the quiz, an open tab), once
 pauses (so Play, Reset and the history start from the step on screen), and when it needs a step it
 does not have. The server's own moves bump `Workspace.stage_seq`, and the component follows them.
 
-Prefetch: after the stage is drawn, if the run has no next cycle in hand, it is computed
-(`state.prefetch`, under a decoding slot like any model run) and the fragment re-runs to send it.
+Prefetch: when the payload says the server could compute the next cycle and has not
+(`can_prefetch`), the component asks for it at once (`{"kind": "prefetch"}`); the callback computes
+it (`state.prefetch`, on a fork, under a decoding slot like any model run) and the fragment run
+that follows sends it. The browser keeps stepping meanwhile. Asked by the browser rather than
+computed at the end of every script run: the page is drawn first, and a page that nobody looks
+at (a test harness, a closed tab) computes nothing ahead.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from ..errors import SpecvizError
 from ..trace import CYCLE_PHASES
 from ..viz import stage_data, stage_js
 from . import stage_events
-from .session import act, decoding_slot
+from .session import act, decoding_slot, workspace
 from .state import PHASES_PER_CYCLE, Run, Workspace, prefetch
 
 KEY = "stage"
@@ -48,6 +52,9 @@ def on_event() -> None:
     raw = state.get("event") if hasattr(state, "get") else getattr(state, "event", None)
     event = stage_events.parse(raw)
     if event is None:
+        return
+    if event["kind"] == "prefetch":
+        prefetch_next(workspace(), event["run"])
         return
     act(lambda r: stage_events.apply(r, event, decoding_slot), moved=stage_events.moves_server(event))
 
@@ -67,6 +74,15 @@ def timeline(run: Run, proposer_label: str, suffix: str) -> stage_data.Timeline:
         memo = (key, tl)
         st.session_state._stage_timeline = memo
     return memo[1]
+
+
+def can_prefetch(run: Run, ws: Workspace) -> bool:
+    """Whether the next cycle could be computed in advance now (see `prefetch_next`)."""
+    if not run.live or run.dec is None or run.next_cycle is not None or run.finished:
+        return False
+    if run.dec.config.forced_outcomes:
+        return False  # a what-if cycle is computed when it is asked for
+    return ws.prefetch_failed != (run.id, len(run.traces), run.dec.config)
 
 
 def can_grow(run: Run) -> bool:
@@ -116,6 +132,7 @@ def payload(run: Run, ws: Workspace, *, lecture: bool, max_rows: int, proposer_l
         "follow": follow,
         "lecture": lecture,
         "quiz": quiz_steps(run, steps),
+        "prefetch": can_prefetch(run, ws),
     }
 
 
@@ -123,18 +140,14 @@ def show(data: dict[str, Any]) -> None:
     _component()(key=KEY, data=data, on_event_change=on_event)
 
 
-def prefetch_next(ws: Workspace) -> bool:
-    """Compute the shown run's next cycle if it has none in hand; True when one was added (the
-    caller re-runs the stage to send it). A failure is remembered (not retried for this run state)
-    and left for the click that asks for the cycle to report."""
+def prefetch_next(ws: Workspace, run_id: int) -> bool:
+    """Compute the shown run's next cycle if it has none in hand; True when one was added. A
+    failure is remembered (not retried for this run state) and left for the click that asks for
+    the cycle to report, with the usual words."""
     run = ws.run
-    if run is None or not run.live or run.dec is None or run.next_cycle is not None or run.finished:
+    if run is None or run.id != run_id or not can_prefetch(run, ws):
         return False
-    if run.dec.config.forced_outcomes:
-        return False  # a what-if cycle is computed when it is asked for
     mark = (run.id, len(run.traces), run.dec.config)
-    if ws.prefetch_failed == mark:
-        return False
     with ws.lock:
         if ws.run is not run:  # another action got there first
             return False

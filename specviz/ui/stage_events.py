@@ -5,6 +5,7 @@ The browser steps through the phases it has by itself and tells the server only 
 trigger:
 
     {"kind": "view", "run": 3, "step": 7}                     # where the browser is now
+    {"kind": "prefetch", "run": 3, "step": 7}                 # compute the next cycle in advance
     {"kind": "next_phase" | "next_cycle" | "back" | "seek",   # a step the browser does not have
      "run": 3, "step": 10, "target": 11}
 
@@ -20,9 +21,9 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any
 
-from .state import Run, Slot, advance_cycle, advance_phase, back, seek, show_step
+from .state import Run, Slot, advance_cycle, advance_phase, back, prefetch, seek, show_step
 
-KINDS = ("view", "next_phase", "next_cycle", "back", "seek")
+KINDS = ("view", "prefetch", "next_phase", "next_cycle", "back", "seek")
 
 
 def parse(event: Any) -> dict[str, Any] | None:
@@ -40,7 +41,7 @@ def parse(event: Any) -> dict[str, Any] | None:
 
 def moves_server(event: dict[str, Any]) -> bool:
     """False for a report: the browser already shows that step, so it need not be told to follow."""
-    return event["kind"] != "view"
+    return event["kind"] not in ("view", "prefetch")
 
 
 def apply(run: Run, event: dict[str, Any], slot: Slot = nullcontext) -> Run:
@@ -50,6 +51,7 @@ def apply(run: Run, event: dict[str, Any], slot: Slot = nullcontext) -> Run:
     run = show_step(run, event["step"])
     actions: dict[str, Callable[[Run], Run]] = {
         "view": lambda r: r,
+        "prefetch": lambda r: prefetch(r, slot),
         "next_phase": lambda r: advance_phase(r, slot),
         "next_cycle": lambda r: advance_cycle(r, slot),
         "back": back,

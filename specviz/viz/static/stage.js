@@ -102,7 +102,7 @@ function createStage(root, hooks) {
   };
   const s = {
     data: null, cur: null, run: null, seq: null, queue: [], waiting: false, held: null,
-    reportTimer: null, reported: null, shownCycle: null, painted: 0,
+    reportTimer: null, reported: null, painted: 0, prefetched: null,
   };
 
   function cycleOf(step) { return step === 0 ? -1 : Math.floor((step - 1) / PHASES); }
@@ -209,6 +209,12 @@ function createStage(root, hooks) {
       } else if (known(s.cur)) {
         // New data for the same position (a prefetched cycle arrived): keep what is shown.
         if (data.steps[String(s.cur)].title !== root.dataset.title) render(s.cur);
+      }
+      // The next cycle, asked for as soon as this one is on screen (once per state of the run).
+      const mark = `${data.run}:${Object.keys(data.steps).pop()}`;
+      if (data.prefetch && !s.waiting && s.prefetched !== mark) {
+        s.prefetched = mark;
+        if (hooks.send) hooks.send({kind: 'prefetch', step: s.cur, run: s.run, seq: s.seq});
       }
     },
     destroy() { clearTimeout(s.reportTimer); },
