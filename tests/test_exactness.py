@@ -13,6 +13,9 @@ untrained feature head whose vocabulary is trimmed, so some tokens come only fro
 and prompt lookup on a prompt whose last n-gram occurred before. Their control is the classic
 bug of sampling a rejected position from p instead of the residual: the same samples reject
 the first-token law that bug would produce.
+
+Exactness is relative to the model as run: the same pair rounded to bfloat16 follows the bfloat16
+target's own exact law (draft model and feature head), with the same control.
 """
 
 from __future__ import annotations
@@ -22,10 +25,11 @@ import math
 from dataclasses import dataclass
 
 import pytest
+import torch
 
 # One scipy-free chi-square (checked against scipy in test_cuda.py), one exact law by enumeration and
 # one seeded sampler, shared with the CUDA checks.
-from cuda_checks import EXACT_PROMPT, VOCAB, chi_square, exact_joint, seeded_windows
+from cuda_checks import EXACT_PROMPT, VOCAB, chi_square, exact_joint, on_device, seeded_windows
 from engine_helpers import make_pair
 
 from specviz import DecodeConfig, SpeculativeDecoder
@@ -175,3 +179,30 @@ def test_tokens_outside_the_head_vocabulary_keep_their_target_probability(featur
             p = exact[token]
             tolerance = 4.5 * math.sqrt(p * (1 - p) / n) + 1 / n
             assert abs(seen[token] / n - p) < tolerance, (position, token, seen[token] / n, p)
+
+
+# --------------------------------------------------------------------------- bfloat16
+
+
+@pytest.mark.parametrize(("proposer", "k"), [("draft", 3), ("feature", 1)])  # the untrained head: K=1 gets bonuses
+def test_bfloat16_samples_match_the_bfloat16_target_distribution(proposer, k):
+    """Exactness is relative to the model as run: in bfloat16 the first two tokens follow the
+    bfloat16 target's exact joint law (brute force through the same rounded weights), and the
+    same samples reject the draft's law (the control that shows the test's power)."""
+    pair = on_device(make_pair("llama", vocab_size=VOCAB, noise=1.0, seed=3, head_vocab=HEAD_VOCAB), "cpu",
+                     torch.bfloat16, head_vocab=HEAD_VOCAB, seed=3)
+    assert next(pair.target.parameters()).dtype == torch.bfloat16
+    runs = RUNS // 3
+    cfg = DecodeConfig(k=k, proposer=proposer, temperature=1.0, page_size=2, instrument=False, max_new_tokens=16)
+    expected = exact_joint(pair.target, cfg)
+    counts: collections.Counter = collections.Counter()
+    kinds: collections.Counter = collections.Counter()
+    for dec, traces in seeded_windows(pair, cfg, PROMPT, runs):
+        assert traces[0].dtype == "bfloat16"
+        kinds.update(t.kind for tr in traces for t in tr.emitted)
+        counts[tuple(dec.committed[len(PROMPT) : len(PROMPT) + 2])] += 1
+    stat, pvalue = chi_square(counts, expected, runs)
+    print(f"\nbfloat16 {proposer}: chi2={stat:.2f} p={pvalue:.4f} kinds={dict(kinds)}")
+    assert min(kinds["accepted"], kinds["corrected"], kinds["bonus"]) >= 50, kinds
+    assert pvalue > 0.01, (stat, pvalue)
+    assert chi_square(counts, exact_joint(pair.draft, cfg), runs)[1] < 1e-4
