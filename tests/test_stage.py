@@ -1,0 +1,209 @@
+"""The browser-run stage without a browser: prefetch, the component's messages, its payload.
+
+* **Prefetch is exact and single.** A cycle computed in advance on a fork of the decoder is the
+  cycle the decoder computes on demand (same tokens, verdicts, draws, cache events), run after run;
+  reaching it adopts it (the fork becomes the decoder: nothing is computed twice), and a live
+  setting change drops it (the next cycle runs under the new setting, as without prefetch).
+* **Messages** (`specviz.ui.stage_events`): malformed or foreign ones are ignored; a report moves the
+  server to the browser's step (adopting the prefetched cycle when the step lies in it); a request
+  moves there first, then steps with the same functions the buttons use.
+* **Payload** (`specviz.viz.stage_data`): the window of steps (the shown cycle, the step before it,
+  the next cycle when known), each with the picture whose title names the step, the status line,
+  the narrative and the strip; the hooks tests rely on (`data-role="verdict"` from the accept phase
+  on, `data-role="action"` on changed rows, `role="figure"` with the cycle and phase in its label);
+  nothing imports Streamlit.
+* **One script** (`specviz.viz.stage_js`): the component's module is morphdom + core + glue, and the
+  standalone page embeds the same core.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import specviz
+from specviz.config import DecodeConfig
+from specviz.ui import stage_events
+from specviz.ui.state import (
+    PHASES_PER_CYCLE,
+    Run,
+    advance_cycle,
+    advance_phase,
+    compute_cycle,
+    prefetch,
+    start_live_run,
+)
+from specviz.viz import stage_data, stage_js
+
+ROOT = Path(__file__).resolve().parent.parent
+PROMPT = [3, 9, 4, 12, 7, 1, 30, 22, 5, 8]
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return specviz.build_tiny_pair(seed=0)
+
+
+def live(pair, run_id: int = 1, **cfg) -> Run:
+    config = DecodeConfig(**{"k": 4, "temperature": 1.0, "page_size": 4, "max_new_tokens": 64, **cfg})
+    return start_live_run(run_id, "test", ("key", run_id), pair, config, PROMPT)
+
+
+def essence(tr) -> dict:
+    """Everything a cycle decided and recorded, without its timings."""
+    d = tr.to_dict()
+    d.pop("timings_ms", None)
+    return d
+
+
+# ---- prefetch --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("layout", ["paged", "contiguous"])
+def test_a_prefetched_cycle_is_the_cycle_computed_on_demand(pair, layout):
+    plain, ahead = live(pair, cache_layout=layout), live(pair, cache_layout=layout)
+    for _ in range(4):
+        plain = compute_cycle(plain)
+        ahead = prefetch(ahead)
+        assert ahead.next_cycle is not None and len(ahead.traces) == len(plain.traces) - 1
+        fork = ahead.ahead.decoder
+        ahead = compute_cycle(ahead)  # adopts: the fork is now the run's decoder, nothing recomputed
+        assert ahead.dec is fork and ahead.ahead is None
+        assert essence(ahead.traces[-1]) == essence(plain.traces[-1])
+    assert ahead.dec.committed == plain.dec.committed
+
+
+def test_prefetch_leaves_the_shown_run_alone_and_never_computes_twice(pair):
+    run = live(pair)
+    before = run.dec
+    run = prefetch(run)
+    assert run.dec is before and run.traces == () and run.view == 0  # the run itself did not move
+    again = prefetch(run)
+    assert again.ahead is run.ahead  # one prefetched cycle at a time
+    shown = advance_phase(run)  # Next phase: the prefetched cycle is adopted and its draft shown
+    assert shown.view == 1 and shown.traces == (run.ahead.trace,) and shown.dec is run.ahead.decoder
+
+
+def test_a_setting_change_discards_the_prefetched_cycle(pair):
+    run = prefetch(live(pair))
+    assert run.next_cycle is not None and run.next_cycle.k == 4
+    run.dec.update_config(run.dec.config.replace(k=2))  # a live setting (the sidebar's sync_config)
+    assert run.next_cycle is None  # computed under K = 4: never shown
+    fresh = live(pair)
+    fresh.dec.update_config(fresh.dec.config.replace(k=2))
+    assert essence(compute_cycle(run).traces[-1]) == essence(compute_cycle(fresh).traces[-1])
+
+
+def test_prefetch_does_nothing_for_a_what_if_cycle_or_a_finished_text(pair):
+    run = live(pair)
+    run.dec.update_config(run.dec.config.replace(forced_outcomes=((1, True),)))
+    assert prefetch(run).ahead is None  # forcing applies when the cycle is asked for
+    short = live(pair, max_new_tokens=1)
+    short = compute_cycle(short)
+    assert short.finished and prefetch(short).ahead is None
+
+
+# ---- the component's messages ------------------------------------------------------------------------
+
+
+def test_malformed_or_foreign_messages_are_ignored(pair):
+    assert stage_events.parse(None) is None
+    assert stage_events.parse({"kind": "explode", "run": 1, "step": 0}) is None
+    assert stage_events.parse({"kind": "view", "run": "x", "step": 0}) is None
+    assert stage_events.parse({"kind": "view", "run": 1}) is None
+    run = prefetch(live(pair))
+    other = stage_events.parse({"kind": "view", "run": run.id + 1, "step": 3})
+    assert stage_events.apply(run, other) is run
+
+
+def test_a_report_moves_the_server_to_the_browsers_step_adopting_the_prefetched_cycle(pair):
+    run = prefetch(live(pair))
+    event = stage_events.parse({"kind": "view", "run": run.id, "step": 3, "seq": 0})
+    assert not stage_events.moves_server(event)
+    moved = stage_events.apply(run, event)
+    assert moved.view == moved.revealed == 3 and len(moved.traces) == 1 and moved.dec is run.ahead.decoder
+    # A step past everything known is clamped to what exists.
+    far = stage_events.apply(run, {"kind": "view", "run": run.id, "step": 40})
+    assert far.view == PHASES_PER_CYCLE * len(far.traces)
+
+
+def test_a_request_moves_first_then_steps_like_the_buttons(pair):
+    run = prefetch(live(pair))
+    browser_at = 5  # the browser showed cycle 1 to its rollback without telling the server
+    event = stage_events.parse({"kind": "next_phase", "run": run.id, "step": browser_at})
+    assert stage_events.moves_server(event)
+    got = stage_events.apply(run, event)
+    assert (got.before, got.view) == (browser_at, 6) and len(got.traces) == 2
+    cycle = stage_events.apply(run, {"kind": "next_cycle", "run": run.id, "step": 2})
+    button = advance_cycle(dataclasses.replace(advance_phase(advance_phase(run)), before=None))
+    assert cycle.view == button.view == 5
+    back = stage_events.apply(got, {"kind": "back", "run": run.id, "step": 6})
+    assert back.view == 5
+    seek = stage_events.apply(got, {"kind": "seek", "run": run.id, "step": 6, "target": 2})
+    assert seek.view == 2
+
+
+# ---- the payload ------------------------------------------------------------------------------------------
+
+
+def timeline_of(run: Run) -> stage_data.Timeline:
+    nxt = run.next_cycle
+    return stage_data.Timeline(
+        prompt_ids=run.prompt_ids, prefill=run.prefill, traces=(*run.traces, *((nxt,) if nxt else ())),
+        texts=run.texts, proposer=run.proposer, proposer_label="draft model", real=len(run.traces),
+    )
+
+
+def test_the_window_holds_the_shown_cycle_the_step_before_and_the_next_cycle(pair):
+    run = prefetch(compute_cycle(compute_cycle(live(pair))))  # two cycles adopted, a third in hand
+    tl = timeline_of(run)
+    assert tl.last_step == 15
+    assert list(stage_data.window(7, tl)) == list(range(5, 16))  # cycle 2, its start, cycle 3
+    assert list(stage_data.window(0, tl)) == list(range(0, 11))
+    assert list(stage_data.window(12, tl)) == list(range(10, 16))  # nothing known past cycle 3
+
+
+def test_each_step_carries_its_picture_words_and_hooks(pair):
+    run = prefetch(live(pair))
+    tl = timeline_of(run)
+    steps = stage_data.steps_payload(tl, stage_data.window(0, tl), lecture=True, max_rows=3)
+    assert list(steps) == [str(s) for s in range(6)]
+    assert steps["0"]["title"] == "Prefill" and steps["0"]["cycle"] is None  # before adoption: the prefill
+    tr = tl.traces[0]
+    for step, phase in zip(range(1, 6), ("draft", "verify", "accept", "resolve", "rollback"), strict=True):
+        s = steps[str(step)]
+        (kv,) = s["kv"]
+        assert s["phase"] == phase and s["cycle"] == 0
+        assert re.findall(r"<div class='svkv-phase'>(.*?)</div>", kv) == [s["title"].replace("&", "&amp;")]
+        label = re.search(r"<div class='svkv svkv-lecture' role='figure' aria-label='([^']*)'", kv).group(1)
+        assert f"Cycle 1 · {s['title'].split(' · ', 1)[1]}".replace("&", "&amp;") in label
+        verdicts = re.findall(r"data-role='verdict'", kv)
+        assert len(verdicts) == (tr.k if phase in ("accept", "resolve", "rollback") else 0)  # no spoiler
+        assert "svkv-anim" not in kv and "<style>" not in kv  # transitions in the browser, one stylesheet
+        assert "committed before this cycle" in s["status"] and s["story"].startswith("<p>")
+        assert "<script" not in s["story"]
+    # The rows a phase changed are marked: the verify pass appends to the target cache.
+    assert "data-role='action'" in steps["2"]["kv"][0]
+    # Every cache cell and row has a key that stays with it from step to step.
+    keys = [set(re.findall(r"data-key='([^']+)'", steps[str(s)]["kv"][0])) for s in (1, 2)]
+    assert {"t-ptr"} <= keys[0] | keys[1] and len(keys[0] & keys[1]) > 10
+
+
+def test_the_stage_modules_import_no_streamlit():
+    code = ("import sys, specviz.viz.stage_data, specviz.viz.stage_js, specviz.ui.stage_events; "
+            "print('streamlit' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "False"
+
+
+def test_one_script_for_the_app_and_the_standalone_page():
+    app = stage_js.app_js()
+    assert "function morphdom" in app or "var morphdom" in app
+    assert "export default morphdom" not in app and app.count("export default") == 1  # the glue's only
+    assert stage_js.core_js() in app and "function createStage" in stage_js.core_js()
+    assert (ROOT / "specviz/viz/static/morphdom.LICENSE").read_text().startswith("The MIT License")
