@@ -42,7 +42,8 @@ _MD = MarkdownIt("commonmark", {"html": False})
 class Timeline:
     """The steps a browser may show, from any source: a live run (with its prefetched cycle), a
     recording, a replay. `real` counts the cycles the run has adopted: before the first one, step 0
-    is the prefill (a prefetched first cycle does not turn it into "start of cycle 1")."""
+    is the prefill (a prefetched first cycle does not turn it into "start of cycle 1"), and so it is
+    on a page that shows a whole recording from its prefill (`prefill_at_zero`)."""
 
     prompt_ids: tuple[int, ...]
     prefill: tuple[CacheSnapshot, CacheSnapshot | None]
@@ -52,6 +53,7 @@ class Timeline:
     proposer_label: str = ""
     real: int | None = None
     status_suffix: str = ""
+    prefill_at_zero: bool = False  # a whole recorded run (the standalone page) opens on its prefill
     _memo: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -66,7 +68,7 @@ class Timeline:
 def view_of(step: int, tl: Timeline) -> tuple[int | None, str]:
     """(cycle or None before the first, phase) of a step, as `specviz.ui.state.view_of`."""
     if step == 0:
-        return (0, "start") if tl.adopted else (None, "prefill")
+        return (0, "start") if tl.adopted and not tl.prefill_at_zero else (None, "prefill")
     c, p = divmod(step - 1, PHASES_PER_CYCLE)
     return c, CYCLE_PHASES[p + 1]
 
