@@ -181,6 +181,8 @@ def run_token_ids(
             ids.add(step.token_id)
             ids.update(tp.token_id for tp in (*step.draft_top, *step.target_top))
         ids.update(tp.token_id for tp in (*t.residual_top, *t.bonus_top))
+        if t.tree is not None:  # a tree's nodes are its drafts; what the proposer fed while growing it too
+            ids.update(t.tree.proposer_fed)
         snapshots.extend(s for snap in t.snapshots for s in (snap.target, snap.draft) if s is not None)
     for snap in snapshots:
         ids.update(snap.slot_tokens)

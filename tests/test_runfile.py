@@ -95,6 +95,18 @@ def test_every_token_of_the_run_has_its_text(proposer):
     assert record.token_text(10**6) == "<1000000>"  # the fallback exists, for ids outside the run
 
 
+def test_a_token_tree_run_round_trips_with_every_text():
+    """A tree run's file keeps the tree (nodes, path, moves) and the texts of every node and every
+    token the proposer fed while growing the tree."""
+    record = real_run("draft", 1.0, ("paged", 4, "free"), tree_width=3)[0]
+    assert all(t.tree is not None for t in record.traces)
+    again = load_run(record.to_json())
+    assert again == record and again.config.tree_width == 3 and again.config.tree_nodes == 8
+    fed = {tok for t in record.traces for tok in t.tree.proposer_fed}
+    nodes = {n.token_id for t in record.traces for n in t.tree.nodes}
+    assert fed | nodes <= set(record.token_texts)
+
+
 def test_a_loaded_run_draws_with_no_tokenizer():
     """Every view of a loaded run draws from token_texts alone: a lookup that fails on any id the run
     did not record would raise, and the fallback is never taken."""
