@@ -189,10 +189,10 @@ class Candidate:
     dist: int = -1  # row of the distribution it was picked from (in the grower's list), -1: none
 
 
-def top_children(logprobs: torch.Tensor, width: int) -> list[tuple[int, float]]:
-    """(token, log-probability) of the `width` most likely tokens, impossible ones dropped."""
-    values, ids = torch.topk(logprobs, min(width, logprobs.shape[-1]))
-    return [(int(t), float(v)) for t, v in zip(ids.tolist(), values.tolist()) if v > float("-inf")]
+def top_children(probs: torch.Tensor, width: int) -> list[tuple[int, float]]:
+    """(token, log-probability) of the `width` most likely tokens of `probs` [V], impossible ones dropped."""
+    values, ids = torch.topk(probs, min(width, probs.shape[-1]))
+    return [(int(t), math.log(v)) for t, v in zip(ids.tolist(), values.tolist()) if v > 0]
 
 
 def grow(
@@ -206,7 +206,7 @@ def grow(
     feeding order (what the proposer's cache holds past the prefix)."""
     dists = [torch.softmax(root_logits.float(), dim=-1)]
     pool: list[Candidate] = []
-    for token, logp in top_children(torch.log(dists[0]), shape.width):
+    for token, logp in top_children(dists[0], shape.width):
         pool.append(Candidate(token, -1, 1, logp, float(dists[0][token]), 0))
     frontier = list(range(len(pool)))
     fed: list[int] = []
@@ -218,7 +218,7 @@ def grow(
         newest = []
         for parent, row in zip(frontier, logits):
             dists.append(torch.softmax(row.float(), dim=-1))
-            for token, logp in top_children(torch.log(dists[-1]), shape.width):
+            for token, logp in top_children(dists[-1], shape.width):
                 newest.append(len(pool))
                 pool.append(Candidate(token, parent, depth, pool[parent].score + logp, float(dists[-1][token]),
                                       len(dists) - 1))
