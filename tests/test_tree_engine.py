@@ -192,6 +192,20 @@ def test_invariant_after_every_tree_cycle(proposer, layout):
             assert moves == list(t.tree.moves) and t.tree.in_place == (not moves)
 
 
+@pytest.mark.parametrize("arch", ["qwen2", "gpt2"])
+def test_other_architectures(arch):
+    """Qwen2 (GQA, biases) and GPT-2 (learned absolute positions): the invariant after every tree
+    cycle for both model proposers at T = 1, and the target's greedy text at T = 0."""
+    the_pair = make_pair(arch)
+    for proposer in ("draft", "feature"):
+        cfg = DecodeConfig(k=3, tree_width=3, tree_nodes=8, proposer=proposer, page_size=4, max_new_tokens=10)
+        run(cfg, the_pair)
+    reference = the_pair.target.generate(torch.tensor([PROMPT]), do_sample=False, max_new_tokens=10,
+                                         min_new_tokens=10)[0].tolist()
+    dec, _ = run(DecodeConfig(k=3, tree_width=3, tree_nodes=8, temperature=0.0, max_new_tokens=10), the_pair)
+    assert dec.committed == reference
+
+
 def test_kv_moves_and_the_no_copy_case():
     """A draft equal to the target (noise 0): the most likely chain always wins and is already in
     place (no copy). A noisy draft at T = 1: non-first siblings win, K/V move, across blocks too."""
