@@ -33,6 +33,7 @@ stalls under load).
 
     python scripts/feature_data.py --workers 2 --worker 0 &   # ~1.5 M generated tokens in all
     python scripts/feature_data.py --workers 2 --worker 1 &
+    python scripts/feature_data.py --natural    # the natural held-out set's answers (validation only)
     python scripts/feature_data.py --status                    # progress of both
 """
 
@@ -230,6 +231,27 @@ def run_phase(model, tok, phase: Phase, rows: list[dict], args, progress: dict) 
             f"(this worker {progress['tokens']:,} tokens, {rate:.0f} tok/s)")
 
 
+def natural_eval(model, tok, args) -> None:
+    """The natural held-out prompts answered greedily and at T=1, for validation curves only
+    (``WORK/natural``: never read by training, only by its held-out measurements)."""
+    out_dir = WORK / "natural"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows = dp.read_jsonl(dp.PROMPTS / "natural.jsonl")
+    per_shard = math.ceil(len(rows) / 3)
+    for b in range(6):
+        greedy = b < 3
+        path = out_dir / f"shard-{b:05d}.pt"
+        batch = rows[(b % 3) * per_shard : (b % 3 + 1) * per_shard]
+        if path.exists() or not batch:
+            continue
+        out = generate_with_features(model, tok, [encode(tok, r) for r in batch], 128, greedy, seed=SEED + b)
+        for j, r in enumerate(out):
+            r["prompt_index"], r["source"] = (b % 3) * per_shard + j, "natural"
+        torch.save({"rows": out, "greedy": greedy, "phase": "natural", "dtype": args.dtype}, path.with_suffix(".tmp"))
+        os.replace(path.with_suffix(".tmp"), path)
+        log(f"natural held-out shard {b + 1}/6 ({'greedy' if greedy else 'T=1'})")
+
+
 def status() -> None:
     total = 0
     for path in sorted(DATA.glob("shard-*.pt")):
@@ -261,6 +283,8 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--worker", type=int, default=0)
     ap.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16")
+    ap.add_argument("--natural", action="store_true",
+                    help="answer the natural held-out prompts (validation curves only) and exit")
     ap.add_argument("--status", action="store_true", help="print the generated tokens so far and exit")
     ap.add_argument("--measure", action="store_true", help="time a batched decode step in both dtypes and exit")
     args = ap.parse_args()
@@ -272,6 +296,8 @@ def main() -> None:
     model, tok = load_target(device, getattr(torch, args.dtype))
     if args.measure:
         return measure(load_target(device, torch.float32)[0], load_target(device, torch.bfloat16)[0], tok)
+    if args.natural:
+        return natural_eval(model, tok, args)
     progress = {"tokens": 0, "t0": time.perf_counter()}
     run_phase(model, tok, ASKS, asks_rows(tok), args, progress)
     main_list = main_rows(tok)

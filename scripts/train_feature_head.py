@@ -28,6 +28,7 @@ The evaluation (acceptance, tokens per cycle, alpha, cost, speed) runs through t
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import sys
 import time
@@ -46,6 +47,7 @@ from train_draft import load_target, log, pick_device, save_ckpt  # noqa: E402
 from specviz.feature_head import FeatureHead, _layer_config, target_fingerprint  # noqa: E402
 
 CKPT = WORK / "ckpt"
+CURVE = WORK / "curve.jsonl"  # one line per validation: steps, training tokens seen, held-out figures
 EXPORT = ROOT / "assets" / "feature_head"
 SEED = 0
 VAL_EVERY = 50  # prompt_index % VAL_EVERY == 0 -> validation
@@ -131,33 +133,41 @@ def init_head(target, vocab: list[int], copy_last_layer: bool = False) -> Featur
     return head
 
 
-def losses(head: FeatureHead, ids, feats, lse, attn, mask, noise: float, unroll: bool):
-    """Distribution and feature losses (and step-1 agreement) for one batch."""
+def losses(head: FeatureHead, ids, feats, lse, attn, mask, noise: float, unroll: int):
+    """Distribution and feature losses (and per-depth agreement and α) for one batch.
+
+    Pass 1 reads the target's real features. Passes 2..`unroll` are the training-time test of
+    EAGLE-3: a random half of the input features are the previous pass's own predictions (what
+    drafting d_2, d_3 ... really feeds the head), so deeper drafts are trained on the inputs they get.
+    Later passes weigh 0.8x the one before."""
     noisy = feats + noise * feats.std() * torch.randn_like(feats) if noise else feats
     # entry p: input (F[p], x[p+1]) -> predicts F[p+1]; trained where mask[p]
     inputs_f, inputs_x = noisy[:, :-1], ids[:, 1:]
     target_f, target_lse = feats[:, 1:], lse[:, 1:]
     m = mask[:, :-1]
-    pred = head(inputs_f, inputs_x, attention_mask=attn[:, 1:])  # [B, T-1, H]
     with torch.no_grad():
         p = torch.exp(head.candidate_logits(target_f[m]) - target_lse[m, None])  # [N, |S|] target probs on S
     out = {}
     total = 0.0
-    for name, predicted in [("step1", pred)] + ([("step2", None)] if unroll else []):
-        if predicted is None:  # unrolled: half the inputs are the head's own predictions
-            use_pred = torch.rand(m.shape, device=m.device) < 0.5
-            shifted = torch.cat([inputs_f[:, :1], pred[:, :-1]], dim=1)  # prediction of F[p] for entry p
-            mixed = torch.where(use_pred[..., None], shifted, inputs_f)
-            predicted = head(mixed, inputs_x, attention_mask=attn[:, 1:])
+    previous = None
+    for depth in range(1, max(1, unroll) + 1):
+        if previous is None:
+            features_in = inputs_f
+        else:  # the previous pass's prediction of F[p] stands in for entry p's input, half the time
+            shifted = torch.cat([inputs_f[:, :1], previous[:, :-1]], dim=1)
+            features_in = torch.where((torch.rand(m.shape, device=m.device) < 0.5)[..., None], shifted, inputs_f)
+        predicted = head(features_in, inputs_x, attention_mask=attn[:, 1:])  # [B, T-1, H]
         logq = torch.log_softmax(head.candidate_logits(predicted[m]).float(), dim=-1)
         cls = -(p * logq).sum(-1).mean()
         reg = F.smooth_l1_loss(predicted[m], target_f[m])
-        total = total + cls + reg
+        total = total + 0.8 ** (depth - 1) * (cls + reg)
+        previous = predicted
         with torch.no_grad():
             q = logq.exp()
-            out[f"{name}_agree"] = (q.argmax(-1) == p.argmax(-1)).float().mean().item()
-            out[f"{name}_alpha"] = torch.minimum(p, q).sum(-1).mean().item()
-            out[f"{name}_cls"], out[f"{name}_reg"] = cls.item(), reg.item()
+            out[f"step{depth}_agree"] = (q.argmax(-1) == p.argmax(-1)).float().mean().item()
+            out[f"step{depth}_alpha"] = torch.minimum(p, q).sum(-1).mean().item()
+            out[f"step{depth}_cls"] = cls.item()
+    out["tokens"] = int(m.sum())
     return total, out
 
 
@@ -189,6 +199,8 @@ def cmd_train(args: argparse.Namespace) -> None:
     rng = random.Random(SEED + step)
     t_last_ckpt = time.time()
     log(f"{len(rows)} sequences from {len(seen)} shards; vocabulary |S| = {len(vocab)}; budget {args.minutes} min")
+    natural = natural_rows()
+    tokens_seen = state.get("tokens_seen", 0) if state else 0
     while spent < budget:
         t0 = time.time()
         if step % 50 == 0 and load_rows(seen, rows):
@@ -206,30 +218,74 @@ def cmd_train(args: argparse.Namespace) -> None:
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
         opt.step()
         step += 1
+        tokens_seen += stats["tokens"]
         spent += time.time() - t0
         if step % 5 == 0:
             log(f"step {step} lr {lr:.2e} " + " ".join(f"{k} {v:.3f}" for k, v in stats.items())
                 + f" ({spent / 60:.1f}/{args.minutes} min)")
         if time.time() - t_last_ckpt > 120 or spent >= budget:
-            if step % 1 == 0:
-                val = validate(head, rows, device)
-                log("validation " + " ".join(f"{k} {v:.3f}" for k, v in val.items()))
+            val = {"template": validate(head, [r for r in rows if r["prompt_index"] % VAL_EVERY == 0], device),
+                   "natural": validate(head, natural, device, limit=96)}
+            for name, v in val.items():
+                log(f"validation ({name}) " + " ".join(f"{k} {x:.3f}" for k, x in v.items() if k != "tokens"))
+            with open(CURVE, "a") as f:
+                f.write(json.dumps({"step": step, "minutes": round(spent / 60, 2), "tokens_seen": tokens_seen,
+                                    "data_sequences": len(rows), **val}) + "\n")
             save_ckpt({"head": head.state_dict(), "opt": opt.state_dict(), "step": step, "spent": spent,
-                       "vocab": vocab, "args": vars(args)}, CKPT)
+                       "vocab": vocab, "args": vars(args), "tokens_seen": tokens_seen}, CKPT)
             t_last_ckpt = time.time()
     log(f"done: {step} steps, {spent / 60:.1f} min")
 
 
 @torch.no_grad()
-def validate(head: FeatureHead, rows: list[dict], device: torch.device, limit: int = 48) -> dict:
-    val_rows = [r for r in rows if r["prompt_index"] % VAL_EVERY == 0][:limit]
+def validate(head: FeatureHead, val_rows: list[dict], device: torch.device, limit: int = 48) -> dict:
+    """Per-depth agreement and α on held-out rows (in batches of 24, token-weighted)."""
+    val_rows = val_rows[:limit]
     if not val_rows:
         return {}
     head.eval()
     torch.manual_seed(SEED)
-    _, stats = losses(head, *make_batch(val_rows, device), noise=0.0, unroll=True)
+    sums: dict[str, float] = {}
+    total = 0
+    for i in range(0, len(val_rows), 24):
+        _, stats = losses(head, *make_batch(val_rows[i : i + 24], device), noise=0.0, unroll=3)
+        n = stats.pop("tokens")
+        total += n
+        for k, v in stats.items():
+            sums[k] = sums.get(k, 0.0) + v * n
     head.train()
-    return stats
+    return {k: v / total for k, v in sums.items()} | {"tokens": total}
+
+
+def natural_rows() -> list[dict]:
+    """The natural held-out prompts' answers (``feature_data.py --natural``): validation only."""
+    rows: list[dict] = []
+    for path in sorted((WORK / "natural").glob("shard-*.pt")):
+        rows.extend(torch.load(path)["rows"])
+    random.Random(SEED).shuffle(rows)  # greedy and T=1 answers mixed in any prefix
+    return rows
+
+
+@torch.no_grad()
+def cmd_coverage(args: argparse.Namespace) -> None:
+    """How much of the target's probability mass a trimmed vocabulary of each size keeps, on the
+    template validation rows and on the natural held-out rows (generated positions)."""
+    target, _tok = load_target(torch.device("cpu"))
+    rows: list[dict] = []
+    load_rows(set(), rows)
+    train_rows = [r for r in rows if r["prompt_index"] % VAL_EVERY]
+    sets = {"template validation": [r for r in rows if r["prompt_index"] % VAL_EVERY == 0], "natural": natural_rows()}
+    weight = target.get_output_embeddings().weight
+    for size in args.sizes:
+        vocab = torch.tensor(candidate_vocab(target, train_rows, size, [int(target.config.eos_token_id)]))
+        parts = []
+        for name, val in sets.items():
+            kept = []
+            for r in val[:96]:
+                f = r["feats"][r["num_prompt"] - 1:].float()
+                kept.append(torch.exp(f @ weight[vocab].T - r["lse"][r["num_prompt"] - 1:, None]).sum(-1))
+            parts.append(f"{name} {torch.cat(kept).mean():.4f}")
+        log(f"|S| = {size}: mass kept " + ", ".join(parts))
 
 
 def cmd_export(args: argparse.Namespace) -> None:
@@ -341,16 +397,19 @@ def main() -> None:
     tr.add_argument("--lr", type=float, default=1e-3)
     tr.add_argument("--vocab", type=int, default=8192)
     tr.add_argument("--noise", type=float, default=0.05)
-    tr.add_argument("--unroll", action=argparse.BooleanOptionalAction, default=True)
+    tr.add_argument("--unroll", type=int, default=3,
+                    help="training-time test: passes on the head's own predictions (1 = none)")
     tr.add_argument("--threads", type=int, default=2)
     tr.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=False,
                     help="bfloat16 autocast (slower than float32 on this CPU)")
+    cv = sub.add_parser("coverage")
+    cv.add_argument("--sizes", type=int, nargs="+", default=[8192, 12288, 16384])
     ex = sub.add_parser("export")
     ex.add_argument("--out", type=Path, default=EXPORT)
     cd = sub.add_parser("card")
     cd.add_argument("--out", type=Path, default=EXPORT)
     args = ap.parse_args()
-    {"train": cmd_train, "export": cmd_export, "card": cmd_card}[args.cmd](args)
+    {"train": cmd_train, "export": cmd_export, "card": cmd_card, "coverage": cmd_coverage}[args.cmd](args)
 
 
 if __name__ == "__main__":
