@@ -3,7 +3,9 @@
 #
 #   bash scripts/device_check.sh [--out DIR]   on a CUDA machine: tests/test_cuda.py (pytest, or
 #                                              tests/cuda_checks.py where pytest is missing), then
-#                                              `python -m bench.gpu` -> DIR/gpu.md + gpu.json (default docs/)
+#                                              `python -m bench.gpu` -> DIR/gpu.md + gpu.json (default docs/),
+#                                              then the tree verify cost v(N) in float32 and bfloat16
+#                                              (`python -m bench.verify_cost`, a section of gpu.md)
 #   bash scripts/device_check.sh --cpu-smoke   the same code on the CPU with tiny shapes, in under a
 #                                              minute; the report goes to a new temporary folder
 #   bash scripts/device_check.sh --prepare     (here, with a package registry) fetch the pinned
@@ -14,9 +16,10 @@
 # repository's files: no internet, no model hub, no model file (the models are random weights
 # built from configs), nothing from .venv. If a folder .whl/ with wheels came along, they are
 # installed (no index, no dependencies) into a temporary folder first and put on PYTHONPATH.
-# Designed to finish within 8 minutes on one GPU: the tests are cut off at 180 s and the
-# benchmark skips what is left after 200 s. Exit status: 0 all passed, 1 a test failed or the
-# benchmark failed, 2 no CUDA device (use --cpu-smoke), 3 this Python cannot import specviz.
+# Designed to finish within 10 minutes on one GPU: the tests are cut off at 180 s, the benchmark
+# skips what is left after 200 s, and the verify cost is cut off at 90 s. Exit status: 0 all
+# passed, 1 a test or a benchmark failed, 2 no CUDA device (use --cpu-smoke), 3 this Python cannot
+# import specviz.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -31,7 +34,7 @@ while [ $# -gt 0 ]; do
     --out) out="$2"; shift ;;
     --out=*) out="${1#--out=}" ;;
     --no-pytest) use_pytest=no ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "device_check: unknown argument $1 (see --help)" >&2; exit 64 ;;
   esac
   shift
@@ -135,8 +138,23 @@ else
 fi
 bench_rc=$?
 say "benchmark: exit status $bench_rc ($((SECONDS - bench_start)) s); total $((SECONDS - start)) s"
+
+# ---------------------------------------------------------------- 3. verify cost v(N), float32 and bfloat16
+# One target forward over N = 1..32 new tokens under the engine's tree mask, both dtypes interleaved
+# per round (bench/verify_cost.py); its table goes into gpu.md / gpu.json as its own section.
+vc_start=$SECONDS
+if [ "$mode" = cpu ]; then
+  timeout 90 "$PYTHON" -m bench.verify_cost --shape tiny --device cpu --threads 1 --reps 3 --min-reps 1 \
+    --report gpu --into "$out"
+else
+  timeout 90 "$PYTHON" -m bench.verify_cost --shape smollm2-1.7b --device cuda --past 512 --reps 30 \
+    --budget-s 40 --report gpu --into "$out"
+fi
+vc_rc=$?
+[ -f "$out/gpu.md" ] || vc_rc=1  # its section belongs in the report bench.gpu wrote
+say "verify cost: exit status $vc_rc ($((SECONDS - vc_start)) s); total $((SECONDS - start)) s"
 say "report: $out/gpu.md, $out/gpu.json; test log: $log"
 if [ "$mode" = cpu ]; then
   say "this was a CPU smoke: nothing in it is a GPU measurement, and docs/ was left alone"
 fi
-[ $tests_rc -eq 0 ] && [ $bench_rc -eq 0 ] || exit 1
+[ $tests_rc -eq 0 ] && [ $bench_rc -eq 0 ] && [ $vc_rc -eq 0 ] || exit 1
