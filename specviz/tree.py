@@ -289,8 +289,10 @@ def from_paths(root_token: int, paths: Sequence[Sequence[int]], shape: TreeShape
     while stack:
         parent = stack.pop()
         kids = sorted(by_parent.get(parent, []), key=lambda c: (-counts[c], first_seen[c]))[: shape.width]
+        if not kids:
+            continue
         total = sum(counts[c] for c in kids)
-        dist = torch.zeros(vocab_size, device=device)
+        dist = torch.zeros(vocab_size, device=device)  # the shares as a distribution over the vocabulary
         for c in kids:
             alive[c] = True
             pool[c].prob = counts[c] / total
