@@ -49,6 +49,7 @@ PROMPTS = ROOT / "assets" / "prompts"
 EXPORT = ROOT / "assets" / "draft"
 SEED = 0
 TOPK = 32
+FEATURE_DATA = Path(os.environ.get("SPECVIZ_FEATURE_WORK", ROOT / "work-data" / "feature")) / "data"
 
 
 def log(msg: str) -> None:
@@ -254,9 +255,9 @@ def init_draft(target, hidden: int, layers: int, intermediate: int):
 # train: KL to the target's top-k distributions
 
 
-def load_rows(seen: set[str], rows: list[dict]) -> int:
+def load_rows(seen: set[str], rows: list[dict], data: Path = DATA) -> int:
     added = 0
-    for shard in sorted(DATA.glob("shard-*.pt")):
+    for shard in sorted(data.glob("shard-*.pt")):
         if shard.name in seen:
             continue
         try:
@@ -265,10 +266,25 @@ def load_rows(seen: set[str], rows: list[dict]) -> int:
             continue
         seen.add(shard.name)
         for r in blob["rows"]:
+            if "feats" in r:  # a feature shard (scripts/feature_data.py): labelled when first drawn
+                r = {"prompt": r["ids"][: r["num_prompt"]], "gen": r["ids"][r["num_prompt"]:],
+                     "feats": r["feats"], "lse": r["lse"]}
             if len(r["gen"]) > 0:
                 rows.append(r)
                 added += len(r["gen"])
     return added
+
+
+@torch.no_grad()
+def label_from_features(row: dict, lm_head: torch.Tensor) -> None:
+    """Top-k soft labels of a feature-shard row, from the target's own features: the target's
+    distribution for generated token i is softmax(lm_head F[num_prompt - 1 + i]) (exact up to the
+    bfloat16 matmul). Computed once, when the row is first drawn, and kept."""
+    start = len(row["prompt"]) - 1
+    feats = row.pop("feats")[start : start + len(row["gen"])].to(lm_head.dtype)
+    probs = torch.exp((feats @ lm_head.T).float() - row.pop("lse")[start : start + len(row["gen"]), None])
+    top = probs.topk(TOPK, dim=-1)
+    row["topk_ids"], row["topk_probs"] = top.indices.to(torch.int32), top.values.to(torch.float16)
 
 
 def make_batch(rows: list[dict], max_len: int):
@@ -338,12 +354,25 @@ def cmd_train(args: argparse.Namespace) -> None:
         model = LlamaForCausalLM(draft_config(**arch))
         model.load_state_dict(state["model"])
         log(f"resumed from step {state['step']}")
+    elif args.init_from:  # continue from a shipped draft (e.g. assets/draft) on new data
+        from transformers import LlamaForCausalLM
+
+        model = LlamaForCausalLM.from_pretrained(args.init_from, dtype=torch.float32)
+        c = model.config
+        arch = {"hidden": c.hidden_size, "layers": c.num_hidden_layers, "intermediate": c.intermediate_size}
+        state = {"step": 0, "tokens": 0, "seconds": 0.0, "curve": [], "init_from": str(args.init_from)}
+        log(f"starting from the draft in {args.init_from}")
     else:
         arch = {"hidden": args.hidden, "layers": args.layers, "intermediate": args.intermediate}
         target, _ = load_target(torch.device("cpu"))
         model = init_draft(target, **arch)
         del target
         state = {"step": 0, "tokens": 0, "seconds": 0.0, "curve": []}
+    lm_head = None
+    if args.feature_shards:  # labels come from the target's features: only its output head is needed
+        target, _ = load_target(torch.device("cpu"))
+        lm_head = target.get_output_embeddings().weight.detach().to(device, torch.bfloat16)
+        del target
     state["train_args"] = vars(args)
     model.to(device).train()
     ema = {k: v.detach().clone().float() for k, v in model.state_dict().items()}
@@ -357,7 +386,8 @@ def cmd_train(args: argparse.Namespace) -> None:
 
     rows: list[dict] = []
     seen: set[str] = set()
-    n_avail = load_rows(seen, rows)
+    data_dir = FEATURE_DATA if args.feature_shards else DATA
+    n_avail = load_rows(seen, rows, data_dir)
     rng = random.Random(SEED + state["step"])
     step, t_last, tok_window, loss_window = state["step"], time.perf_counter(), 0, []
     last_ckpt = time.perf_counter()
@@ -365,11 +395,11 @@ def cmd_train(args: argparse.Namespace) -> None:
     decay_from = time.time() + 0.75 * (deadline - time.time()) if deadline else 0.0
     while step < args.steps:
         if step % 50 == 0:
-            n_avail += load_rows(seen, rows)
+            n_avail += load_rows(seen, rows, data_dir)
         if not rows:
             log("no data yet; waiting for shards")
             time.sleep(30)
-            n_avail += load_rows(seen, rows)
+            n_avail += load_rows(seen, rows, data_dir)
             continue
         # Linear warm-up, then constant (data keeps arriving), then a cosine decay to 10% over the
         # last --decay-steps steps, or over the last quarter of the time left before --deadline.
@@ -386,6 +416,9 @@ def cmd_train(args: argparse.Namespace) -> None:
         for g in opt.param_groups:
             g["lr"] = lr
         batch = rng.sample(rows, min(args.batch, len(rows)))
+        for r in batch:
+            if "topk_ids" not in r:
+                label_from_features(r, lm_head)
         input_ids, attn, pos, top_ids, top_probs = make_batch(batch, args.max_len)
         out = model.model(input_ids=input_ids.to(device), attention_mask=attn.to(device))
         hidden = out.last_hidden_state[pos[:, 0].to(device), pos[:, 1].to(device)]  # [N, H]
@@ -775,6 +808,10 @@ def main() -> None:
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--ema", type=float, default=0.95)
     p.add_argument("--bf16-head", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--feature-shards", action="store_true",
+                   help="train on scripts/feature_data.py's shards (labels from the target's features)")
+    p.add_argument("--init-from", type=Path, default=None,
+                   help="start from this exported draft instead of a fresh one (when no checkpoint exists)")
     p.add_argument("--batch", type=int, default=16, help="sequences per step")
     p.add_argument("--max-len", type=int, default=256)
     p.add_argument("--log-every", type=int, default=20)
