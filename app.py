@@ -54,7 +54,9 @@ TABS = {
 MYTHS_INTRO = "The classic walkthrough of the cache bookkeeping gets these wrong. specviz shows the precise version:"
 
 # The stage must sit above the fold at 1440x900: Streamlit's default top padding (6 rem) is halved.
+# In lecture mode (no caption above the buttons) the buttons start just below Streamlit's header.
 COMPACT_PAGE = "<style>.stMainBlockContainer { padding-top: 2.5rem; }</style>"
+LECTURE_PAGE = "<style>.stMainBlockContainer { padding-top: 3.9rem; }</style>"
 
 st.set_page_config(
     page_title="specviz — speculative decoding, exactly", page_icon=":material/visibility:", layout="wide"
@@ -192,11 +194,13 @@ def main() -> None:
 def page(settings: Any, controls: sidebar.Controls | None, limit_notes: list[str]) -> None:
     """The main column: the header, then the run the sidebar asks for (or a recording)."""
     ws = session.workspace()
-    st.html(COMPACT_PAGE + kv_html.stylesheet(MAX_K))
-    st.caption(
-        "**Speculative decoding, exactly** — a proposer guesses K tokens, the target checks them in one pass, and a "
-        "rejection test keeps the output exactly the target's. Keys: → phase · Shift+→ cycle · ← back · P play"
-    )
+    st.html((LECTURE_PAGE if st.session_state.get("lecture") else COMPACT_PAGE) + kv_html.stylesheet(MAX_K))
+    if not st.session_state.get("lecture"):  # lecture mode: the stage alone, on one screen
+        st.caption(
+            "**Speculative decoding, exactly** — a proposer guesses K tokens, the target checks them in one pass, "
+            "and a rejection test keeps the output exactly the target's. Keys: → phase · Shift+→ cycle · ← back · "
+            "P play"
+        )
     for note in limit_notes:
         st.warning(note, icon=":material/school:")
     if showing_recording(controls):

@@ -65,8 +65,10 @@ def on_back() -> None:
     act(back)
 
 
-def on_history(key: str) -> None:
+def on_history(key: str, drawn: int) -> None:
     wanted = int(st.session_state[key])  # read before the lock: see Workspace
+    if wanted == drawn:  # the slider's own value coming back (a first report of a new slider): no move
+        return
     act(lambda r: seek(r, wanted))
 
 
@@ -243,7 +245,7 @@ def history_slider(run: Run) -> None:
         format_func=labels.__getitem__,
         key=key,
         on_change=on_history,
-        args=(key,),
+        args=(key, run.view),
     )
 
 

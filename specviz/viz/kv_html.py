@@ -592,7 +592,30 @@ def _css(k: int) -> str:
 .svkv{{font-family:Inter,'Segoe UI',Roboto,Helvetica,Arial,sans-serif;font-size:16px;color:#1f2937;width:100%;
 line-height:1.3;--tagw:{TAG_EM}em}}
 .svkv *{{box-sizing:border-box}}
-.svkv.svkv-lecture{{font-size:22px}}
+.svkv.svkv-lecture{{font-size:clamp(16px,2.05vh,22px)}}
+.svkv.svkv-lecture .svkv-phase{{font-size:1.15em;margin:0 0 .2em}}
+.svkv.svkv-lecture .svkv-cell{{min-height:2.3em;padding:.05em .25em .1em}}
+.svkv.svkv-lecture .svkv-grid{{gap:4px;margin-top:.2em}}
+.svkv.svkv-lecture .svkv-free{{flex-wrap:nowrap;overflow:hidden;margin:.1em 0}}
+.svkv.svkv-lecture .svkv-legend,.svkv.svkv-lecture .svkv-describe,.svkv.svkv-lecture .svkv-sub2{{display:none}}
+.svkv.svkv-lecture .svkv-cycle{{margin-top:.4em;padding-top:.3em}}
+.svkv.svkv-lecture .svkv-caches{{gap:.6em 2em}}
+.svkv.svkv-lecture .svkv-title{{white-space:nowrap;overflow:hidden;text-overflow:ellipsis;font-size:1.1em}}
+@media (max-height:820px){{
+.svkv.svkv-lecture .svkv-phase,.svkv.svkv-lecture .svkv-cycle>.svkv-title{{display:none}}
+.svkv.svkv-lecture .svkv-cell{{min-height:0;padding:0 .15em}}
+.svkv.svkv-lecture .svkv-cell .svkv-meta{{font-size:13px;line-height:1;flex-wrap:nowrap;overflow:hidden}}
+.svkv.svkv-lecture .svkv-cell .svkv-tok{{line-height:1.1}}
+.svkv.svkv-lecture .svkv-grid{{gap:2px}}
+.svkv.svkv-lecture .svkv-row{{gap:3px}}
+.svkv.svkv-lecture .svkv-tag{{font-size:13px;padding:0 .3em;line-height:1.05}}
+.svkv.svkv-lecture .svkv-free,.svkv.svkv-lecture .svkv-ov,.svkv.svkv-lecture .svkv-gap{{font-size:14px}}
+.svkv.svkv-lecture .svkv-fb{{padding:0 .1em;border-width:1px}}
+.svkv.svkv-lecture .svkv-ev{{margin:0}}
+.svkv.svkv-lecture .svkv-dhead,.svkv.svkv-lecture .svkv-barrow{{font-size:14px}}
+.svkv.svkv-lecture .svkv-dhead{{white-space:nowrap;overflow:hidden;text-overflow:ellipsis}}
+.svkv.svkv-lecture .svkv-draft{{padding:.15em .35em}}
+}}
 .svkv .svkv-phase{{font-size:1.35em;font-weight:700;margin:0 0 .4em}}
 .svkv .svkv-caches{{display:grid;grid-template-columns:repeat(auto-fit,minmax(min(100%,var(--minw)),1fr));
 gap:1.2em 2em;align-items:start}}
@@ -615,7 +638,10 @@ flex-direction:column;border:2px solid transparent;min-width:0}}
 font-variant-numeric:tabular-nums;opacity:.92}}
 .svkv .svkv-glyph{{font-weight:700}}
 .svkv .svkv-tok{{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:1.3em;font-weight:600;
-overflow-wrap:anywhere;word-break:break-word;align-self:center;text-align:center;padding:0 .1em;border-radius:3px}}
+white-space:nowrap;overflow:hidden;text-overflow:ellipsis;max-width:100%;align-self:center;text-align:center;
+padding:0 .1em;border-radius:3px}}
+.svkv .svkv-cell:hover .svkv-tok,.svkv .svkv-cell:focus .svkv-tok{{overflow:visible;position:relative;z-index:4;
+background:#fff;color:#111827;box-shadow:0 0 0 2px #111827}}
 .svkv .svkv-s-committed{{background-color:{c['committed']};color:{t['committed']};border-color:{c['committed']}}}
 .svkv .svkv-s-provisional{{background-color:{c['provisional']};color:{t['provisional']};border:3px dashed #5c3a00;
 background-image:repeating-linear-gradient(135deg,rgba(255,255,255,.42) 0 6px,transparent 6px 13px)}}
@@ -648,11 +674,14 @@ align-items:center}}
 .svkv .svkv-cycle{{margin-top:.8em;border-top:2px solid #e5e7eb;padding-top:.5em}}
 .svkv .svkv-drafts{{display:grid;grid-template-columns:repeat(var(--n),minmax(0,1fr));gap:.8em}}
 .svkv .svkv-draft{{border:2px solid #d1d5db;border-radius:8px;padding:.4em .5em;min-width:0;background:#fff;
-position:relative}}
+position:relative;display:flex;flex-direction:column}}
+.svkv .svkv-draft>*{{order:2}}
+.svkv .svkv-draft>.svkv-dhead,.svkv .svkv-draft>.svkv-dtok{{order:0}}
+.svkv .svkv-draft>.svkv-verdict{{order:1;align-self:flex-start;margin:.1em 0 .2em}}
 .svkv .svkv-dhead{{font-weight:700}}
 .svkv .svkv-dpos{{font-weight:400;color:#4b5563;font-size:max(14px,.85em)}}
 .svkv .svkv-dtok{{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:1.3em;font-weight:700;
-overflow-wrap:anywhere;margin:.15em 0}}
+white-space:nowrap;overflow:hidden;text-overflow:ellipsis;margin:.15em 0}}
 .svkv .svkv-barrow{{font-size:max(14px,.875em);margin:.2em 0}}
 .svkv .svkv-barlabel{{display:block}}
 .svkv .svkv-bar{{position:relative;display:block;height:.9em;background:#f1f5f9;border:1px solid #94a3b8;

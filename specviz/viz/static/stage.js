@@ -102,14 +102,21 @@ function createStage(root, hooks) {
   };
   const s = {
     data: null, cur: null, run: null, seq: null, queue: [], waiting: false, held: null,
-    reportTimer: null, reported: null, painted: 0, prefetched: null,
+    reportTimer: null, reported: null, painted: 0, prefetched: null, shown: null,
   };
 
   function cycleOf(step) { return step === 0 ? -1 : Math.floor((step - 1) / PHASES); }
   function known(step) { return !!(s.data && s.data.steps[String(step)]); }
 
+  function sameStep(a, b) {
+    return !!a && !!b && a.title === b.title && a.status === b.status && a.story === b.story &&
+      a.strip === b.strip && a.kv.join('\u0000') === b.kv.join('\u0000');
+  }
+
   function render(step) {
     const d = s.data.steps[String(step)];
+    root.classList.toggle('svs-lecture', !!s.data.lecture);
+    s.shown = d;
     const rects = measure(root);
     const kv = d.kv || [];
     root.classList.toggle('svs-compare', kv.length > 1);
@@ -206,9 +213,8 @@ function createStage(root, hooks) {
             if (s.waiting) { s.queue.push(...queued.slice(queued.indexOf(kind) + 1)); break; }
           }
         }
-      } else if (known(s.cur)) {
-        // New data for the same position (a prefetched cycle arrived): keep what is shown.
-        if (data.steps[String(s.cur)].title !== root.dataset.title) render(s.cur);
+      } else if (known(s.cur) && !sameStep(data.steps[String(s.cur)], s.shown)) {
+        render(s.cur);  // the same step drawn otherwise (lecture mode, a compared layout): patch it
       }
       // The next cycle, asked for as soon as this one is on screen (once per state of the run).
       const mark = `${data.run}:${Object.keys(data.steps).pop()}`;
@@ -222,12 +228,16 @@ function createStage(root, hooks) {
   return api;
 }
 
-// Keyboard: → next phase, Shift+→ next cycle, ← back, wherever the focus is, except in a text field.
+// Keyboard: → next phase, Shift+→ next cycle, ← back, wherever the focus is, except where the
+// arrows already mean something: a text field (the caret), a select, a slider (its value).
+const SV_TEXT_INPUTS = ['text', 'search', 'number', 'email', 'password', 'url', 'tel', 'range'];
 function typing(e) {
   const t = e.composedPath ? e.composedPath()[0] : e.target;
   if (!t || !t.tagName) return false;
   const tag = t.tagName.toLowerCase();
-  return tag === 'input' || tag === 'textarea' || tag === 'select' || t.isContentEditable;
+  if (tag === 'input') return SV_TEXT_INPUTS.includes((t.type || 'text').toLowerCase());
+  const role = t.getAttribute && t.getAttribute('role');
+  return tag === 'textarea' || tag === 'select' || t.isContentEditable || role === 'slider' || role === 'combobox';
 }
 
 function stageKeys(stage) {
