@@ -109,9 +109,11 @@ def test_css_font_sizes_are_at_least_14px_and_18px_in_lecture_mode():
         html = stage(tr, token_text, "accept", lecture=lecture)
         css = re.search(r"<style>(.*?)</style>", html, flags=re.S).group(1)
         sizes = re.findall(r"font-size:([^;}]+)", css)
-        assert "font-size:16px" in css and "font-size:22px" in css
+        assert "font-size:16px" in css and "font-size:clamp(16px,2.05vh,22px)" in css  # lecture: by screen height
         for size in sizes:
-            if size.startswith("max("):
+            if size.startswith("clamp("):
+                assert int(re.match(r"clamp\((\d+)px", size).group(1)) >= 14, size
+            elif size.startswith("max("):
                 assert int(re.match(r"max\((\d+)px", size).group(1)) >= 14, size
             elif size.endswith("em"):
                 assert float(size[:-2]) >= 1.0, size  # of a 16 px (22 px) base

@@ -604,11 +604,11 @@ line-height:1.3;--tagw:{TAG_EM}em}}
 @media (max-height:820px){{
 .svkv.svkv-lecture .svkv-phase,.svkv.svkv-lecture .svkv-cycle>.svkv-title{{display:none}}
 .svkv.svkv-lecture .svkv-cell{{min-height:0;padding:0 .15em}}
-.svkv.svkv-lecture .svkv-cell .svkv-meta{{font-size:13px;line-height:1;flex-wrap:nowrap;overflow:hidden}}
-.svkv.svkv-lecture .svkv-cell .svkv-tok{{line-height:1.1}}
+.svkv.svkv-lecture .svkv-cell .svkv-meta{{font-size:14px;line-height:1;flex-wrap:nowrap;overflow:hidden}}
+.svkv.svkv-lecture .svkv-cell .svkv-tok{{line-height:1}}
 .svkv.svkv-lecture .svkv-grid{{gap:2px}}
 .svkv.svkv-lecture .svkv-row{{gap:3px}}
-.svkv.svkv-lecture .svkv-tag{{font-size:13px;padding:0 .3em;line-height:1.05}}
+.svkv.svkv-lecture .svkv-tag{{font-size:14px;padding:0 .3em;line-height:1.05}}
 .svkv.svkv-lecture .svkv-free,.svkv.svkv-lecture .svkv-ov,.svkv.svkv-lecture .svkv-gap{{font-size:14px}}
 .svkv.svkv-lecture .svkv-fb{{padding:0 .1em;border-width:1px}}
 .svkv.svkv-lecture .svkv-ev{{margin:0}}
