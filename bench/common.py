@@ -127,11 +127,24 @@ def load_prompts(tokenizer: Any, n: int) -> list[list[int]]:
     return [encode(tokenizer, text) for text in texts[:n]]
 
 
-def encode(tokenizer: Any, text: str) -> list[int]:
+NATURAL = REPO / "assets" / "prompts" / "natural.jsonl"
+
+
+def prompt_set(tokenizer: Any, name: str, n: int) -> list[list[int]]:
+    """Token ids of n prompts of a set, evenly spread over the file (so over its kinds):
+    ``natural`` (hand-written, never trained on; conversations keep their earlier turns) or
+    ``template`` (the template-built held-out prompts)."""
+    path = {"natural": NATURAL, "template": HELDOUT}[name]
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    picked = [rows[i * len(rows) // n] for i in range(min(n, len(rows)))]
+    return [encode(tokenizer, r.get("messages") or r["prompt"]) for r in picked]
+
+
+def encode(tokenizer: Any, text: str | list[dict]) -> list[int]:
+    """Chat-template ids of a user message (or of a whole conversation ending with a user turn)."""
+    messages = text if isinstance(text, list) else [{"role": "user", "content": text}]
     if getattr(tokenizer, "chat_template", None):
-        ids = tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
-        )
+        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
         if hasattr(ids, "keys"):  # BatchEncoding in newer transformers
             ids = ids["input_ids"]
         return [int(i) for i in ids]
