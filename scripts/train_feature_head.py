@@ -305,10 +305,24 @@ def cmd_export(args: argparse.Namespace) -> None:
     log(f"exported to {args.out}")
 
 
+def curve_rows(every: int = 6) -> list[str]:
+    """Rows of the held-out curve table from CURVE (every `every`-th validation, and the last)."""
+    if not CURVE.exists():
+        return []
+    points = [json.loads(line) for line in CURVE.read_text().splitlines() if line.strip()]
+    keep = points[::every] + (points[-1:] if (len(points) - 1) % every else [])
+    out = []
+    for c in keep:
+        nat, tem = c.get("natural", {}), c.get("template", {})
+        f = lambda d, k: f"{d[k]:.3f}" if k in d else "—"  # noqa: E731
+        out.append(f"| {c['step']} | {c['tokens_seen']:,} | {c['data_sequences']:,} | {f(nat, 'step1_agree')} | "
+                   f"{f(nat, 'step2_agree')} | {f(nat, 'step3_agree')} | {f(nat, 'step1_alpha')} | "
+                   f"{f(tem, 'step1_agree')} | {f(tem, 'step1_alpha')} |")
+    return out
+
+
 def cmd_card(args: argparse.Namespace) -> None:
     """assets/feature_head/README.md from the exported head's info and docs/benchmarks.json."""
-    import json
-
     meta = json.loads((args.out / "config.json").read_text())
     info, layer = meta["info"], meta["layer_config"]
     bench_path = ROOT / "docs" / "benchmarks.json"
@@ -316,6 +330,10 @@ def cmd_card(args: argparse.Namespace) -> None:
     size_mb = (args.out / "model.safetensors").stat().st_size / 1e6
     rows = [r for p in sorted(DATA.glob("shard-*.pt")) for r in torch.load(p)["rows"]] if DATA.exists() else []
     generated = sum(len(r["ids"]) - r["num_prompt"] for r in rows)
+    by_source: dict[str, int] = {}
+    for r in rows:
+        source = r.get("source", "template")
+        by_source[source] = by_source.get(source, 0) + len(r["ids"]) - r["num_prompt"]
     lines = [
         "# specviz feature head for SmolLM2-135M-Instruct (EAGLE-style)",
         "",
@@ -334,25 +352,40 @@ def cmd_card(args: argparse.Namespace) -> None:
         "  borrowed at load time, not stored); `config.json` holds the layer config, the vocabulary subset",
         "  is in the safetensors file, and a fingerprint of the target refuses any other model.",
         f"- Training: {info.get('steps')} steps, {info.get('train_minutes')} CPU-minutes on a shared 2-core CPU "
-        f"(settings {info.get('train_args')}); data: {len(rows)} target generations, {generated:,} generated",
-        "  tokens (half greedy, half sampled at T=1) on `assets/prompts/train.jsonl`, with the target's",
-        "  features (`scripts/feature_data.py`; 2% of the prompts held out for validation).",
+        f"(settings {info.get('train_args')}); data: {len(rows):,} target generations, {generated:,} generated",
+        "  tokens (half greedy, half sampled at T=1), with the target's features, made in bfloat16 by",
+        "  `scripts/feature_data.py` from the template prompts (`assets/prompts/train.jsonl`) and prompts that are",
+        "  not template-built (`assets/prompts/diverse.jsonl`: paragraph tasks, hand-written standalone prompts,",
+        "  prompts the target wrote itself, two-turn conversations); generated tokens per source: "
+        + ", ".join(f"{k} {v:,}" for k, v in sorted(by_source.items())) + ".",
+        "  2% of the prompts are held out for the template validation; the natural held-out set",
+        "  (`assets/prompts/natural.jsonl`, hand-written, never trained on) is the second validation set.",
         "- Loss: soft cross-entropy toward the target's exact distribution on the subset + smooth-L1 on the",
-        "  predicted feature; Gaussian feature noise; an unrolled second pass where half the input features",
-        "  are the head's own predictions.",
+        "  predicted feature; Gaussian feature noise; a training-time test (EAGLE-3) of "
+        f"{info.get('train_args', {}).get('unroll', 3)} passes, each feeding",
+        "  a random half of the inputs with the previous pass's own predictions.",
+        "",
+        "## Held-out curve (agreement = the head's argmax equals the target's, per draft depth)",
+        "",
+        "| step | training tokens seen | data sequences | natural d1 | natural d2 | natural d3 | natural α d1 "
+        "| template d1 | template α d1 |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        *curve_rows(),
         "",
         "## Reproduce",
         "",
         "```bash",
         "python scripts/feature_data.py --workers 2 --worker 0 &   # and --worker 1: target generations + features",
         "python scripts/feature_data.py --workers 2 --worker 1",
-        f"python scripts/train_feature_head.py train --minutes {info.get('train_args', {}).get('minutes', 40)}",
+        "python scripts/feature_data.py --natural                  # the natural set's answers: validation only",
+        f"python scripts/train_feature_head.py train --minutes {info.get('train_args', {}).get('minutes', 40)} "
+        f"--threads {info.get('train_args', {}).get('threads', 1)}",
         "python scripts/train_feature_head.py export && python scripts/train_feature_head.py card",
-        "bash scripts/bench.sh   # measures every proposer side by side -> docs/benchmarks.md",
+        "python -m bench.quality --into docs   # natural vs template, chain vs tree -> docs/benchmarks.md",
         "```",
         "",
-        "The run that produced this file was interrupted and resumed (resumable checkpoints; thread count",
-        "changed from 1 to 2 when data generation stopped), so a rerun lands close to, not exactly on, these numbers.",
+        "Data generation and training ran at the same time on the same 2 cores (training reads new shards as",
+        "they appear), so a rerun lands close to, not exactly on, these numbers.",
         "",
     ]
     if pr:
