@@ -113,7 +113,9 @@ def kv_stage_html(
             f"<div class='svkv-phase'>{esc_attr(cycle + title)}</div>",
             *body,
             _legend_html(),
-            _cycle_html(trace, phase) if trace is not None and _step(phase) >= _step("draft") else "",
+            # A token tree's cycle is drawn by its own panel (viz/tree_view.py), not as a chain's columns.
+            _cycle_html(trace, phase) if trace is not None and trace.tree is None and _step(phase) >= _step("draft")
+            else "",
             f"<p class='svkv-sr'>{esc_attr(described)}</p>",
             "<details class='svkv-describe'><summary>Describe this picture</summary>"
             f"<p>{esc_attr(described)}</p></details>",

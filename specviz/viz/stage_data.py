@@ -31,7 +31,7 @@ from markdown_it import MarkdownIt
 
 from .. import narrative
 from ..trace import CYCLE_PHASES, CacheSnapshot, CycleTrace, PhaseSnapshot
-from . import kv_html, tokens
+from . import kv_html, tokens, tree_view
 from .style import PHASE_TITLES
 
 PHASES_PER_CYCLE = len(CYCLE_PHASES) - 1  # "start" of cycle c+1 is "rollback" of cycle c
@@ -104,9 +104,14 @@ def step_payload(
         return tl._memo[key]
     cycle, phase = view_of(step, tl)
     tr = tl.traces[cycle] if cycle is not None else None
-    pictures = [_picture(tl, step, tr, phase, lecture, max_rows)]
+    # A token tree's cycle adds its panel under the picture (viz/tree_view.py: keyed nodes, so the
+    # compaction's moves glide); a compared layout shows only its own verify slots and moves.
+    pictures = [_picture(tl, step, tr, phase, lecture, max_rows)
+                + tree_view.tree_panel_html(tr, phase, tl.texts, lecture=lecture)]
     if compare is not None and step <= compare.last_step:
-        pictures.append(_picture(compare, step, tr and compare.traces[cycle], phase, lecture, max_rows))
+        other = tr and compare.traces[cycle]
+        pictures.append(_picture(compare, step, other, phase, lecture, max_rows)
+                        + tree_view.tree_panel_html(other, phase, compare.texts, lecture=lecture, parts=("cache",)))
     traces = tl.traces[: max((cycle or 0) + 1, tl.adopted)]
     status = narrative.status_markdown(len(tl.prompt_ids), traces, cycle, phase, tl.proposer_label or tl.proposer)
     if tr is None:

@@ -31,7 +31,8 @@ def core_js() -> str:
     morphdom = _read("morphdom.js")
     if _MORPHDOM_EXPORT not in morphdom:
         raise RuntimeError("static/morphdom.js is not morphdom's ES module build")
-    return morphdom.replace(_MORPHDOM_EXPORT, "") + "\n" + _read("stage.js")
+    # The token-tree panel's linked highlight rides along (viz/tree_view.py draws the panel).
+    return morphdom.replace(_MORPHDOM_EXPORT, "") + "\n" + _read("stage.js") + "\n" + _read("tree.js")
 
 
 @cache
@@ -42,4 +43,4 @@ def app_js() -> str:
 
 @cache
 def stage_css() -> str:
-    return _read("stage.css")
+    return _read("stage.css") + "\n" + _read("tree.css")  # the token-tree panel's styles too

@@ -1,0 +1,356 @@
+"""A token-tree cycle drawn phase by phase: the tree, its attention mask, its slots, the compaction.
+
+A tree cycle (docs/design.md §1c) is the chain's five phases with three new things to see, and
+this panel shows each when its phase reveals it, never before (the quiz asks "which path will the
+target accept?" between verify and accept):
+
+* **The tree** (draft on). One row per node in depth-first order, one column per depth, so a
+  node's parent sits one column left on an earlier row and a connector joins them: tokens, the
+  proposer's q of each; from verify the target's p of each under its parent's distribution; from
+  accept the verdict of each node with the rule that decided it -- at T = 0 "is it the target's
+  argmax?", at T > 0 the deterministic-siblings test u < p′(x) (no q in it) -- the winning path
+  outlined, rejected siblings struck, untested ones faded; from resolve the corrected or bonus
+  token after the path.
+* **The tree attention mask** (verify on): rows and columns are the root and the nodes, plus one
+  column for the whole committed prefix. Node i may attend to the prefix, its ancestors and
+  itself; nothing else. From accept the rows of the winning path are marked.
+* **The target cache during verify**: one entry per node, in node order (entry L+i, physical slot
+  `node.slot`), each showing its position L + depth -- slot and position differ, siblings share a
+  position. At rollback the **compaction**: the accepted path's K/V cells move to the entries of
+  their committed positions. Every cell is keyed by its node (`data-key`), so the stage patches the
+  same DOM node into its new column and the FLIP pass glides it there (viz/static/stage.js); the
+  cells of rejected and untested nodes give way to stale or freed entries (the blocks the rollback
+  freed are read from its events). When the winning path was nodes 1..j already, nothing moves and
+  the panel says so.
+
+Pure HTML from a `CycleTrace` (no torch, no Streamlit); the styles are `static/tree.css` (the stage
+includes them, `stage_js.stage_css`), the linked highlight `static/tree.js`. Without scripts the
+panel still reads in full: the stage's no-JavaScript fallback is this same HTML.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..trace import CYCLE_PHASES, CycleTrace, TreeNode, TreeTrace
+from .style import esc_attr, fmt_p, show_token
+
+TokenText = Callable[[int], str]
+MASK_MAX_NODES = 32  # mask rows/columns drawn; a bigger tree shows its first nodes and says so
+VERDICT_GLYPHS = {"accepted": "✓", "rejected": "✗", "untested": "–"}
+
+
+def _step(phase: str) -> int:
+    return CYCLE_PHASES.index(phase) if phase in CYCLE_PHASES else -1
+
+
+def tree_panel_html(trace: CycleTrace | None, phase: str, token_text: TokenText, *, lecture: bool = False,
+                    parts: tuple[str, ...] = ("tree", "mask", "cache")) -> str:
+    """The panel for `trace` at `phase` ("" for a chain cycle, or before the tree is drafted).
+    `parts` picks the sections (a compared layout shows only its own cache)."""
+    if trace is None or trace.tree is None or _step(phase) < _step("draft"):
+        return ""
+    step = _step(phase)
+    tree = trace.tree
+    key = f"tv{trace.cycle}"
+    body = []
+    if "tree" in parts:
+        body.append(_tree_html(trace, step, token_text, key))
+    if "mask" in parts and step >= _step("verify"):
+        body.append(_mask_html(trace, step, token_text, key))
+    if "cache" in parts and step >= _step("verify"):
+        body.append(_cache_html(trace, step, token_text, key))
+    label = (f"Token tree of cycle {trace.cycle + 1}: {len(tree.nodes)} nodes, width {tree.width}, "
+             f"depth {max((n.depth for n in tree.nodes), default=0)}")
+    return (
+        f"<div class='svtree{' svtree-lecture' if lecture else ''}' role='figure' data-role='tree' "
+        f"data-key='{key}' aria-label='{esc_attr(label)}'>"
+        + "".join(body)
+        + f"<p class='svtree-sr'>{esc_attr(describe(trace, phase, token_text))}</p></div>"
+    )
+
+
+# ---- the tree ------------------------------------------------------------------------------------
+
+
+def root_token(trace: CycleTrace) -> int:
+    """The root's token id (x_n), read from the verify snapshot's slot it was written to."""
+    snap = trace.snapshot("verify").target
+    slot = trace.tree.root_slot
+    return snap.slot_tokens[slot] if 0 <= slot < len(snap.slot_tokens) else -1
+
+
+def kept_path(trace: CycleTrace) -> tuple[int, ...]:
+    """The accepted nodes whose K/V the committed sequence keeps: the path, less the newest
+    committed token (its K/V is written by the next verify pass) when the end of the text cut it."""
+    tree = trace.tree
+    return tree.path[: max(0, len(trace.emitted) - 1)]
+
+
+def _rule(node: TreeNode, greedy: bool) -> str:
+    """The test that decided the node, in symbols."""
+    if node.verdict == "untested":
+        return "not asked"
+    if greedy:
+        return "= argmax" if node.verdict == "accepted" else "≠ argmax"
+    if node.u is None or node.accept_prob is None:
+        return node.verdict
+    sign = "<" if node.verdict == "accepted" else "≥"
+    return f"u {fmt_p(node.u)} {sign} p′ {fmt_p(node.accept_prob)}"
+
+
+def _tree_html(trace: CycleTrace, step: int, token_text: TokenText, key: str) -> str:
+    tree = trace.tree
+    greedy = trace.temperature == 0
+    depth = max((n.depth for n in tree.nodes), default=0)
+    last = trace.emitted[-1] if trace.emitted else None
+    tail = last if step >= _step("resolve") and last is not None and last.kind in ("corrected", "bonus") else None
+    tail_depth = len(tree.path) + 1
+    cols = max(depth, tail_depth if tail else 0) + 1
+    L = tree.root_position
+    heads = [f"<div class='svtree-dcol' style='grid-column:1'>root<br><span>position {L}</span></div>"]
+    heads += [f"<div class='svtree-dcol' style='grid-column:{d + 1}'>depth {d}<br><span>position {L + d}</span></div>"
+              for d in range(1, cols)]
+    on_path = set(tree.path) if step >= _step("accept") else set()
+    root_text = show_token(token_text(root_token(trace)), 10**6)
+    parents = {n.parent for n in tree.nodes}
+    kids = " svtree-kids" if tree.nodes else ""
+    cells = [
+        f"<div class='svtree-node svtree-root{kids}' style='grid-row:2;grid-column:1' data-n='0' tabindex='0' "
+        f"data-key='{key}-t0' title='root: x_n, the newest committed token (position {L})'>"
+        f"<span class='svtree-tok'>{esc_attr(root_text)}</span><span class='svtree-sub'>x_n</span></div>"
+    ]
+    for node in tree.nodes:
+        cells.append(_node_html(node, step, greedy, node.index in on_path, node.index in parents, key))
+    if tail is not None:
+        where = "from p′ (every child rejected)" if tail.kind == "corrected" else "from the leaf's p (bonus)"
+        parent_row = (tree.path[-1] if tree.path else 0) + 2
+        row = max(parent_row, 2)
+        cells.append(
+            f"<div class='svtree-node svtree-tail svtree-k-{tail.kind}' style='grid-row:{row};"
+            f"grid-column:{tail_depth + 1};--up:0' data-key='{key}-tail' data-role='tree-tail' "
+            f"title='{esc_attr(tail.kind + ' token at position ' + str(tail.position) + ', ' + where)}'>"
+            f"<span class='svtree-tok'>{esc_attr(show_token(tail.text, 10**6))}</span>"
+            f"<span class='svtree-sub'>{tail.kind}</span></div>"
+        )
+    if greedy:
+        rule = ("T = 0: at each node the child equal to the target's argmax is accepted; where none is, the argmax "
+                "is the corrected token")
+    else:
+        rule = ("T > 0, deterministic siblings: children are asked in order, x accepted iff u < p′(x), p′ = p with "
+                "the rejected siblings zeroed and renormalised; no q in the test")
+    intro = "q: the proposer's probability of the node given its parent" + (
+        "; p: the target's, from the verify pass" if step >= _step("verify") else "")
+    summary = _summary(trace, step)
+    return (
+        "<section class='svtree-sec' aria-label='The token tree'>"
+        f"<h3 class='svtree-title'>Token tree · width {tree.width}, {len(tree.nodes)} nodes</h3>"
+        f"<p class='svtree-note'>{esc_attr(intro)}{'. ' + esc_attr(rule) if step >= _step('accept') else ''}</p>"
+        f"<div class='svtree-grid' style='--cols:{cols};--rows:{len(tree.nodes) + 1}'>{''.join(heads + cells)}</div>"
+        + (f"<p class='svtree-note svtree-path' data-role='tree-path'>{esc_attr(summary)}</p>" if summary else "")
+        + "</section>"
+    )
+
+
+def _node_html(node: TreeNode, step: int, greedy: bool, on_path: bool, kids: bool, key: str) -> str:
+    classes = ["svtree-node"] + (["svtree-kids"] if kids else [])
+    lines = [f"q {fmt_p(node.draft_prob)}"]
+    if step >= _step("verify"):
+        lines.append(f"p {fmt_p(node.target_prob)}")
+    verdict = ""
+    if step >= _step("accept"):
+        classes.append(f"svtree-v-{node.verdict}")
+        if on_path:
+            classes.append("svtree-win")
+        verdict = (f"<span class='svtree-verdict' data-role='tree-verdict'>{VERDICT_GLYPHS[node.verdict]}</span>")
+        lines = [_rule(node, greedy)] if node.verdict != "untested" else lines
+    tip = (f"node {node.index} (parent {node.parent}), depth {node.depth}, position {node.position}, "
+           f"verify slot {node.slot}: q = {fmt_p(node.draft_prob)}")
+    if step >= _step("verify"):
+        tip += f", p = {fmt_p(node.target_prob)}"
+    if step >= _step("accept"):
+        tip += f"; {node.verdict} ({_rule(node, greedy)})"
+    return (
+        f"<div class='{' '.join(classes)}' style='grid-row:{node.index + 2};grid-column:{node.depth + 1};"
+        f"--up:{node.index - node.parent}' data-n='{node.index}' data-key='{key}-t{node.index}' tabindex='0' "
+        f"data-role='tree-node' title='{esc_attr(tip)}'>"
+        f"<span class='svtree-id'>{node.index}</span>"
+        f"<span class='svtree-tok'>{esc_attr(show_token(node.text, 10**6))}</span>{verdict}"
+        f"<span class='svtree-sub'>{esc_attr(' · '.join(lines))}</span></div>"
+    )
+
+
+def _summary(trace: CycleTrace, step: int) -> str:
+    tree = trace.tree
+    if step < _step("accept"):
+        return ""
+    path = tree.path
+    chain = " → ".join(f"{a} {show_token(_node(tree, a).text, 40)}" for a in path)
+    text = f"Accepted path: {chain}" if path else "No child of the root passed"
+    if step >= _step("resolve") and trace.emitted:
+        last = trace.emitted[-1]
+        if last.kind in ("corrected", "bonus"):
+            text += f"; then the {last.kind} token {show_token(last.text, 40)}"
+        text += f". The cycle commits {len(trace.emitted)} token(s) from one verify pass."
+    return text
+
+
+def _node(tree: TreeTrace, index: int) -> TreeNode:
+    return tree.nodes[index - 1]
+
+
+# ---- the mask ------------------------------------------------------------------------------------
+
+
+def ancestors(tree: TreeTrace, index: int) -> set[int]:
+    """The node, its ancestors and the root (0)."""
+    out = {index}
+    while index > 0:
+        index = _node(tree, index).parent
+        out.add(index)
+    return out
+
+
+def _mask_html(trace: CycleTrace, step: int, token_text: TokenText, key: str) -> str:
+    tree = trace.tree
+    shown = min(len(tree.nodes), MASK_MAX_NODES)
+    ids = list(range(shown + 1))
+    labels = {0: show_token(token_text(root_token(trace)), 6)} | {
+        n.index: show_token(n.text, 6) for n in tree.nodes[:shown]}
+    win = set(tree.path) | {0} if step >= _step("accept") else set()
+    L = tree.root_position
+    head = ["<div class='svtree-mh svtree-corner'>query ↓ · key →</div>",
+            f"<div class='svtree-mh svtree-mprefix' title='the committed prefix: positions 0–{L - 1}'>"
+            f"prefix<br>0–{max(L - 1, 0)}</div>"]
+    head += [f"<div class='svtree-mh' data-n='{j}'>{j}<br>{esc_attr(labels[j])}</div>" for j in ids]
+    rows = []
+    for i in ids:
+        seen = ancestors(tree, i) if i else {0}
+        cls = " svtree-mwin" if i in win else ""
+        row = [f"<div class='svtree-mh svtree-mrow{cls}' data-n='{i}'>{i} {esc_attr(labels[i])}</div>",
+               "<div class='svtree-m svtree-m1 svtree-mprefix' title='the whole prefix: allowed'>■</div>"]
+        for j in ids:
+            allowed = j in seen
+            row.append(f"<div class='svtree-m{' svtree-m1' if allowed else ''}{cls}' "
+                       f"title='node {i} {'sees' if allowed else 'does not see'} node {j}'>"
+                       f"{'■' if allowed else ''}</div>")
+        rows.append("".join(row))
+    more = (f"<p class='svtree-note'>The first {shown} of {len(tree.nodes)} nodes are drawn; every row follows "
+            "the same rule.</p>" if shown < len(tree.nodes) else "")
+    return (
+        f"<section class='svtree-sec' aria-label='Tree attention mask' data-role='tree-mask' data-key='{key}-mask'>"
+        "<h3 class='svtree-title'>Tree attention mask</h3>"
+        "<p class='svtree-note'>■ = may attend (an additive 0), empty = masked (the dtype's minimum). Each node "
+        "sees the whole prefix, its ancestors and itself — never a sibling or a cousin.</p>"
+        f"<div class='svtree-mask' style='--cols:{shown + 1}'>{''.join(head)}{''.join(rows)}</div>{more}</section>"
+    )
+
+
+# ---- the target cache: slot vs position, then the compaction ---------------------------------------
+
+
+def freed_blocks(trace: CycleTrace) -> set[int]:
+    return {b for e in trace.target_events if e.kind == "free" and e.phase == "rollback" for b in e.blocks}
+
+
+def _cache_html(trace: CycleTrace, step: int, token_text: TokenText, key: str) -> str:
+    tree = trace.tree
+    snap = trace.snapshot("verify").target
+    paged = snap.layout == "paged"
+    page = snap.page_size if paged else 0
+    L = tree.root_position
+    n_cols = len(tree.nodes) + 1
+    slots = [tree.root_slot] + [n.slot for n in tree.nodes]  # verify entry L+c -> physical slot
+    compacted = step >= _step("rollback")
+    kept = kept_path(trace) if compacted else ()
+    on_path = set(tree.path) if step >= _step("accept") else set()
+    freed = freed_blocks(trace) if compacted else set()
+    new_len = L + 1 + len(kept)  # valid entries after the rollback: 0 .. L + len(kept)
+
+    heads = []
+    for c in range(n_cols):
+        block = f"<br>block {slots[c] // page}" if paged else ""
+        edge = " svtree-bedge" if paged and c and slots[c] // page != slots[c - 1] // page else ""
+        heads.append(f"<div class='svtree-ch{edge}' style='grid-column:{c + 1}'>entry {L + c}<br>"
+                     f"<span>slot {slots[c]}{block}</span></div>")
+    cells = [_kv_cell(key, 0, 0, "root", token_text(root_token(trace)), L, committed=compacted)]
+    if not compacted:
+        for node in tree.nodes:
+            state = "win" if node.index in on_path else node.verdict if step >= _step("accept") else "prov"
+            cells.append(_kv_cell(key, node.index, node.index, state, node.text, node.position))
+    else:
+        for i, a in enumerate(kept, start=1):  # the compaction: node a's K/V now in entry L+i
+            node = _node(tree, a)
+            cells.append(_kv_cell(key, a, i, "moved" if a != i else "kept", node.text, node.position,
+                                  committed=True, came_from=L + a if a != i else None))
+        for c in range(len(kept) + 1, n_cols):
+            block = slots[c] // page if paged else None
+            state = "freed" if block is not None and block in freed else "stale"
+            cells.append(
+                f"<div class='svtree-kv svtree-kv-{state}' style='grid-column:{c + 1}' data-key='{key}-x{c}' "
+                f"data-role='tree-{state}' title='entry {L + c}: {state}'>"
+                f"<span class='svtree-tok'>{'✕' if state == 'stale' else ''}</span>"
+                f"<span class='svtree-sub'>{'freed' if state == 'freed' else 'stale'}</span></div>"
+            )
+    if not compacted:
+        note = ("During verify node i sits in entry L+i (its slot) but at position L + depth: slot ≠ position, and "
+                "siblings share a position.")
+    elif not tree.moves:
+        note = (f"No copy: the accepted path is nodes 1…{len(kept)}, already in entries {L + 1}…{L + len(kept)}. "
+                if kept else "No copy: no node's K/V is kept (only the root's). ")
+        note += f"The cache is cut back to {new_len} entries."
+    else:
+        moves = "; ".join(f"entry {s} → {d}" for s, d in tree.moves)
+        note = (f"Compaction: {len(tree.moves)} K/V move(s), in increasing order ({moves}). No re-rotation: node "
+                f"a_i was computed at position L+i already. The cache is cut back to {new_len} entries.")
+    if freed:
+        note += f" Block(s) {', '.join(map(str, sorted(freed)))} went back to the pool."
+    title = "Target cache: the compaction" if compacted else "Target cache during verify: one entry per node"
+    return (
+        f"<section class='svtree-sec' aria-label='{esc_attr(title)}' data-role='tree-kv' data-key='{key}-kvsec'>"
+        f"<h3 class='svtree-title'>{esc_attr(title)}</h3>"
+        f"<div class='svtree-kvgrid' style='--cols:{n_cols}'>{''.join(heads)}{''.join(cells)}</div>"
+        f"<p class='svtree-note' data-role='tree-kvnote'>{esc_attr(note)}</p></section>"
+    )
+
+
+def _kv_cell(key: str, node: int, col: int, state: str, text: str, position: int, *, committed: bool = False,
+             came_from: int | None = None) -> str:
+    """Node `node`'s K/V in entry root+`col`: the key is the node's, so a move is the same DOM node."""
+    cls = f"svtree-kv svtree-kv-{state}" + (" svtree-kv-committed" if committed else "")
+    role = " data-role='tree-move'" if came_from is not None else ""
+    label = "root" if node == 0 else f"node {node}"
+    sub = f"pos {position} · #{node}" if came_from is None else f"pos {position} · from {came_from}"
+    tip = f"{label}: position {position}" + (f", moved here from entry {came_from}" if came_from is not None else "")
+    return (
+        f"<div class='{cls}' style='grid-column:{col + 1}' data-key='{key}-n{node}' data-n='{node}'{role} "
+        f"tabindex='0' title='{esc_attr(tip)}'>"
+        f"<span class='svtree-tok'>{esc_attr(show_token(text, 10**6))}</span>"
+        f"<span class='svtree-sub'>{esc_attr(sub)}</span></div>"
+    )
+
+
+# ---- words ---------------------------------------------------------------------------------------
+
+
+def describe(trace: CycleTrace, phase: str, token_text: TokenText) -> str:
+    """The panel in words (its text alternative)."""
+    tree = trace.tree
+    step = _step(phase)
+    L = tree.root_position
+    parts = [f"A token tree of {len(tree.nodes)} nodes grown from the root "
+             f"{show_token(token_text(root_token(trace)), 40)} at position {L}."]
+    for node in tree.nodes:
+        words = (f"Node {node.index} {show_token(node.text, 40)}, child of {node.parent}, depth {node.depth}, "
+                 f"position {node.position}")
+        if step >= _step("verify"):
+            words += f", verify slot {node.slot}, p {fmt_p(node.target_prob)}"
+        if step >= _step("accept"):
+            words += f", {node.verdict}"
+        parts.append(words + ".")
+    if step >= _step("accept"):
+        parts.append(f"Accepted path: nodes {', '.join(map(str, tree.path)) or 'none'}.")
+    if step >= _step("rollback"):
+        parts.append("Moves: " + ("; ".join(f"entry {s} to {d}" for s, d in tree.moves) if tree.moves
+                                  else "none, the path was in place") + ".")
+    return " ".join(parts)
