@@ -104,6 +104,33 @@ MISCONCEPTIONS: tuple[Misconception, ...] = (
         "p without d. A head with a *trimmed vocabulary* has q = 0 outside its subset: it never drafts those "
         "tokens, and at a rejection the residual max(0, p − q) = p there restores their full probability.",
     ),
+    Misconception(
+        "In a token tree every node gets its own position, so the verify pass runs positions n … n+N.",
+        "Every node gets its own cache **slot** (entry L+i for node i), but its **position** is the root's plus "
+        "its depth: **siblings share a position**, because they are alternative tokens for the same place in the "
+        "text. During verify slot ≠ position; the tree attention mask keeps siblings from seeing each other.",
+    ),
+    Misconception(
+        "After a tree verify the accepted tokens' K/V are already where the next cycle reads them.",
+        "Only when the winning path is nodes 1, 2, …, j (the proposer's best chain, which the depth-first order "
+        "puts first). Otherwise node a_i's K/V sit in entry L+a_i while the committed sequence needs them in "
+        "L+i: the rollback **moves** them there (in increasing i, safe since a_i ≥ i), then cuts the cache as "
+        "after a chain. Paged caches may copy across blocks, and whole blocks past the new length are freed.",
+    ),
+    Misconception(
+        "Moving a key to another cache entry means rotating it again (RoPE depends on the position).",
+        "No re-rotation is needed: RoPE rotates a key by its *position*, not its slot, and node a_i was computed "
+        "at position L + depth(a_i) = L+i — exactly the position of the entry it is moved to. The copy is a plain "
+        "copy of K and V.",
+    ),
+    Misconception(
+        "Verifying a token tree at T > 0 needs the proposer's q of every node, as the chain's min(1, p/q) does.",
+        "EAGLE-style tree verification uses **deterministic siblings**: at a node, the children are asked in "
+        "order and x is kept iff u < p′(x), where p′ is the target's p with every rejected sibling zeroed and "
+        "renormalised; if all are rejected the token is drawn from what is left. That is sampling from p in "
+        "steps, so it is exact, and q never enters it: the tree (grown by rank, not sampled) only decides which "
+        "questions are asked first.",
+    ),
 )
 
 
@@ -154,6 +181,10 @@ def prefill_markdown(num_prompt: int, target_len: int, draft_len: int | None, pr
 
 def phase_markdown(trace: CycleTrace, phase: str) -> str:
     """The explanation of `phase` of `trace`, with the trace's actual numbers."""
+    if trace.tree is not None:  # a token tree's phases have their own words (docs/design.md §1c)
+        from .narrative_tree import phase_markdown as tree_phase
+
+        return tree_phase(trace, phase)
     builders = {
         "start": _start,
         "draft": _draft,
