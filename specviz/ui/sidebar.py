@@ -18,7 +18,7 @@ from typing import Any
 
 import streamlit as st
 
-from ..config import LAYOUTS, POLICIES, PROPOSERS, DecodeConfig
+from ..config import LAYOUTS, MAX_TREE_NODES, MAX_TREE_WIDTH, POLICIES, PROPOSERS, DecodeConfig
 from ..errors import SpecvizError
 from ..models import preferred_proposer
 from ..precision import DEFAULT_DTYPE, DTYPES, INVARIANT_TOLERANCE
@@ -38,7 +38,8 @@ DEFAULT_PROMPT = "Explain in two sentences why the sky is blue."
 EXAMPLES_FILE = Path(__file__).resolve().parents[2] / "assets" / "prompts" / "examples.json"
 SPEEDS = {"slow (2 s)": 2.0, "normal (1 s)": 1.0, "fast (0.5 s)": 0.5}
 PAGE_SIZES = (1, 2, 4, 8, 16, 32, 64)
-LIVE = ("k", "temperature", "top_k", "top_p", "check_invariant", "max_new_tokens", "forced_outcomes")
+LIVE = ("k", "tree_width", "tree_nodes", "temperature", "top_k", "top_p", "check_invariant", "max_new_tokens",
+        "forced_outcomes")
 # (widget key, what it is called in "restarted because the … changed"): the settings of a run.
 RESTART_WIDGETS = (
     ("pair_kind", "model pair"),
@@ -124,6 +125,8 @@ def init_state() -> None:
         example=DEFAULT_PROMPT,
         chat=True,
         k=5,
+        tree_width=1,  # 1 = a chain (docs/design.md §1c): trees are opt-in
+        tree_nodes=16,
         temperature=1.0,
         top_k=0,
         top_p=1.0,
@@ -225,7 +228,8 @@ def _sidebar(settings: ServerSettings, on_walkthrough: Any) -> Controls:
             "(when it has one). Off: the raw text is the prompt.",
         )
         st.markdown("**Sampling** — applies from the next cycle")
-        k = st.slider("K (draft length)", 1, lim.k, key="k")
+        k = st.slider("K (draft length; a tree's depth)", 1, lim.k, key="k")
+        tree_width, tree_nodes = _tree_controls()
         temperature = st.slider("Temperature (0 = greedy)", 0.0, 2.0, step=0.05, key="temperature")
         c1, c2 = st.columns(2)
         top_k = c1.number_input("top-k (0 = off)", 0, 100000, step=1, key="top_k")
@@ -263,13 +267,15 @@ def _sidebar(settings: ServerSettings, on_walkthrough: Any) -> Controls:
         )
         st.markdown("**Play**")
         st.select_slider("Play speed", list(SPEEDS), key="speed")
-        whatif = _whatif_controls(on_walkthrough)
+        whatif = _whatif_controls(on_walkthrough, tree=tree_width > 1)
     forced: tuple[tuple[int, bool], ...] = ()
-    if whatif:
+    if whatif and tree_width == 1:  # forcing is for chains only (the config refuses it on a tree)
         forced = tuple(sorted([(i, True) for i in ss.force_accept] + [(i, False) for i in ss.force_reject]))
     settings.check_config(int(k), int(max_new))  # behind the widgets' bounds: never past a cap
     cfg = DecodeConfig(
         k=int(k),
+        tree_width=int(tree_width),
+        tree_nodes=int(tree_nodes),
         temperature=float(temperature),
         top_k=int(top_k),
         top_p=float(top_p),
@@ -320,17 +326,39 @@ def _use_example() -> None:
     st.session_state.prompt = st.session_state.example
 
 
-def _whatif_controls(on_walkthrough: Any) -> bool:
+def _tree_controls() -> tuple[int, int]:
+    """The token-tree shape next to K (docs/design.md §1c): width 1 is the chain; live like K."""
+    c1, c2 = st.columns(2)
+    width = c1.number_input(
+        "Tree width (1 = chain)", 1, MAX_TREE_WIDTH, step=1, key="tree_width",
+        help="Children kept per expanded node. Above 1 the proposer grows a token tree of depth K (EAGLE-2 "
+        "style), the target verifies every node in one pass under a tree attention mask, and the path it agrees "
+        "with is committed; its K/V are then moved into place (the compaction). Applies from the next cycle.",
+    )  # fmt: skip
+    nodes = c2.number_input(
+        "Tree nodes (budget)", 1, MAX_TREE_NODES, step=1, key="tree_nodes", disabled=width == 1,
+        help="The most draft nodes one verify pass holds (the best ones by the proposer's cumulative "
+        "probability, each with its ancestors).",
+    )  # fmt: skip
+    return int(width), int(nodes)
+
+
+def _whatif_controls(on_walkthrough: Any, tree: bool = False) -> bool:
     with st.expander(
         "What-if (teaching) mode", icon=":material/science:", expanded=st.session_state.get("whatif", False)
     ):
+        if tree:
+            st.caption(
+                "**Not with a token tree**: forcing names chain positions d1…dK, and a tree's verdicts follow its "
+                "walk. Set the tree width to 1 (a chain) to force outcomes."
+            )
         st.caption(
             "Force the outcome of chosen acceptance tests in the **next cycle only**, to stage a scenario. "
             "**This breaks exactness**: forced cycles are marked in every view and left out of the statistics. "
             "After that one cycle the toggle switches itself off and decoding is exact again. Forcing stops at "
             "an end-of-text draft — from there the real test decides — so a forced acceptance never ends the text."
         )
-        on = st.toggle("Force outcomes in the next cycle (breaks exactness)", key="whatif")
+        on = st.toggle("Force outcomes in the next cycle (breaks exactness)", key="whatif", disabled=tree)
         positions = list(range(1, 17))
         st.multiselect("Force accept at draft positions", positions, key="force_accept", disabled=not on)
         st.multiselect("Force reject at draft positions", positions, key="force_reject", disabled=not on)
@@ -339,6 +367,7 @@ def _whatif_controls(on_walkthrough: Any) -> bool:
             key="scenario",
             on_click=on_walkthrough,
             width="stretch",
+            disabled=tree,
         )
         st.caption("Exact scenarios, found by seed rather than forced, are in the **Runs & gallery** tab.")
     return on
