@@ -3,13 +3,16 @@
     python -m specviz walk --prompt "Explain KV caches." --k 5 --temperature 0.8 --cycles 8 \
         --layout paged --page-size 4 [--policy free|keep] [--seed N] [--json FILE] [--no-chat] \
         [--proposer draft|feature|lookup] [--target ID_OR_DIR --draft ID_OR_DIR | --tiny] \
-        [--dtype float32|bfloat16]
+        [--dtype float32|bfloat16] [--tree-width W --tree-nodes N]
 
 For every cycle it prints what the decoder actually did, with positions and numbers: the
 catch-up tokens fed to the draft, each proposal with q, p, the ratio min(1, p/q), the uniform
 draw u and the verdict, the corrected token (with the top of the residual) or the bonus token
 (with the top of p_{K+1}), and for both caches the provisional append, the truncation and the
-blocks allocated and freed. `--json` writes every CycleTrace for later inspection or the app.
+blocks allocated and freed. With `--tree-width` above 1 (a token tree of depth K, docs/design.md
+§1c) it prints the tree per cycle -- each node's token, position and verify slot, q, p, the test
+that decided it and its verdict -- then the accepted path and the compaction's K/V moves.
+`--json` writes every CycleTrace for later inspection or the app.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from . import models, precision, prompting
 from .config import PROPOSERS, DecodeConfig
 from .errors import SpecvizError
 from .outcome import cycle_outcome
-from .trace import CacheSnapshot, CycleTrace, TokenProb
+from .trace import CacheSnapshot, CycleTrace, TokenProb, TreeTrace
 
 DEFAULT_PROMPT = "Explain in two sentences what a KV cache is."
 
@@ -50,7 +53,8 @@ def _layout_line(snap: CacheSnapshot) -> str:
 def format_cycle(trace: CycleTrace) -> str:
     """The walk-through of one cycle, as plain text."""
     n, k = trace.context_len, trace.k
-    out = [f"=== cycle {trace.cycle + 1}: n = {n} committed tokens, K = {k}, temperature {trace.temperature:g}, "
+    size = f"K = {k}" if trace.tree is None else f"a token tree of {k} nodes, depth K = {trace.tree.depth}"
+    out = [f"=== cycle {trace.cycle + 1}: n = {n} committed tokens, {size}, temperature {trace.temperature:g}, "
            f"proposer {trace.proposer} ==="]
     catch = " ".join(f"'{_show(t.text)}'@{t.position}" for t in trace.catch_up)
     if trace.proposer == "feature":
@@ -60,7 +64,9 @@ def format_cycle(trace: CycleTrace) -> str:
         out.append(f"draft   catch-up: feeds {len(trace.catch_up)} token(s) it lacks: {catch}")
     if trace.proposer_note:
         out.append(f"draft   {trace.proposer_note}")
-    for d in trace.drafts:
+    if trace.tree is not None:
+        out += _tree_lines(trace, trace.tree)
+    for d in trace.drafts if trace.tree is None else ():
         line = (
             f"draft   d{d.index} = '{_show(d.text)}' (id {d.token_id}, position {d.position}): "
             f"q = {d.draft_prob:.4f}, p = {d.target_prob:.4f}, min(1, p/q) = {d.ratio:.4f}"
@@ -72,7 +78,9 @@ def format_cycle(trace: CycleTrace) -> str:
             forced = " [FORCED: what-if mode]" if d.forced else ""
             line += f", {u} -> {d.verdict.upper()}{forced}"
         out.append(line)
-    if k:
+    if trace.tree is not None:
+        pass  # the tree's lines said it
+    elif k:
         out.append(
             f"verify  target ran ONE pass over {k + 1} inputs (x_n and d1..d{k}) at positions {n - 1}..{n + k - 1}"
             f" -> {k + 1} distributions p_1..p_{k + 1}"
@@ -82,7 +90,12 @@ def format_cycle(trace: CycleTrace) -> str:
     result = cycle_outcome(trace)  # the end of the text may have cut the drawn token: never assume it is there
     final = result.final
     token = f"'{_show(final.text)}' (id {final.token_id})" if final else "drawn, then cut off by the end of the text"
-    if trace.rejected_at is not None:
+    if trace.tree is not None:
+        if final is not None and final.kind in ("corrected", "bonus"):
+            rule = "the leaf's p" if final.kind == "bonus" else (
+                "p' at the last accepted node" if trace.tree.path else "p' at the root")
+            out.append(f"resolve {final.kind} token {token} from {rule}")
+    elif trace.rejected_at is not None:
         out.append(
             f"resolve rejection at d{trace.rejected_at}: corrected token {token} "
             f"sampled from norm(max(0, p - q)) [top: {_tops(trace.residual_top)}]; no bonus token"
@@ -107,6 +120,45 @@ def format_cycle(trace: CycleTrace) -> str:
     if trace.finish_reason:
         out.append(f"done    sequence finished: {trace.finish_reason}")
     return "\n".join(out)
+
+
+def _tree_lines(trace: CycleTrace, tree: TreeTrace) -> list[str]:
+    """The tree as an indented outline (node, token, position, verify slot, q, p, test, verdict),
+    then the verify pass, the accepted path and the compaction."""
+    greedy = trace.temperature == 0
+    L, N = tree.root_position, len(tree.nodes)
+    depth = max((n.depth for n in tree.nodes), default=0)
+    out = [f"tree    width {tree.width}, depth {depth} (K {tree.depth}), {N} nodes (budget {tree.budget}); "
+           f"root x_n at position {L}, entry {L}"]
+    kids: dict[int, list] = {}
+    for node in tree.nodes:
+        kids.setdefault(node.parent, []).append(node)
+
+    def draw(parent: int, indent: str) -> None:
+        children = kids.get(parent, [])
+        for j, node in enumerate(children):
+            last = j == len(children) - 1
+            if node.verdict == "untested":
+                test = "not asked"
+            elif greedy:
+                test = "= argmax" if node.verdict == "accepted" else "!= argmax"
+            else:
+                sign = "<" if node.verdict == "accepted" else ">="
+                test = f"u {node.u:.4f} {sign} p' {node.accept_prob:.4f}"
+            out.append(f"tree    {indent}{'└─' if last else '├─'} {node.index} '{_show(node.text)}' "
+                       f"pos {node.position} slot {node.slot}: q {node.draft_prob:.4f}, p {node.target_prob:.4f}; "
+                       f"{test} -> {node.verdict.upper()}")
+            draw(node.index, indent + ("   " if last else "│  "))
+
+    draw(0, "")
+    out.append(f"verify  target ran ONE pass over {N + 1} inputs (x_n and {N} nodes) in entries {L}..{L + N}, at "
+               f"positions {L}..{L + depth} (position = {L} + depth; siblings share one) under the tree mask")
+    path = " -> ".join(str(a) for a in tree.path) or "none (no child of the root passed)"
+    rule = "greedy walk" if greedy else "deterministic siblings, no q"
+    out.append(f"accept  path: {path} ({rule})")
+    moves = ", ".join(f"entry {a} -> {b}" for a, b in tree.moves)
+    out.append(f"compact {'K/V moved: ' + moves + ' (no re-rotation)' if moves else 'nothing to move: path in place'}")
+    return out
 
 
 def _load_pair(args: argparse.Namespace, progress: Callable[[str, float | None], None]) -> Any:
@@ -140,6 +192,8 @@ def walk(args: argparse.Namespace, out: TextIO) -> int:
     cfg = DecodeConfig(
         proposer=args.proposer or models.preferred_proposer(pair),
         k=args.k,
+        tree_width=args.tree_width,
+        tree_nodes=args.tree_nodes,
         temperature=args.temperature,
         top_k=args.top_k,
         top_p=args.top_p,
@@ -166,8 +220,11 @@ def walk(args: argparse.Namespace, out: TextIO) -> int:
     text = pair.tokenizer.decode(generated) if pair.tokenizer is not None else str(generated)
     accepted = sum(t.num_accepted for t in traces)
     proposed = sum(t.k for t in traces)
+    # A tree's nodes are alternatives, not a chain's drafts: its figure is tokens per verify pass.
+    tally = (f"{accepted} path tokens from {proposed} tree nodes" if cfg.is_tree
+             else f"{accepted}/{proposed} drafts accepted")
     print(f"generated {len(generated)} tokens in {len(traces)} cycles "
-          f"({len(generated) / max(1, len(traces)):.2f} per cycle; {accepted}/{proposed} drafts accepted):", file=out)
+          f"({len(generated) / max(1, len(traces)):.2f} per cycle, one verify pass each; {tally}):", file=out)
     print(text, file=out)
     if args.json:
         Path(args.json).write_text(json.dumps([t.to_dict() for t in traces], indent=1))
@@ -184,7 +241,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="wrap the prompt with the tokenizer's chat template, as the app's toggle does "
                         "(default: on; --no-chat feeds the raw text)")
     w.add_argument("--raw", dest="chat", action="store_false", help=argparse.SUPPRESS)  # the old spelling of --no-chat
-    w.add_argument("--k", type=int, default=5)
+    w.add_argument("--k", type=int, default=5, help="draft length K (a token tree's depth)")
+    w.add_argument("--tree-width", type=int, default=1,
+                   help="children kept per tree node: 1 = a chain (default), above 1 = a token tree of depth K")
+    w.add_argument("--tree-nodes", type=int, default=16, help="a token tree's node budget (with --tree-width > 1)")
     w.add_argument("--temperature", type=float, default=0.8)
     w.add_argument("--top-k", type=int, default=0)
     w.add_argument("--top-p", type=float, default=1.0)
