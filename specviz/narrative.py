@@ -726,6 +726,13 @@ def explain_speedup(report: SpeedupReport) -> str:
             f"acceptance tests, resolve, rollback and the snapshots these views draw{check} — "
             f"{extra:.2f} steps, which gives **{report.theory_with_bookkeeping:.2f}×**."
         )
+    if report.tree_cycles:  # the formula models a chain of K drafts; a tree's figure is tokens per pass
+        parts.append(
+            f"This run drafted token trees ({report.tree_cycles} cycle(s)): the textbook formula models a chain, so "
+            f"no theory is drawn. It committed **{report.measured_tokens_per_cycle:.2f} tokens per verify pass**, "
+            f"at {costs.total:.2f} plain steps per cycle: that is the measured **{measured:.2f}×**."
+        )
+        return " ".join(parts)
     parts.append(
         f"Last, this run committed {report.measured_tokens_per_cycle:.2f} tokens per cycle where α = "
         f"{report.alpha:.2f} predicts {report.expected_tokens_per_cycle:.2f}: that is the measured "

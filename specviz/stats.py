@@ -35,6 +35,13 @@ cycle that committed one token. The theory then mixes the two kinds of cycle by 
 shares: E = s·(1 − α^(K+1))/(1 − α) + (1 − s)·1, at cost s·(K·c + 1) + (1 − s), with s the
 share of cycles that proposed and K their mean draft length. With s = 1 these are the formulas
 above.
+
+A token-tree cycle (docs/design.md §1c) is not a chain of K drafts: its N nodes are alternatives,
+several per position, and most are never asked by design. Counting them as drafts would make α
+the share of *nodes* accepted and the Leviathan formula meaningless, so tree cycles stay out of α,
+the per-position rates and the histogram (those are the chain's figures) and are counted on their
+own: cycles, nodes verified, path tokens accepted. Their figure is **tokens per verify pass**
+(one pass per cycle, chain or tree), and the textbook theory is not drawn for a run with trees.
 """
 
 from __future__ import annotations
@@ -71,6 +78,9 @@ class AcceptanceStats:
     forced_cycles: int = 0
     k_values: tuple[int, ...] = field(default_factory=tuple)
     plain_cycles: int = 0  # cycles with no proposal (k = 0): one plain target step each
+    tree_cycles: int = 0  # token-tree cycles: outside α, the histogram and the per-position rates
+    tree_nodes: int = 0  # nodes those trees held (verified in their one pass each)
+    tree_path_tokens: int = 0  # nodes on their accepted paths
 
     @property
     def alpha(self) -> float:
@@ -79,7 +89,13 @@ class AcceptanceStats:
 
     @property
     def tokens_per_cycle(self) -> float:
+        """Tokens per cycle = tokens per verify pass (every cycle runs the target once)."""
         return self.tokens / self.cycles if self.cycles else 0.0
+
+    @property
+    def chain_cycles(self) -> int:
+        """Cycles whose drafts form a chain (the ones α and the theory describe); plain steps included."""
+        return self.cycles - self.tree_cycles
 
     def acceptance_by_position(self) -> list[float | None]:
         return [a / t if t else None for a, t in zip(self.accepted_by_position, self.tested_by_position, strict=True)]
@@ -87,13 +103,15 @@ class AcceptanceStats:
 
 def acceptance_stats(traces: Sequence[CycleTrace]) -> AcceptanceStats:
     used = [t for t in traces if not t.forced]
-    max_k = max((t.k for t in used), default=0)
+    trees = [t for t in used if t.tree is not None]
+    chains = [t for t in used if t.tree is None]
+    max_k = max((t.k for t in chains), default=0)
     hist = [0] * (max_k + 1)
     tested_pos = [0] * max_k
     accepted_pos = [0] * max_k
     tested = accepted = 0
     ratio_sum = 0.0
-    for t in used:
+    for t in chains:
         if t.k == 0:  # nothing proposed: not "0 accepted", just a plain step
             continue
         hist[t.num_accepted] += 1
@@ -115,10 +133,13 @@ def acceptance_stats(traces: Sequence[CycleTrace]) -> AcceptanceStats:
         accepted_hist=tuple(hist),
         tested_by_position=tuple(tested_pos),
         accepted_by_position=tuple(accepted_pos),
-        mean_k=sum(t.k for t in used) / len(used) if used else 0.0,
+        mean_k=sum(t.k for t in chains) / len(chains) if chains else 0.0,
         forced_cycles=len(traces) - len(used),
-        k_values=tuple(sorted({t.k for t in used})),
-        plain_cycles=sum(1 for t in used if t.k == 0),
+        k_values=tuple(sorted({t.k for t in chains})),
+        plain_cycles=sum(1 for t in chains if t.k == 0),
+        tree_cycles=len(trees),
+        tree_nodes=sum(t.k for t in trees),
+        tree_path_tokens=sum(t.num_accepted for t in trees),
     )
 
 
@@ -134,6 +155,7 @@ def cost_ratio(traces: Sequence[CycleTrace]) -> float | None:
     time, plus the pass that yields q_1); the target runs one verify pass. On a memory-bound device a
     verify pass over K+1 tokens costs about one decode step, so this is the c of the formula.
     """
+    traces = [t for t in traces if t.tree is None]  # a tree's nodes are not one forward each
     draft = sum(t.timings_ms.get("draft", 0.0) for t in traces)
     forwards = sum(t.k for t in traces)
     verify = sum(t.timings_ms.get("verify", 0.0) for t in traces)
@@ -233,6 +255,7 @@ class SpeedupReport:
     costs: PassCosts | None = None
     theory_with_pass_costs: float | None = None  # E / (draft + v(K))
     theory_with_bookkeeping: float | None = None  # E / (draft + v(K) + bookkeeping + check)
+    tree_cycles: int = 0  # token-tree cycles in the run: the textbook theory is then not evaluated
 
     @property
     def verify_cost(self) -> float | None:
@@ -250,8 +273,9 @@ def measured_speedup(traces: Sequence[CycleTrace], baseline_ms_per_token: float 
     proposing = [t for t in used if t.k > 0]
     k = round(sum(t.k for t in proposing) / len(proposing)) if proposing else 0
     share = len(proposing) / len(used) if used else 0.0  # s: the share of cycles that proposed
-    expected = share * expected_tokens_per_cycle(st.alpha, k) + (1.0 - share) if used else 0.0
-    theory = expected / (share * (k * c + 1.0) + (1.0 - share)) if (k and c is not None) else None
+    chain = used and not st.tree_cycles  # the textbook models chains: no theory for a run with trees
+    expected = share * expected_tokens_per_cycle(st.alpha, k) + (1.0 - share) if chain else 0.0
+    theory = expected / (share * (k * c + 1.0) + (1.0 - share)) if (chain and k and c is not None) else None
     spec_ms = sum(cycle_ms(t) for t in used)
     spec_per_token = spec_ms / st.tokens if st.tokens else 0.0
     measured = baseline_ms_per_token / spec_per_token if baseline_ms_per_token and spec_per_token > 0 else None
@@ -267,8 +291,9 @@ def measured_speedup(traces: Sequence[CycleTrace], baseline_ms_per_token: float 
         baseline_ms_per_token=baseline_ms_per_token,
         measured_speedup=measured,
         costs=costs,
-        theory_with_pass_costs=expected / costs.passes if costs and costs.passes > 0 and used else None,
-        theory_with_bookkeeping=expected / costs.total if costs and costs.total > 0 and used else None,
+        theory_with_pass_costs=expected / costs.passes if costs and costs.passes > 0 and chain else None,
+        theory_with_bookkeeping=expected / costs.total if costs and costs.total > 0 and chain else None,
+        tree_cycles=st.tree_cycles,
     )
 
 
@@ -281,7 +306,8 @@ def cycle_rows(traces: Sequence[CycleTrace]) -> list[dict[str, object]]:
                 "cycle": t.cycle + 1,  # numbered from 1 wherever a person reads it
                 "n": t.context_len,
                 "proposer": t.proposer,
-                "K": t.k,
+                "K": t.k if t.tree is None else t.tree.depth,  # a tree's K is its depth
+                "tree": "" if t.tree is None else f"width {t.tree.width}, {t.k} nodes",
                 "T": t.temperature,
                 "accepted": t.num_accepted,
                 "rejected at": t.rejected_at if t.rejected_at is not None else "—",

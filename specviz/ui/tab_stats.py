@@ -41,7 +41,8 @@ def stats_tab(run: Run) -> None:
     else:
         report = measured_speedup(done, run.baseline_ms_per_token)
         _metrics(st_, report)
-        st.plotly_chart(statistics.stats_figure(st_, report), key="stats_fig", **PLOT)
+        if st_.chain_cycles:  # α, its histogram and the theory describe chains (specviz.stats)
+            st.plotly_chart(statistics.stats_figure(st_, report), key="stats_fig", **PLOT)
         st.plotly_chart(statistics.speedup_figure(report), key="speedup_fig", **PLOT)
         st.markdown(narrative.explain_speedup(report))
         plain = (
@@ -50,7 +51,14 @@ def stats_tab(run: Run) -> None:
             if st_.plain_cycles
             else ""
         )
-        st.caption(THEORY_CAPTION + plain)
+        trees = (
+            f" {st_.tree_cycles} token-tree cycle(s) verified {st_.tree_nodes} nodes and accepted "
+            f"{st_.tree_path_tokens} path tokens: a tree's nodes are alternatives, not drafts in a row, so they stay "
+            "out of α and the histogram; their figure is tokens per verify pass."
+            if st_.tree_cycles
+            else ""
+        )
+        st.caption(THEORY_CAPTION + plain + trees)
     if done:
         time_fig = statistics.cycle_time_figure(cycle_costs(done), run.baseline_ms_per_token)
         st.plotly_chart(time_fig, key="time_fig", **PLOT)
@@ -72,6 +80,13 @@ def stats_tab(run: Run) -> None:
 
 def _metrics(st_: Any, report: Any) -> None:
     c1, c2, c3, c4, c5 = st.columns(5)
+    if st_.tree_cycles:  # token trees: tokens per verify pass is the figure (specviz.stats)
+        c1.metric("Tokens per verify pass", f"{st_.tokens_per_cycle:.2f}")
+        c2.metric("Tree nodes per pass", f"{st_.tree_nodes / st_.tree_cycles:.1f}")
+        c3.metric("Accepted path length", f"{st_.tree_path_tokens / st_.tree_cycles:.2f}")
+        c4.metric("Verify cost v(N)", f"{report.verify_cost:.2f} steps" if report.verify_cost is not None else "—")
+        c5.metric("Measured speedup", f"{report.measured_speedup:.2f}×" if report.measured_speedup else "—")
+        return
     # α needs a tested draft: a history of plain steps only (lookup without a match) has none.
     c1.metric("Acceptance rate α", f"{st_.alpha:.3f}" if st_.tested else "—")
     c2.metric("Tokens per cycle", f"{st_.tokens_per_cycle:.2f}")
