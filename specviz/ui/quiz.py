@@ -9,6 +9,10 @@ That is the moment to ask a class what the next two phases will do:
    whose K/V the next verify pass rewrites);
 3. (paged layout, policy "free") which physical blocks will return to the pool.
 
+A token-tree cycle (docs/design.md §1c) asks instead **which path the target will accept** (one of
+the tree's root-to-node paths, or none), and the blocks question where it applies: after verify
+the tree and every node's p are on screen, the verdicts are not.
+
 The answers are scored against the recorded trace only (`specviz.outcome`), so the quiz is right
 even when an end-of-text token cuts a cycle short. No Streamlit here: the page asks and shows.
 """
@@ -32,6 +36,8 @@ class QuizTruth:
     freed: tuple[int, ...]  # physical blocks the target's rollback returned to the pool
     candidates: tuple[int, ...]  # positions one could guess: the target's entries after verify
     candidate_blocks: tuple[int, ...]  # the target's blocks after verify (paged), else ()
+    path_end: int | None = None  # a tree: the accepted path's last node (0: none passed); None for a chain
+    path_labels: tuple[str, ...] = ()  # a tree: label of the path ending at node i (0: "none")
 
 
 @dataclass(frozen=True)
@@ -41,19 +47,25 @@ class QuizResult:
     guessed_dropped: tuple[int, ...]
     guessed_freed: tuple[int, ...]
     truth: QuizTruth
+    guessed_path_end: int | None = None
 
     def marks(self) -> list[tuple[str, str, str, bool]]:
         """(question, your answer, the truth, right?) per question asked."""
         t = self.truth
-        rows = [
-            ("drafts accepted", str(self.guessed_accepted), str(t.accepted), self.guessed_accepted == t.accepted),
-            (
-                "positions dropped from the target cache",
-                _listed(self.guessed_dropped),
-                _listed(t.dropped),
-                set(self.guessed_dropped) == set(t.dropped),
-            ),
-        ]
+        if t.path_end is not None:
+            g = self.guessed_path_end if self.guessed_path_end is not None else -1
+            yours = t.path_labels[g] if 0 <= g < len(t.path_labels) else "no answer"
+            rows = [("path the target accepts", yours, t.path_labels[t.path_end], g == t.path_end)]
+        else:
+            rows = [
+                ("drafts accepted", str(self.guessed_accepted), str(t.accepted), self.guessed_accepted == t.accepted),
+                (
+                    "positions dropped from the target cache",
+                    _listed(self.guessed_dropped),
+                    _listed(t.dropped),
+                    set(self.guessed_dropped) == set(t.dropped),
+                ),
+            ]
         if t.candidate_blocks:
             rows.append(
                 (
@@ -77,6 +89,7 @@ def truth(trace: CycleTrace) -> QuizTruth:
     dropped = tuple(e.position for t in dropped_entries(trace, trace.target_events, n_after) for e in t.entries)
     verify = trace.snapshot("verify").target
     blocks = tuple(verify.block_table) if verify.layout == "paged" and verify.policy == "free" else ()
+    tree = trace.tree
     return QuizTruth(
         k=trace.k,
         accepted=trace.num_accepted,
@@ -84,12 +97,30 @@ def truth(trace: CycleTrace) -> QuizTruth:
         freed=freed_blocks(trace.target_events),
         candidates=tuple(range(trace.context_len - 1, verify.seq_len)),
         candidate_blocks=blocks,
+        path_end=None if tree is None else (tree.path[-1] if tree.path else 0),
+        path_labels=() if tree is None else path_labels(trace),
     )
 
 
-def answer(trace: CycleTrace, accepted: int, dropped: Sequence[int], freed: Sequence[int] = ()) -> QuizResult:
-    """Score a prediction for `trace`."""
-    return QuizResult(trace.cycle, int(accepted), tuple(sorted(dropped)), tuple(sorted(freed)), truth(trace))
+def path_labels(trace: CycleTrace) -> tuple[str, ...]:
+    """A tree's candidate answers: label i names the root-to-node-i path ("none" for 0)."""
+    tree = trace.tree
+    labels = ["none: no child of the root passes"]
+    for node in tree.nodes:
+        path, i = [], node.index
+        while i > 0:
+            n = tree.nodes[i - 1]
+            path.append(f"{n.index} {n.text!r}")
+            i = n.parent
+        labels.append(" → ".join(reversed(path)))
+    return tuple(labels)
+
+
+def answer(trace: CycleTrace, accepted: int, dropped: Sequence[int], freed: Sequence[int] = (),
+           path_end: int | None = None) -> QuizResult:
+    """Score a prediction for `trace` (`path_end`: a tree's guessed path, by its last node)."""
+    return QuizResult(trace.cycle, int(accepted), tuple(sorted(dropped)), tuple(sorted(freed)), truth(trace),
+                      None if path_end is None else int(path_end))
 
 
 def tally(results: Sequence[QuizResult]) -> tuple[int, int]:

@@ -133,9 +133,11 @@ def on_walkthrough() -> None:
 def on_quiz_submit(cycle: int) -> None:
     ss = st.session_state
     guess = (int(ss.get("quiz_accepted", 0)), list(ss.get("quiz_dropped", [])), list(ss.get("quiz_freed", [])))
+    path = ss.get("quiz_path")  # a token tree's question: the path's last node
 
     def run(r: Run) -> Run:
-        result = quiz.answer(r.traces[cycle], *guess)
+        tr = r.traces[cycle]
+        result = quiz.answer(tr, *guess, path_end=None if tr.tree is None else int(path or 0))
         answered = dataclasses.replace(r, quiz=(*[q for q in r.quiz if q.cycle != cycle], result))
         return advance_phase(answered, decoding_slot)
 
@@ -214,8 +216,15 @@ def quiz_box(run: Run, cycle: int | None, phase: str) -> None:
         with st.container(border=True):
             st.markdown("**Predict, then reveal** — the target has scored the drafts; what happens next?")
             c1, c2, c3 = st.columns([1, 2, 2])
-            c1.radio("Drafts accepted", list(range(tr.k + 1)), key="quiz_accepted", horizontal=True)
-            c2.multiselect("Positions the rollback drops (target cache)", truth.candidates, key="quiz_dropped")
+            if tr.tree is not None:  # a tree: which root-to-node path wins (labels only: no trace kept)
+                labels = truth.path_labels
+                c1, c2 = st.columns([3, 2])
+                c1.selectbox("Which path will the target accept?", list(range(len(labels))), key="quiz_path",
+                             format_func=labels.__getitem__)
+                c3 = c2
+            else:
+                c1.radio("Drafts accepted", list(range(tr.k + 1)), key="quiz_accepted", horizontal=True)
+                c2.multiselect("Positions the rollback drops (target cache)", truth.candidates, key="quiz_dropped")
             if truth.candidate_blocks:
                 c3.multiselect("Blocks returned to the pool", truth.candidate_blocks, key="quiz_freed")
             st.button("Lock in and reveal", key="quiz_submit", on_click=on_quiz_submit, args=(cycle,), type="primary")
