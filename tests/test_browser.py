@@ -467,3 +467,78 @@ def test_default_pair_in_the_browser(browser) -> None:
         page.close()
     finally:
         stop_server(proc)
+
+
+# ---------------------------------------------------------------- token trees (standalone page) -----
+
+
+# In the page: the moved K/V cell of node `a` (its data-key), kept before stepping to the rollback;
+# then, right after the step, is it the same DOM node, and which transform animations run on it?
+TREE_MOVE_JS = """([key]) => {
+  const cell = document.querySelector(`#stage [data-key="${key}"]`);
+  window.__treeCell = cell;
+  window.__treeRect = cell.getBoundingClientRect().left;
+  window.__specvizStage.next();
+  const now = document.querySelector(`#stage [data-key="${key}"]`);
+  const anims = now ? now.getAnimations().filter(a => a.effect && a.effect.getKeyframes()
+    .some(k => k.transform && k.transform !== 'none')) : [];
+  return {same: now === window.__treeCell, running: anims.filter(a => a.playState === 'running').length,
+    before: window.__treeRect, title: document.querySelector('#stage').dataset.title};
+}"""
+
+
+def _tree_page(browser, path: Path, errors: list[str], reduced: bool = False):
+    page = browser.new_page(viewport={"width": 1600, "height": 1100}, reduced_motion="reduce" if reduced else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(path.as_uri())
+    page.wait_for_function("window.__specvizStage && document.querySelector('#stage .svkv')")
+    return page
+
+
+def test_token_tree_panel_and_the_compaction_glide(browser) -> None:
+    """A token-tree run on the standalone page (the app's stage script): the tree panel renders at
+    accept with every node; stepping from resolve to rollback keeps the moved K/V cell as the same
+    DOM node, runs a transform animation on it (FLIP) and leaves it in its committed column; with
+    reduced motion nothing animates. Screenshots: tree-accept.png, tree-compaction.png."""
+    from test_tree_view import moving_cycle, tree_run
+
+    from specviz.viz import standalone
+
+    rec = tree_run()
+    tr = moving_cycle(rec)
+    src, dst = tr.tree.moves[0]
+    node = src - tr.tree.root_position
+    key = f"tv{tr.cycle}-n{node}"
+    path = OUT / "tree-run.html"
+    path.write_text(standalone.run_html(rec), encoding="utf-8")
+    errors: list[str] = []
+    page = _tree_page(browser, path, errors)
+    draft = 1 + 5 * tr.cycle
+    page.evaluate(f"window.__specvizStage.seek({draft + 2})")  # accept
+    page.wait_for_timeout(600)
+    tree = page.locator("#stage .svtree")
+    assert tree.locator("[data-role='tree-node']").count() == len(tr.tree.nodes)
+    assert tree.locator("[data-role='tree-verdict']").count() == len(tr.tree.nodes)
+    assert tree.locator("[data-role='tree-mask']").count() == 1
+    tree.screenshot(path=str(OUT / "tree-accept.png"))
+    page.evaluate(f"window.__specvizStage.seek({draft + 3})")  # resolve
+    page.wait_for_timeout(600)
+    seen = page.evaluate(TREE_MOVE_JS, [key])
+    assert "rollback" in seen["title"], seen
+    assert seen["same"], "the moved K/V cell was redrawn, not moved"
+    assert seen["running"] >= 1, f"no transform animation on the moved cell: {seen}"
+    page.wait_for_timeout(900)
+    cell = page.locator(f"#stage [data-key='{key}']")
+    assert cell.get_attribute("data-role") == "tree-move"
+    assert cell.bounding_box()["x"] < seen["before"] - 10, "the moved cell did not end further left"
+    page.locator("#stage [data-role='tree-kv']").screenshot(path=str(OUT / "tree-compaction.png"))
+    page.locator("#stage .svtree").screenshot(path=str(OUT / "tree-rollback.png"))
+    page.close()
+
+    calm = _tree_page(browser, path, errors, reduced=True)
+    calm.evaluate(f"window.__specvizStage.seek({draft + 3})")
+    calm.wait_for_timeout(300)
+    still = calm.evaluate(TREE_MOVE_JS, [key])
+    assert still["same"] and still["running"] == 0, still
+    calm.close()
+    assert not errors, errors
