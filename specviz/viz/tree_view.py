@@ -320,7 +320,7 @@ def _kv_cell(key: str, node: int, col: int, state: str, text: str, position: int
     cls = f"svtree-kv svtree-kv-{state}" + (" svtree-kv-committed" if committed else "")
     role = " data-role='tree-move'" if came_from is not None else ""
     label = "root" if node == 0 else f"node {node}"
-    sub = f"pos {position} · #{node}" if came_from is None else f"pos {position} · from {came_from}"
+    sub = f"pos {position} · #{node}" if came_from is None else f"pos {position} ← {came_from}"
     tip = f"{label}: position {position}" + (f", moved here from entry {came_from}" if came_from is not None else "")
     return (
         f"<div class='{cls}' style='grid-column:{col + 1}' data-key='{key}-n{node}' data-n='{node}'{role} "
