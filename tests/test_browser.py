@@ -51,54 +51,75 @@ pytestmark = [
     pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian chromium is not installed"),
 ]
 
-# In the page: after a click, watch (every animation frame) for the new KV picture — a new `.svkv`
-# element whose phase title differs from the one shown before — then sample for `ms` milliseconds
-# the running CSS animations inside it and the computed style of its first animated cache cell.
-# The result lands in window.__svkvSamples.
+# In the page: remember the picture's cache cells (the nodes), then, once armed (window.__svGo), sample
+# every animation frame for `ms` milliseconds after the stage's title changes: the running CSS
+# transitions and Web Animations inside the stage (`getAnimations`), and the computed background of
+# the first cell whose state class changed. window.__svSamples gets the result, with whether every
+# remembered cell node is still in the page (the picture is patched in place, not replaced).
 SAMPLER_JS = """([ms, timeoutMs]) => {
-  window.__svkvSamples = null;
-  const old = document.querySelector('.svkv');
-  const oldPhase = old ? old.querySelector('.svkv-phase').textContent : null;
-  const t0 = performance.now();
+  window.__svSamples = null;
+  const root = document.querySelector('.svs');
+  const title0 = root.dataset.title;
+  const cells = [...root.querySelectorAll('.svkv-cache .svkv-cell[data-key]')];
+  const classes = new Map(cells.map(c => [c, c.className]));
   const samples = [];
-  let started = null;
-  function tick() {
-    const now = performance.now();
-    const kv = document.querySelector('.svkv');
-    const phase = kv ? kv.querySelector('.svkv-phase').textContent : null;
-    if (kv && kv !== old && phase !== oldPhase) {
-      if (started === null) started = now;
-      const cell = kv.querySelector('.svkv-cache .svkv-cell.svkv-anim');
-      const running = kv.getAnimations({subtree: true}).filter(a => a.playState === 'running');
-      const mine = cell ? cell.getAnimations().filter(a => a.playState === 'running') : [];
-      const cs = cell ? getComputedStyle(cell) : null;
-      samples.push({t: now - started, running: running.length,
-        names: [...new Set(running.map(a => a.animationName))],
-        progress: mine.length ? mine[0].effect.getComputedTiming().progress : null,
-        bg: cs && cs.backgroundColor, opacity: cs && cs.opacity, cls: cell && cell.className});
-      if (now - started > ms) {
-        window.__svkvSamples = {samples, oldPhase, phase, waitedMs: started - t0};
-        return;
+  let started = null, cell = null, t0 = null;
+  window.__svGo = () => {
+    t0 = performance.now();
+    function tick() {
+      const now = performance.now();
+      if (root.dataset.title !== title0) {
+        if (started === null) started = now;
+        if (!cell) cell = cells.find(c => c.isConnected && c.className !== classes.get(c)) || null;
+        const running = root.getAnimations({subtree: true}).filter(a => a.playState === 'running');
+        const mine = cell ? cell.getAnimations().filter(a => a.playState === 'running') : [];
+        const cs = cell ? getComputedStyle(cell) : null;
+        samples.push({t: now - started, running: running.length,
+          kinds: [...new Set(running.map(a => a.constructor.name))],
+          progress: mine.length ? mine[0].effect.getComputedTiming().progress : null,
+          bg: cs && cs.backgroundColor, cls: cell && cell.className});
+        if (now - started > ms) {
+          const kept = cells.filter(c => c.isConnected).length;
+          // A key still drawn must be drawn by the same node: nothing replaced, only patched or moved.
+          const replaced = cells.filter(c => { const now = root.querySelector(`[data-key="${c.dataset.key}"]`);
+            return now && now !== c; }).length;
+          window.__svSamples = {samples, from: title0, to: root.dataset.title, waitedMs: started - t0,
+            cells: cells.length, kept, replaced, key: cell && cell.dataset.key};
+          return;
+        }
       }
+      if (now - t0 > timeoutMs) { window.__svSamples = {samples, from: title0, timedOut: true}; return; }
+      requestAnimationFrame(tick);
     }
-    if (now - t0 > timeoutMs) { window.__svkvSamples = {samples, oldPhase, phase, timedOut: true}; return; }
     requestAnimationFrame(tick);
-  }
-  requestAnimationFrame(tick);
+  };
 }"""
 
-# Geometry of the picture and of the main column's content box (CSS px, viewport coordinates).
+# Geometry of the stage, its picture and the main column's content box (CSS px, viewport coordinates).
 LAYOUT_JS = """() => {
-  const kv = document.querySelector('.svkv');
+  const stage = document.querySelector('.svs');
+  const kv = stage.querySelector('.svkv');
   const main = document.querySelector("[data-testid='stMainBlockContainer']");
   const cs = getComputedStyle(main);
   const r = kv.getBoundingClientRect();
   const grids = [...kv.querySelectorAll('.svkv-grid')].map(g => [...g.querySelectorAll('.svkv-row')].map(
     row => [...row.querySelectorAll('.svkv-cell')].map(c => c.getBoundingClientRect().top)));
   const tok = kv.querySelector('.svkv-cache .svkv-cell .svkv-tok');
-  return {left: r.left, top: r.top, width: r.width,
+  return {left: r.left, top: r.top, width: r.width, stageWidth: stage.getBoundingClientRect().width,
     mainWidth: main.clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight),
     grids, cellFontPx: parseFloat(getComputedStyle(tok).fontSize), lecture: kv.classList.contains('svkv-lecture')};
+}"""
+
+# One screen: where the phase's hooks lie (CSS px, viewport coordinates) and the narrative's size.
+HOOKS_JS = """() => {
+  const box = e => { const r = e.getBoundingClientRect(); return [r.top, r.bottom, r.left, r.right]; };
+  const stage = document.querySelector('.svs');
+  const story = stage.querySelector('[data-role=narrative]');
+  const fig = stage.querySelector('[role=figure]');
+  return {title: stage.dataset.title, label: fig.getAttribute('aria-label'), vw: innerWidth, vh: innerHeight,
+    verdicts: [...stage.querySelectorAll('[data-role=verdict]')].map(box),
+    actions: [...stage.querySelectorAll('[data-role=action]')].map(box),
+    narrative: box(story), narrativePx: parseFloat(getComputedStyle(story).fontSize)};
 }"""
 
 
@@ -128,11 +149,33 @@ def browser() -> Iterator[object]:
 def _open(browser, url: str, errors: list[str], width: int = 1920, height: int = 1080):
     page = browser.new_page(viewport={"width": width, "height": height})
     page.set_default_timeout(120_000)  # the machine may be busy with other jobs
-    page.on("pageerror", lambda e: errors.append(str(e)))
+    _watch_errors(page, errors, url)
     page.goto(url, wait_until="domcontentloaded")
     _button(page, "next_phase").wait_for(timeout=90_000)
     _wait_idle(page)
     return page
+
+
+def _watch_errors(page, errors: list[str], own: str) -> None:
+    """Page errors and console errors; a resource of another host failing is not ours (offline)."""
+    page.on("pageerror", lambda e: errors.append(str(e)))
+
+    def console(msg) -> None:
+        where = (msg.location or {}).get("url", "")
+        if msg.type == "error" and not (msg.text.startswith("Failed to load resource") and not where.startswith(own)):
+            errors.append(f"console: {msg.text} ({where})")
+
+    page.on("console", console)
+
+
+def _wait_prefetched(page, timeout_ms: int = 120_000) -> None:
+    """Until the stage holds the next cycle (the one after the cycle shown), and waits for nothing."""
+    page.wait_for_function(
+        "() => { const s = window.__specvizStage && window.__specvizStage.state; if (!s || !s.data) return false;"
+        " const end = s.cur === 0 ? 0 : Math.ceil(s.cur / 5) * 5;"
+        " return !!s.data.steps[String(end + 1)] && !s.waiting; }",
+        timeout=timeout_ms,
+    )
 
 
 def _button(page, key: str):
@@ -158,19 +201,33 @@ def _no_exception(page, where: str) -> None:
 
 
 def _status(page) -> str:
-    return page.locator("[data-testid='stMarkdown']", has_text=STATUS_LINE).first.inner_text()
+    """The stage's status line (drawn by the stage component)."""
+    return page.locator(".svs .svs-status").first.inner_text()
 
 
 def _phase_title(page) -> str:
-    return page.locator(".svkv .svkv-phase").first.inner_text()
+    return page.evaluate("document.querySelector('.svs').dataset.title")
+
+
+def _stage(page) -> dict:
+    """The stage component's own state: the step shown, the server's sequence, a pending request."""
+    return page.evaluate(
+        "() => { const s = window.__specvizStage.state; return {cur: s.cur, seq: s.seq, waiting: s.waiting,"
+        " steps: Object.keys(s.data.steps).map(Number), queue: s.queue.length}; }"
+    )
+
+
+def _sampled(page, act, ms: int = 900) -> dict:
+    """Do `act()` (a click or a key) and return what the in-page sampler saw (SAMPLER_JS)."""
+    page.evaluate(SAMPLER_JS, [ms, 90_000])
+    page.evaluate("window.__svGo()")
+    act()
+    page.wait_for_function("window.__svSamples !== null", timeout=100_000)
+    return page.evaluate("window.__svSamples")
 
 
 def _click_sampled(page, key: str, ms: int = 900) -> dict:
-    """Click a stage button and return what the in-page sampler saw of the new picture."""
-    page.evaluate(SAMPLER_JS, [ms, 90_000])
-    _button(page, key).click()
-    page.wait_for_function("window.__svkvSamples !== null", timeout=100_000)
-    return page.evaluate("window.__svkvSamples")
+    return _sampled(page, lambda: _button(page, key).click(), ms)
 
 
 def _rgb(css: str) -> tuple[float, ...]:
@@ -184,25 +241,27 @@ def _strictly_between(x: tuple[float, ...], a: tuple[float, ...], b: tuple[float
     return within and x != a and x != b
 
 
-def _assert_animated(seen: dict, end_bg: str, end_opacity: str) -> None:
+def _assert_animated(seen: dict, end_bg: str) -> None:
+    """The click changed the step on the same nodes, and a transition was caught between its ends."""
     samples = seen["samples"]
-    assert not seen.get("timedOut"), f"no new picture appeared: {seen}"
-    assert samples and samples[0]["running"] > 0, f"no CSS animation ran in the new picture: {samples[:2]}"
-    names = set().union(*(s["names"] for s in samples))
-    assert names & {"svkv-appear", "svkv-morph"}, names
+    assert not seen.get("timedOut"), f"no new step appeared: {seen}"
+    assert seen["cells"] and seen["kept"] > 0 and seen["replaced"] == 0, (
+        f"cache cells were replaced, not patched: {seen['replaced']} of {seen['cells']}, {seen['kept']} kept")
+    assert samples and samples[0]["running"] > 0, f"nothing animated on the step: {samples[:2]}"
+    kinds = set().union(*(s["kinds"] for s in samples))
+    assert "CSSTransition" in kinds, kinds
     start = samples[0]
     mid = [s for s in samples if s["progress"] is not None and 0 < s["progress"] < 1]
-    assert mid, f"no intermediate frame of the cell's animation was rendered: {samples}"
+    assert mid, f"no intermediate frame of the cell's transition was rendered: {samples}"
     a, b = _rgb(start["bg"]), _rgb(end_bg)
-    colour_between = a != b and any(_strictly_between(_rgb(s["bg"]), a, b) for s in mid)
-    o0, o1 = float(start["opacity"]), float(end_opacity)
-    opacity_between = o0 != o1 and any(min(o0, o1) < float(s["opacity"]) < max(o0, o1) for s in mid)
-    assert colour_between or opacity_between, f"no in-between value seen (start {start}, end {end_bg}): {mid}"
+    assert a != b and any(_strictly_between(_rgb(s["bg"]), a, b) for s in mid), (
+        f"no in-between colour seen (start {start}, end {end_bg}): {mid}")
 
 
 def _assert_layout(page, fold: int, min_font: float) -> dict:
     g = page.evaluate(LAYOUT_JS)
-    assert g["width"] >= 0.9 * g["mainWidth"], g
+    # The stage spans the main column; the picture most of it (the narrative sits beside it).
+    assert g["stageWidth"] >= 0.9 * g["mainWidth"] and g["width"] >= 0.6 * g["mainWidth"], g
     assert g["top"] < fold, f"the KV picture starts below the fold: top {g['top']:.0f} >= {fold}"
     assert g["cellFontPx"] >= min_font, g["cellFontPx"]
     assert g["grids"], "no cache grid"
@@ -227,28 +286,38 @@ def test_lecture_layout_animation_and_colour_blindness(server: str, browser) -> 
     errors: list[str] = []
     page = _open(browser, server, errors)
     page.screenshot(path=str(OUT / "1920-00-prefill.png"))
-    cell = ".svkv-cache .svkv-cell.svkv-anim"
-    # Animated Next phase: intermediate frames of the picture's CSS animations were rendered.
+    _wait_prefetched(page)
+    # Next phase: answered in the browser (no request), the cells kept (patched in place or moved).
+    seq = _stage(page)["seq"]
     seen = _click_sampled(page, "next_phase")
     _wait_idle(page)
     _no_exception(page, "the first Next phase")
-    assert "Draft" in seen["phase"], seen["phase"]
-    end = page.evaluate(
-        f"() => {{ const c = document.querySelector('{cell}'); const s = getComputedStyle(c);"
-        " return [s.backgroundColor, s.opacity]; }"
-    )
-    _assert_animated(seen, *end)
+    assert "Draft" in seen["to"], seen["to"]
+    assert _stage(page)["seq"] == seq and seen["waitedMs"] < 250, (seen["waitedMs"], _stage(page))
+    assert seen["replaced"] == 0 and seen["kept"] > 0, {k: v for k, v in seen.items() if k != "samples"}
+    # The rollback turns provisional slots committed or stale on the nodes that showed them: a
+    # transition, caught between its two colours. (Verify and the draft fill new blocks here: the
+    # tiny pair's pages are 4 slots.)
+    for _ in range(3):
+        _button(page, "next_phase").click()
+    page.wait_for_function("() => window.__specvizStage.state.cur === 4")
+    _wait_idle(page)
+    seen = _click_sampled(page, "next_phase")
+    _wait_idle(page)
+    assert "Rollback" in seen["to"] and seen["key"], {k: v for k, v in seen.items() if k != "samples"}
+    end = page.evaluate(f"() => getComputedStyle(document.querySelector('.svs [data-key=\"{seen['key']}\"]'))"
+                        ".backgroundColor")
+    _assert_animated(seen, end)
     # Lecture layout at 1920x1080, after the first click.
     _assert_layout(page, fold=1080, min_font=14)
     page.screenshot(path=str(OUT / "1920-01-draft.png"))
     page.screenshot(path=str(OUT / "1920-01-draft-full.png"), full_page=True)
 
-    # Back changes the picture (and animates back).
-    html_before = page.locator(".svkv").first.inner_html()
+    # Back changes the step (the same nodes again).
     seen = _click_sampled(page, "back", ms=300)
     _wait_idle(page)
-    assert not seen.get("timedOut") and seen["phase"] != seen["oldPhase"], seen
-    assert "Draft" not in _phase_title(page) and page.locator(".svkv").first.inner_html() != html_before
+    assert not seen.get("timedOut") and seen["to"] != seen["from"] and seen["replaced"] == 0, seen
+    assert "Rollback" not in _phase_title(page)
     _no_exception(page, "Back")
 
     # Colour blindness: step on until one picture holds committed, provisional and stale slots.
@@ -331,6 +400,111 @@ def _check_colour_blind_rendering(page, cvd, slot_colors: dict[str, str]) -> Non
     (OUT / "kv-colours.json").write_text(json.dumps(report, indent=1) + "\n")
 
 
+# ---------------------------------------------------------------- the stage in the browser ------
+
+
+def test_keyboard_prefetch_and_queued_clicks(server: str, browser) -> None:
+    """→ / Shift+→ / ← step locally; Next cycle on a prefetched cycle asks the server nothing; a burst
+    of clicks past what the browser has is queued and every click is carried out."""
+    errors: list[str] = []
+    page = _open(browser, server, errors)
+    _wait_prefetched(page)
+    seq = _stage(page)["seq"]
+    for want in range(1, 6):
+        page.keyboard.press("ArrowRight")
+        page.wait_for_function(f"() => window.__specvizStage.state.cur === {want}", timeout=5_000)
+    assert "Rollback" in _phase_title(page) and _stage(page)["seq"] == seq
+    page.keyboard.press("ArrowLeft")
+    page.wait_for_function("() => window.__specvizStage.state.cur === 4", timeout=5_000)
+    page.keyboard.press("ArrowRight")
+    # Next cycle on a prefetched cycle: local, painted at once.
+    _wait_prefetched(page)
+    seen = _sampled(page, lambda: page.keyboard.press("Shift+ArrowRight"), ms=200)
+    assert seen["to"].startswith("Cycle 2 · 5") and _stage(page)["seq"] == seq, (seen["to"], _stage(page))
+    assert seen["waitedMs"] < 250 and seen["replaced"] == 0, seen
+    _wait_idle(page)
+    # A burst of 12 clicks: the browser has the rest of cycle 3 at most; the others wait, none is lost.
+    start = _stage(page)["cur"]
+    for _ in range(12):
+        _button(page, "next_phase").click(delay=0, no_wait_after=True)
+    page.wait_for_function(f"() => window.__specvizStage.state.cur === {start + 12}", timeout=180_000)
+    _wait_idle(page)
+    _no_exception(page, "a burst of clicks")
+    assert _stage(page)["queue"] == 0 and not _stage(page)["waiting"]
+    page.screenshot(path=str(OUT / "50-after-burst.png"))
+    page.close()
+    assert not errors, errors
+
+
+@pytest.mark.parametrize("size", [(1920, 1080), (1280, 720)])
+def test_one_screen_in_lecture_mode(server: str, browser, size: tuple[int, int]) -> None:
+    """After every phase of three cycles: each draft's verdict, the narrative (≥ 20 px) and the rows
+    the phase changed are inside the viewport; the figure's label names the cycle and the phase."""
+    errors: list[str] = []
+    width, height = size
+    page = _open(browser, server, errors, width, height)
+    page.get_by_text("Lecture mode").first.click()
+    page.wait_for_selector(".svs .svkv.svkv-lecture", timeout=60_000)
+    _wait_idle(page)
+    for step in range(1, 16):
+        page.keyboard.press("ArrowRight")
+        page.wait_for_function(f"() => window.__specvizStage.state.cur === {step} && "
+                               "!window.__specvizStage.state.waiting", timeout=120_000)
+        page.wait_for_timeout(600)  # the motion settles
+        g = page.evaluate(HOOKS_JS)
+        cycle, phase = g["title"].split(" · ", 1)
+        assert cycle in g["label"] and phase.split(" · ")[-1] in g["label"].replace("&amp;", "&"), g
+        assert g["narrativePx"] >= 20, g
+        for name in ("verdicts", "actions"):
+            for top, bottom, _left, right in g[name]:
+                assert top >= 0 and bottom <= g["vh"] + 0.5 and right <= g["vw"], (g["title"], name, g[name])
+        top, bottom, _, right = g["narrative"]
+        assert top >= 0 and bottom <= g["vh"] + 0.5 and right <= g["vw"], (g["title"], "narrative", g["narrative"])
+        if phase.startswith(("3", "5")):
+            page.screenshot(path=str(OUT / f"lecture-{width}x{height}-{step:02d}.png"))
+    _no_exception(page, "lecture mode")
+    page.close()
+    assert not errors, errors
+
+
+def test_the_standalone_page_steps_with_the_same_code(browser, tmp_path) -> None:
+    import specviz
+    from specviz.ui.runs import record_of
+    from specviz.ui.state import advance_cycle, start_live_run
+    from specviz.viz import stage_js
+    from specviz.viz.standalone import run_html
+
+    pair = specviz.build_tiny_pair(seed=0)
+    run = start_live_run(1, "page", (), pair, specviz.DecodeConfig(k=3, page_size=4, seed=1),
+                         pair.tokenizer.encode("Hello there, world"))
+    for _ in range(2):
+        run = advance_cycle(run)
+    html = run_html(record_of(run))
+    assert stage_js.core_js().replace("</script", "<\\/script") in html  # the app's stage script, verbatim
+    path = tmp_path / "run.html"
+    path.write_text(html)
+    errors: list[str] = []
+    page = browser.new_page(viewport={"width": 1440, "height": 900})
+    _watch_errors(page, errors, "file://")
+    page.goto(path.as_uri())
+    page.wait_for_function("() => window.__specvizStage && window.__specvizStage.state.cur === 0")
+    assert page.locator("section.step").first.is_hidden()  # the no-script sections, hidden by the script
+    seen = _sampled(page, lambda: page.keyboard.press("ArrowRight"), ms=300)
+    assert seen["to"].startswith("Cycle 1 · 1") and page.inner_text("#counter").startswith("step 2 of 11")
+    seen = _sampled(page, lambda: page.click("#next"), ms=300)
+    assert seen["to"].startswith("Cycle 1 · 2") and seen["replaced"] == 0 and seen["kept"] > 0, seen
+    page.keyboard.press("Shift+ArrowRight")
+    page.wait_for_function("() => window.__specvizStage.state.cur === 5")
+    page.screenshot(path=str(OUT / "60-standalone.png"))
+    page.close()
+    assert not errors, errors
+    # Without scripts the same page is the whole run, top to bottom.
+    page = browser.new_page(java_script_enabled=False)
+    page.goto(path.as_uri())
+    assert page.locator("section.step").count() == 11 and page.locator("section.step").nth(3).is_visible()
+    page.close()
+
+
 # ---------------------------------------------------------------- click-through, export, import -
 
 
@@ -388,8 +562,8 @@ def test_click_through_two_cycles_play_export_and_import(server: str, browser) -
     page = _open(browser, server, errors)
     page.locator(".st-key-run_file input[type=file]").set_input_files(str(run_file))
     page.wait_for_function(
-        f"() => [...document.querySelectorAll(\"[data-testid='stMarkdown']\")].some("
-        f"e => e.innerText.includes('{STATUS_LINE}') && e.innerText.includes('imported run'))",
+        "() => { const e = document.querySelector('.svs .svs-status');"
+        " return !!e && e.innerText.includes('imported run'); }",
         timeout=60_000,
     )
     _wait_idle(page)

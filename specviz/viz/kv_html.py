@@ -598,10 +598,13 @@ line-height:1.3;--tagw:{TAG_EM}em}}
 .svkv.svkv-lecture .svkv-phase{{font-size:1.15em;margin:0 0 .2em}}
 .svkv.svkv-lecture .svkv-cell{{min-height:2.3em;padding:.05em .25em .1em}}
 .svkv.svkv-lecture .svkv-grid{{gap:4px;margin-top:.2em}}
-.svkv.svkv-lecture .svkv-free{{flex-wrap:nowrap;overflow:hidden;margin:.1em 0}}
+.svkv.svkv-lecture .svkv-free,.svkv.svkv-lecture .svkv-ov{{flex-wrap:nowrap;overflow:hidden;margin:.1em 0}}
+.svkv.svkv-lecture .svkv-free-h,.svkv.svkv-lecture .svkv-ov>span:first-child{{white-space:nowrap}}
+.svkv.svkv-lecture .svkv-gap{{white-space:nowrap;overflow:hidden;text-overflow:ellipsis;padding:0 .25em}}
 .svkv.svkv-lecture .svkv-legend,.svkv.svkv-lecture .svkv-describe,.svkv.svkv-lecture .svkv-sub2{{display:none}}
 .svkv.svkv-lecture .svkv-cycle{{margin-top:.4em;padding-top:.3em}}
-.svkv.svkv-lecture .svkv-caches{{gap:.6em 2em}}
+.svkv.svkv-lecture .svkv-caches{{gap:.6em 1.5em;
+grid-template-columns:repeat(auto-fit,minmax(min(100%,calc(var(--minw) * .85)),1fr))}}
 .svkv.svkv-lecture .svkv-title{{white-space:nowrap;overflow:hidden;text-overflow:ellipsis;font-size:1.1em}}
 @media (max-height:820px){{
 .svkv.svkv-lecture .svkv-phase,.svkv.svkv-lecture .svkv-cycle>.svkv-title{{display:none}}
