@@ -312,8 +312,21 @@ def markdown(result: dict[str, Any], note: str = "") -> str:
                 chain_ms = "—" if r["causal_ms"] is None else f"{r['causal_ms']:.1f}"
                 cells.append(f"{r['ms']:.1f} | {r['min_ms']:.1f} | {r['v']:.2f} | {r['v_same']:.2f} | {chain_ms}")
             lines.append(f"| {n} | " + " | ".join(cells) + " |")
-        lines.append("")
+        lines += ["", _reading(mine, dts, result["ns"]), ""]
     return "\n".join(lines)
+
+
+def _reading(rows_: list[dict[str, Any]], dtypes: list[str], ns: list[int]) -> str:
+    """One sentence per thread count: how much N = max costs over N = 1, by median and by the
+    fastest pass (the minimum is what an unloaded machine approaches)."""
+    top = max(ns)
+    parts = []
+    for d in dtypes:
+        one = next(r for r in rows_ if r["dtype"] == d and r["n"] == 1)
+        big = next(r for r in rows_ if r["dtype"] == d and r["n"] == top)
+        parts.append(f"{d} {big['ms'] / one['ms']:.2f}x by median, {big['min_ms'] / one['min_ms']:.2f}x by the "
+                     f"fastest passes ({one['min_ms']:.0f} → {big['min_ms']:.0f} ms)")
+    return f"From 1 to {top} new tokens a pass grows: " + "; ".join(parts) + "."
 
 
 def main(argv: list[str] | None = None) -> int:
