@@ -9,8 +9,13 @@ itself. Candidates are run as forks of one prefilled decoder per prompt (a fork 
 replayed from scratch with `specviz.scenarios.check_scenario` before it is written.
 
 A kept scenario must also be robust to float noise: every acceptance test up to its cycle has
-|u - min(1, p/q)| >= MARGIN, so a different thread count (last-bit differences in a matmul) cannot
-flip a verdict.
+|u - min(1, p/q)| >= MARGIN (for a token tree's node: |u - p'(x)|), so a different thread count
+(last-bit differences in a matmul) cannot flip a verdict.
+
+Token-tree scenarios (docs/design.md §1c) search the same way with a tree shape: a non-first
+sibling wins (the compaction moves K/V), the whole deepest path is accepted, and a paged tree whose
+compaction copies across a block boundary and frees a block. `--only tree-moves tree-deepest
+tree-block-move` searches just those (the others are kept from --out).
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from specviz import SpeculativeDecoder, load_default_pair  # noqa: E402
+from specviz import SpeculativeDecoder, build_tiny_pair, load_default_pair  # noqa: E402
 from specviz.models import preferred_proposer  # noqa: E402
 from specviz.prompting import encode_prompt  # noqa: E402
 from specviz.runtime import eos_ids_of  # noqa: E402
@@ -61,6 +66,8 @@ class Search:
     free_policy: str = "free"
     max_new_tokens: int = 128
     max_cycle: int = 2  # the lesson must happen by this 0-based cycle: the check stays quick
+    tree_width: int = 1  # > 1: a token tree of depth k with this many children per node
+    tree_nodes: int = 16
 
 
 SEARCHES = (
@@ -103,6 +110,32 @@ SEARCHES = (
         lambda f: f.rejected_at is not None and f.num_accepted >= 1,
         chat=False,
     ),
+    Search(
+        "tree-moves", "Token tree: a non-first sibling wins, so its K/V move",
+        "The target agrees with a branch other than the proposer's favourite: the accepted nodes sit in verify "
+        "entries L+a_i and the rollback copies their K/V to L+i (no re-rotation: they ran at those positions).",
+        ("Explain in two sentences why the sky is blue.", "Write a haiku about autumn leaves.",
+         "Tell me a joke about skyscrapers."),
+        lambda f: f.tree_moves >= 1 and f.num_accepted >= 2,
+        k=4, tree_width=3, tree_nodes=16,
+    ),
+    Search(
+        "tree-deepest", "Token tree: the whole deepest path accepted",
+        "One verify pass over the tree accepts a root-to-leaf path as deep as the tree, then draws the bonus "
+        "token from the leaf's p: depth + 1 tokens for a single target pass.",
+        ("Count from one to ten in words.", "Write the days of the week in order.", "What is the capital of France?"),
+        lambda f: f.deepest_path and f.bonus and f.num_accepted >= 3 and f.finish_reason is None,
+        k=4, tree_width=3, tree_nodes=16,
+    ),
+    Search(
+        "tree-block-move", "Paged tree: the compaction crosses a block and frees one",
+        "With 4-token pages the accepted nodes' K/V are copied from a later block into an earlier one, then the "
+        "blocks holding only dropped entries go back to the pool.",
+        ("Explain in two sentences why the sky is blue.", "Write a haiku about autumn leaves.",
+         "Count from one to ten in words."),
+        lambda f: f.move_crosses_block and f.frees_block,
+        k=4, page_size=4, tree_width=3, tree_nodes=16,
+    ),
 )
 
 
@@ -111,7 +144,7 @@ def search(pair, spec: Search, proposer: str, seeds: int) -> Scenario | None:
     for prompt in spec.prompts:
         scenario = Scenario(spec.id, spec.title, spec.lesson, prompt, spec.chat, spec.k, spec.temperature, 0,
                             spec.cache_layout, spec.page_size, spec.free_policy, spec.max_new_tokens, proposer, 0,
-                            expect=None)  # type: ignore[arg-type]
+                            expect=None, tree_width=spec.tree_width, tree_nodes=spec.tree_nodes)  # type: ignore[arg-type]
         root = SpeculativeDecoder(pair, scenario.config())
         root.start(encode_prompt(pair.tokenizer, prompt, spec.chat))
         print(f"[{spec.id}] prompt {prompt[:50]!r} ({len(root.committed)} tokens)", flush=True)
@@ -140,6 +173,7 @@ def first_hit(dec: SpeculativeDecoder, spec: Search, eos: list[int], before: int
         if dec.finished:
             return None
         trace = dec.step()
+        # A tree's drafts are its nodes, with ratio = the p'(x) an asked node was tested against.
         if any(d.u is not None and abs(d.u - d.ratio) < MARGIN for d in trace.drafts):
             return None  # a near tie: float noise could flip it elsewhere
         facts = facts_of(trace, eos)
@@ -153,9 +187,11 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, default=300, help="seeds tried per prompt")
     parser.add_argument("--out", type=Path, default=SCENARIOS_FILE)
     parser.add_argument("--only", nargs="*", help="search only these scenario ids (others are kept from --out)")
+    parser.add_argument("--pair", choices=["default", "tiny"], default="default",
+                        help="tiny: the random tiny pair, to try the search itself quickly (never for the gallery)")
     args = parser.parse_args()
     torch.set_num_threads(1)  # as the app on a small machine; the MARGIN covers other thread counts
-    pair = load_default_pair()
+    pair = load_default_pair() if args.pair == "default" else build_tiny_pair(seed=0)
     proposer = preferred_proposer(pair)
     kept = {}
     if args.only and args.out.is_file():

@@ -14,6 +14,12 @@ a bonus was drawn, a block freed, an end-of-text drafted, how the text ended), a
 `check_scenario` replays it with the very decoder the app uses and lists every fact that no
 longer holds (tests/test_scenarios.py runs it for every shipped scenario). They were found on a
 CPU in float32; a GPU's random streams differ, so there the check fails rather than mislead.
+
+Token trees (docs/design.md §1c) have scenarios too: a scenario may give a tree shape
+(`tree_width`, `tree_nodes`; width 1, the default, is a chain), and its facts then say how many
+K/V moves the compaction made, whether one crossed a block boundary, and whether the whole deepest
+path of the tree was accepted. Entries written before trees omit these fields; they read as a
+chain with no moves.
 """
 
 from __future__ import annotations
@@ -49,6 +55,11 @@ class CycleFacts:
     frees_block: bool  # the target's rollback returned a block to the pool
     eos_at: int | None  # 1-based index of the first end-of-text draft; None: no draft was EOS
     finish_reason: str | None  # "eos" / "max_new_tokens" / "context_full" when the cycle ended the text
+    # Token trees (0 / False for a chain): the compaction's K/V moves (a non-first sibling won), a
+    # move whose source and destination lie in different blocks, the whole deepest path accepted.
+    tree_moves: int = 0
+    move_crosses_block: bool = False
+    deepest_path: bool = False
 
 
 def facts_of(trace: CycleTrace, eos_ids: Sequence[int]) -> CycleFacts:
@@ -61,7 +72,17 @@ def facts_of(trace: CycleTrace, eos_ids: Sequence[int]) -> CycleFacts:
         frees_block=any(e.kind == "free" and e.phase == "rollback" for e in trace.target_events),
         eos_at=next((d.index for d in trace.drafts if d.token_id in eos_ids), None),
         finish_reason=trace.finish_reason,
+        tree_moves=len(trace.tree.moves) if trace.tree is not None else 0,
+        move_crosses_block=any(e.kind == "move" and len(e.blocks) == 2 and e.blocks[0] != e.blocks[1]
+                               for e in trace.target_events),
+        deepest_path=trace.tree is not None and bool(trace.tree.path)
+        and len(trace.tree.path) == max(n.depth for n in trace.tree.nodes),
     )
+
+
+# Fields an entry may omit (written before token trees): a chain, and no tree facts.
+OPTIONAL_FIELDS = {"tree_width": 1, "tree_nodes": 16}
+OPTIONAL_FACTS = {"tree_moves": 0, "move_crosses_block": False, "deepest_path": False}
 
 
 @dataclass(frozen=True)
@@ -86,12 +107,14 @@ class Scenario:
     proposer: str
     cycle: int  # 0-based index of the cycle where it happens (the app numbers it cycle + 1)
     expect: CycleFacts
+    tree_width: int = 1  # a token tree's width (1: a chain) and node budget; K is its depth
+    tree_nodes: int = 16
 
     def config(self) -> DecodeConfig:
         return DecodeConfig(
             k=self.k, temperature=self.temperature, seed=self.seed, cache_layout=self.cache_layout,  # type: ignore[arg-type]
             page_size=self.page_size, free_policy=self.free_policy, max_new_tokens=self.max_new_tokens,  # type: ignore[arg-type]
-            proposer=self.proposer,  # type: ignore[arg-type]
+            proposer=self.proposer, tree_width=self.tree_width, tree_nodes=self.tree_nodes,  # type: ignore[arg-type]
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -104,13 +127,15 @@ def scenario_from_dict(data: Any) -> Scenario:
         raise ScenarioFileError(f"a scenario must be a JSON object, got {type(data).__name__}")
     name = data.get("id", "?")
     fields = {f.name for f in dataclasses.fields(Scenario)}
-    missing, unknown = fields - data.keys(), data.keys() - fields
+    missing, unknown = fields - data.keys() - OPTIONAL_FIELDS.keys(), data.keys() - fields
     if missing or unknown:
         raise ScenarioFileError(f"scenario {name!r}: missing {sorted(missing)}, unknown {sorted(unknown)}")
     expect = data["expect"]
     fact_names = {f.name for f in dataclasses.fields(CycleFacts)}
-    if not isinstance(expect, dict) or expect.keys() != fact_names:
-        raise ScenarioFileError(f"scenario {name!r}: 'expect' must list exactly {sorted(fact_names)}")
+    if not isinstance(expect, dict) or not fact_names - OPTIONAL_FACTS.keys() <= expect.keys() <= fact_names:
+        raise ScenarioFileError(f"scenario {name!r}: 'expect' must list exactly "
+                                f"{sorted(fact_names - OPTIONAL_FACTS.keys())}, and may add the tree facts "
+                                f"{sorted(OPTIONAL_FACTS)}")
     scenario = Scenario(**{**data, "expect": CycleFacts(**expect)})
     try:
         scenario.config().validate()

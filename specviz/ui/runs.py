@@ -208,6 +208,7 @@ def on_scenario(scenario_id: str) -> None:
         pair_kind="default", prompt=scenario.prompt, chat=scenario.chat, k=cfg.k, temperature=cfg.temperature,
         seed=cfg.seed, layout=cfg.cache_layout, page_size=cfg.page_size, policy=cfg.free_policy,
         max_new=cfg.max_new_tokens, proposer=cfg.proposer, top_k=defaults.top_k, top_p=defaults.top_p,
+        tree_width=cfg.tree_width, tree_nodes=cfg.tree_nodes,
         num_blocks=0, max_context=defaults.max_context, whatif=False,
         dtype="float32",  # scenarios are found and checked on the float32 pair
     )  # fmt: skip
