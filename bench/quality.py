@@ -101,30 +101,38 @@ def run_quality(pairs: dict[str, Any], sets: list[str], proposers: list[str], sh
     return {"prompts": n_prompts, "max_new": max_new, "rows": rows}
 
 
-def run_speed(pairs: dict[str, Any], configs: list[tuple[str, str]], n_prompts: int, max_new: int, rounds: int,
-              log) -> dict[str, Any]:
-    """T=0 tokens/s of each (proposer, shape) per dtype over that dtype's plain greedy generate."""
+def run_speed(pairs: dict[str, Any], configs: list[tuple[str, str]], temps: list[float], n_prompts: int,
+              max_new: int, rounds: int, log) -> dict[str, Any]:
+    """tokens/s of each (proposer, shape) per dtype and temperature over that dtype's plain `generate`
+    at the same temperature (greedy at T=0, sampling at T=1), paired per prompt and round."""
     systems: dict[str, Any] = {}
     for dtype, pair in pairs.items():
-        systems[f"hf_greedy_{dtype}"] = hf(pair, 0.0, max_new)
-        for proposer, shape in configs:
-            systems[f"{proposer}_{shape}_{dtype}"] = spec(pair, config(proposer, shape, 0.0, max_new))
+        for t in temps:
+            systems[f"plain_T{t:g}_{dtype}"] = hf(pair, t, max_new)
+            for proposer, shape in configs:
+                systems[f"{proposer}_{shape}_T{t:g}_{dtype}"] = spec(pair, config(proposer, shape, t, max_new))
     any_pair = next(iter(pairs.values()))
     prompts = prompt_set(any_pair.tokenizer, "natural", n_prompts)
     samples = interleaved({n: (lambda i, f=f: f(prompts[i])) for n, f in systems.items()}, len(prompts), rounds, log)
     by = {(s.system, s.round, s.prompt): s for s in samples}
+    rate = {n: summary([s.tokens_per_s for s in samples if s.system == n])["median"] for n in systems}
     rows = []
-    fastest_plain = max((f"hf_greedy_{d}" for d in pairs),
-                        key=lambda n: summary([s.tokens_per_s for s in samples if s.system == n])["median"])
-    for name in systems:
-        mine = [s for s in samples if s.system == name]
-        dtype = name.rsplit("_", 1)[1]
-        same = [s.tokens_per_s / by[(f"hf_greedy_{dtype}", s.round, s.prompt)].tokens_per_s for s in mine]
-        best = [s.tokens_per_s / by[(fastest_plain, s.round, s.prompt)].tokens_per_s for s in mine]
-        rows.append({"system": name, "dtype": dtype, "tokens_per_s": summary([s.tokens_per_s for s in mine]),
-                     "speedup_same_dtype": summary(same), "speedup_vs_fastest_plain": summary(best)})
+    for t in temps:
+        fastest_plain = max((f"plain_T{t:g}_{d}" for d in pairs), key=lambda n: rate[n])
+        for name in systems:
+            if f"_T{t:g}_" not in name:
+                continue
+            mine = [s for s in samples if s.system == name]
+            dtype = name.rsplit("_", 1)[1]
+            same = [s.tokens_per_s / by[(f"plain_T{t:g}_{dtype}", s.round, s.prompt)].tokens_per_s for s in mine]
+            best = [s.tokens_per_s / by[(fastest_plain, s.round, s.prompt)].tokens_per_s for s in mine]
+            cycles = sum(s.extra.get("cycles", 0) for s in mine)
+            rows.append({"system": name, "dtype": dtype, "temperature": t, "fastest_plain": fastest_plain,
+                         "tokens_per_s": summary([s.tokens_per_s for s in mine]),
+                         "tokens_per_verify": sum(s.tokens for s in mine) / cycles if cycles else None,
+                         "speedup_same_dtype": summary(same), "speedup_vs_fastest_plain": summary(best)})
     return {"prompts": n_prompts, "max_new": max_new, "rounds": rounds, "threads": torch.get_num_threads(),
-            "fastest_plain": fastest_plain, "rows": rows}
+            "rows": rows}
 
 
 def quality_markdown(result: dict[str, Any], note: str) -> str:
@@ -152,18 +160,20 @@ def quality_markdown(result: dict[str, Any], note: str) -> str:
 
 def speed_markdown(result: dict[str, Any], note: str) -> str:
     lines = [f"### Speed on natural prompts, chain vs tree, float32 and bfloat16 ({SPEED_NAME})", "",
-             f"`python -m bench.quality --speed --into docs`: T=0, {result['prompts']} natural prompts x "
+             f"`python -m bench.quality --speed --into docs`: {result['prompts']} natural prompts x "
              f"{result['max_new']} new tokens, {result['rounds']} interleaved rounds, {result['threads']} threads. "
-             "Each speculative configuration is paired per prompt and round with the target's plain greedy "
-             f"`generate` in the same dtype; the second ratio is over the fastest plain decoding of any dtype "
-             f"({result['fastest_plain']}). Medians (min–max).", ""]
+             "Each speculative configuration is paired per prompt and round with the target's plain `generate` "
+             "(greedy at T=0, sampling at T=1) in the same dtype; the second ratio is over the fastest plain "
+             "decoding of any dtype at that temperature. Medians (min–max).", ""]
     if note:
         lines += [note, ""]
-    lines += ["| system | tokens/s | × plain greedy, same dtype | × fastest plain |", "|---|---:|---:|---:|"]
+    lines += ["| system | tokens/s | tokens/verify | × plain, same dtype | × fastest plain (which) |",
+              "|---|---:|---:|---:|---:|"]
     for r in result["rows"]:
-        s, b = r["speedup_same_dtype"], r["speedup_vs_fastest_plain"]
-        lines.append(f"| {r['system']} | {r['tokens_per_s']['median']:.1f} | {s['median']:.2f} "
-                     f"({s['min']:.2f}–{s['max']:.2f}) | {b['median']:.2f} ({b['min']:.2f}–{b['max']:.2f}) |")
+        s, b, tv = r["speedup_same_dtype"], r["speedup_vs_fastest_plain"], r["tokens_per_verify"]
+        lines.append(f"| {r['system']} | {r['tokens_per_s']['median']:.1f} | {'—' if tv is None else f'{tv:.2f}'} | "
+                     f"{s['median']:.2f} ({s['min']:.2f}–{s['max']:.2f}) | {b['median']:.2f} "
+                     f"({b['min']:.2f}–{b['max']:.2f}) ({r['fastest_plain']}) |")
     return "\n".join(lines) + "\n"
 
 
@@ -196,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     split = lambda text: [x.strip() for x in text.split(",") if x.strip()]  # noqa: E731
     if args.speed:
         configs = [(p, s) for p in split(args.proposers) for s in split(args.shapes)]
-        result = run_speed(pairs, configs, args.prompts, args.max_new, args.rounds, log)
+        result = run_speed(pairs, configs, [float(t) for t in split(args.temps)], args.prompts, args.max_new,
+                           args.rounds, log)
         name, text = SPEED_NAME, speed_markdown(result, args.note)
     else:
         result = run_quality(pairs, split(args.sets), split(args.proposers), split(args.shapes),
