@@ -5,7 +5,7 @@ for the accepted path, and what-if forcing is withdrawn while the width is above
 
 from __future__ import annotations
 
-from test_app import assert_clean, click, kv_views, open_app, shown, stage_step
+from test_app import assert_clean, click, kv_views, open_app, open_tab, shown, stage_step
 
 
 def test_a_tree_setting_runs_tree_cycles_and_the_stage_draws_them():
@@ -44,3 +44,18 @@ def test_the_quiz_asks_which_path_and_forcing_is_withdrawn_for_trees():
     click(at, "quiz_submit")
     result = shown(at).quiz[-1]
     assert result.marks()[0][0] == "path the target accepts" and result.marks()[0][3]
+
+
+def test_the_tabs_draw_a_tree_run_and_the_stats_count_tokens_per_verify_pass():
+    at = open_app(tab="charts", tree_width=3, tree_nodes=8)
+    click(at, "next_cycle", times=2)
+    assert all(t.tree is not None for t in shown(at).traces)
+    open_tab(at, "stats")
+    labels = [m.label for m in at.metric]
+    assert "Tokens per verify pass" in labels and "Acceptance rate α" not in labels
+    done = shown(at).traces
+    value = next(m.value for m in at.metric if m.label == "Tokens per verify pass")
+    assert value == f"{sum(len(t.emitted) for t in done) / len(done):.2f}"
+    for tab in ("lab", "export", "myths"):
+        open_tab(at, tab)
+    assert any("siblings share a position" in m.value for m in at.markdown)  # the myths tab lists trees
