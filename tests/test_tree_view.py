@@ -234,3 +234,19 @@ def test_the_standalone_page_holds_the_panel_the_script_and_the_styles():
     assert sections.count("data-role='tree-kv'") >= 1 and "data-role='tree-move'" in sections
     assert "svTreeLight" in page and ".svtree .svtree-kv" in page
     assert "svTreeLight" in stage_js.app_js() and ".svtree" in stage_js.stage_css()
+
+
+def test_the_token_strip_shows_a_trees_first_chain_then_its_accepted_path():
+    from specviz.viz import tokens
+
+    rec = tree_run()
+    tr = moving_cycle(rec)
+    traces, prompt = rec.traces, list(rec.prompt_ids)
+    base = len(tokens.strip_chips(prompt, traces, rec.token_text, tr.cycle, "start"))
+    pending = tokens.strip_chips(prompt, traces, rec.token_text, tr.cycle, "draft")[base:]
+    first_chain = [n for n in tr.tree.nodes if n.index == n.depth]  # nodes 1, 2, .. along the first branch
+    assert [c.token_id for c in pending] == [n.token_id for n in first_chain]
+    assert [c.position for c in pending] == [n.position for n in first_chain]  # one chip per position
+    judged = tokens.strip_chips(prompt, traces, rec.token_text, tr.cycle, "accept")[base:]
+    assert [c.token_id for c in judged] == [tr.tree.nodes[a - 1].token_id for a in tr.tree.path]
+    assert all(c.kind == "accepted" for c in judged)

@@ -69,7 +69,7 @@ def strip_chips(
     step = CYCLE_PHASES.index(phase)
     if step >= CYCLE_PHASES.index("resolve"):
         chips += [_emitted_chip(tr, e.token_id, e.text, e.position, e.kind) for e in tr.emitted]
-        if step < CYCLE_PHASES.index("rollback"):
+        if step < CYCLE_PHASES.index("rollback") and tr.tree is None:
             # Still show the drafts the rejection threw away, struck through, until rollback.
             chips += [
                 _draft_chip(d, "rejected" if d.verdict == "rejected" else "untested", revealed=True)
@@ -78,8 +78,23 @@ def strip_chips(
             ]
     elif step >= CYCLE_PHASES.index("draft"):
         revealed = step >= CYCLE_PHASES.index("accept")
-        chips += [_draft_chip(d, d.verdict if revealed else "pending", revealed) for d in tr.drafts]
+        chips += [_draft_chip(d, d.verdict if revealed else "pending", revealed) for d in _in_a_row(tr, revealed)]
     return mark_characters(chips)
+
+
+def _in_a_row(tr: CycleTrace, revealed: bool) -> Sequence:
+    """The drafts that read as a continuation of the text. A token tree's nodes are alternatives,
+    several per position (its own panel draws them): the strip shows its first chain -- the
+    proposer's favourite, nodes 1, 2, .. -- until the verdicts, then the accepted path."""
+    if tr.tree is None:
+        return tr.drafts
+    if revealed:
+        return [tr.drafts[a - 1] for a in tr.tree.path]
+    chain, i = [], 1
+    while i <= len(tr.drafts) and tr.drafts[i - 1].position == tr.context_len + len(chain):
+        chain.append(tr.drafts[i - 1])
+        i += 1
+    return chain
 
 
 def mark_characters(chips: Sequence[Chip]) -> list[Chip]:
