@@ -181,7 +181,7 @@ def prefill_markdown(num_prompt: int, target_len: int, draft_len: int | None, pr
 
 def phase_markdown(trace: CycleTrace, phase: str) -> str:
     """The explanation of `phase` of `trace`, with the trace's actual numbers."""
-    if trace.tree is not None:  # a token tree's phases have their own words (docs/design.md §1c)
+    if trace.tree is not None and trace.tree.nodes:  # a token tree's words (docs/design.md §1c); no node: a plain step
         from .narrative_tree import phase_markdown as tree_phase
 
         return tree_phase(trace, phase)

@@ -250,3 +250,17 @@ def test_the_token_strip_shows_a_trees_first_chain_then_its_accepted_path():
     judged = tokens.strip_chips(prompt, traces, rec.token_text, tr.cycle, "accept")[base:]
     assert [c.token_id for c in judged] == [tr.tree.nodes[a - 1].token_id for a in tr.tree.path]
     assert all(c.kind == "accepted" for c in judged)
+
+
+def test_a_tree_cycle_without_nodes_says_so_in_the_panel_and_the_narrative():
+    from specviz import narrative
+
+    p = pair()
+    dec = SpeculativeDecoder(p, DecodeConfig(proposer="lookup", k=3, tree_width=2, tree_nodes=6, temperature=0,
+                                             max_new_tokens=4))
+    dec.start(p.tokenizer.encode("abc xyz qrs"))  # no repeated n-gram: prompt lookup has no continuation
+    tr = dec.step()
+    assert tr.tree is not None and not tr.tree.nodes and len(tr.emitted) == 1
+    html = tree_view.tree_panel_html(tr, "verify", p.tokenizer.decode)
+    assert "No token tree this cycle" in html and "tree-node" not in html
+    assert "One generated token" in narrative.phase_markdown(tr, "resolve")

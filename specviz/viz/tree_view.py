@@ -53,6 +53,10 @@ def tree_panel_html(trace: CycleTrace | None, phase: str, token_text: TokenText,
     step = _step(phase)
     tree = trace.tree
     key = f"tv{trace.cycle}"
+    if not tree.nodes:  # nothing proposed (prompt lookup without a match): a plain target step
+        note = trace.proposer_note or "the proposer proposed nothing"
+        return (f"<div class='svtree' role='note' data-role='tree' data-key='{key}'><p class='svtree-note'>"
+                f"No token tree this cycle: {esc_attr(note.rstrip('.'))}.</p></div>")
     body = []
     if "tree" in parts:
         body.append(_tree_html(trace, step, token_text, key))
