@@ -666,6 +666,7 @@ def _tree_page(browser, path: Path, errors: list[str], reduced: bool = False):
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto(path.as_uri())
     page.wait_for_function("window.__specvizStage && document.querySelector('#stage .svkv')")
+    page.add_style_tag(content="header { position: static !important; }")  # element shots not under the bar
     return page
 
 
