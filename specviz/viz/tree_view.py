@@ -324,13 +324,15 @@ def _kv_cell(key: str, node: int, col: int, state: str, text: str, position: int
     cls = f"svtree-kv svtree-kv-{state}" + (" svtree-kv-committed" if committed else "")
     role = " data-role='tree-move'" if came_from is not None else ""
     label = "root" if node == 0 else f"node {node}"
-    sub = f"pos {position} · #{node}" if came_from is None else f"pos {position} ← {came_from}"
+    sub = f"pos {position} · #{node}" if came_from is None else f"pos {position} · #{node}"
     tip = f"{label}: position {position}" + (f", moved here from entry {came_from}" if came_from is not None else "")
     return (
         f"<div class='{cls}' style='grid-column:{col + 1}' data-key='{key}-n{node}' data-n='{node}'{role} "
         f"tabindex='0' title='{esc_attr(tip)}'>"
         f"<span class='svtree-tok'>{esc_attr(show_token(text, 10**6))}</span>"
-        f"<span class='svtree-sub'>{esc_attr(sub)}</span></div>"
+        f"<span class='svtree-sub'>{esc_attr(sub)}</span>"
+        + (f"<span class='svtree-sub svtree-from'>from entry {came_from}</span>" if came_from is not None else "")
+        + "</div>"
     )
 
 
