@@ -331,7 +331,7 @@ def _kv_cell(key: str, node: int, col: int, state: str, text: str, position: int
         f"tabindex='0' title='{esc_attr(tip)}'>"
         f"<span class='svtree-tok'>{esc_attr(show_token(text, 10**6))}</span>"
         f"<span class='svtree-sub'>{esc_attr(sub)}</span>"
-        + (f"<span class='svtree-sub svtree-from'>from entry {came_from}</span>" if came_from is not None else "")
+        + (f"<span class='svtree-sub svtree-from'>← from {came_from}</span>" if came_from is not None else "")
         + "</div>"
     )
 
