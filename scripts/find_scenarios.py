@@ -125,7 +125,7 @@ SEARCHES = (
         "token from the leaf's p: depth + 1 tokens for a single target pass.",
         ("Count from one to ten in words.", "Write the days of the week in order.", "What is the capital of France?"),
         lambda f: f.deepest_path and f.bonus and f.num_accepted >= 3 and f.finish_reason is None,
-        k=4, tree_width=3, tree_nodes=16,
+        k=3, temperature=0.7, tree_width=3, tree_nodes=16, max_cycle=4,
     ),
     Search(
         "tree-block-move", "Paged tree: the compaction crosses a block and frees one",
