@@ -192,8 +192,8 @@ def _sidebar(settings: ServerSettings, on_walkthrough: Any) -> Controls:
         st.toggle(
             "Quiz: predict the outcome before it is shown",
             key="quiz",
-            help="After the verify phase the page asks how many drafts will pass and what the rollback drops, "
-            "then reveals and scores.",
+            help="After the verify phase the page asks how many drafts will pass and what the rollback drops "
+            "(for a token tree: which path the target will accept), then reveals and scores.",
         )
         kind = st.radio("Model pair", settings.allowed_pairs(PAIR_LABELS), format_func=PAIR_LABELS.get, key="pair_kind")
         target = draft = ""
