@@ -697,7 +697,7 @@ def test_token_tree_panel_and_the_compaction_glide(browser) -> None:
     assert tree.locator("[data-role='tree-mask']").count() == 1
     tree.screenshot(path=str(OUT / "tree-accept.png"))
     tree.locator(f"[data-role='tree-node'][data-n='{node}']").focus()  # keyboard: one node lit everywhere
-    lit = page.evaluate(f"[...document.querySelectorAll('#stage .svtree-lit')].map(e => e.dataset.n)")
+    lit = page.evaluate("[...document.querySelectorAll('#stage .svtree-lit')].map(e => e.dataset.n)")
     assert set(lit) == {str(node)} and len(lit) >= 4, lit  # its box, mask row and column, K/V cell
     page.evaluate(f"window.__specvizStage.seek({draft + 3})")  # resolve
     page.wait_for_timeout(600)
