@@ -66,10 +66,11 @@ def timeline(run: Run, proposer_label: str, suffix: str) -> stage_data.Timeline:
     key = (run.id, run.source, len(run.traces), id(run.traces[-1]) if run.traces else 0, id(nxt), suffix)
     memo = st.session_state.get("_stage_timeline")
     if memo is None or memo[0] != key:
+        parts = memo[1].memo if memo is not None and memo[0][0] == run.id else {}  # the run's rendered steps
         tl = stage_data.Timeline(
             prompt_ids=run.prompt_ids, prefill=run.prefill, traces=(*run.traces, *((nxt,) if nxt else ())),
             texts=run.texts, proposer=run.proposer, proposer_label=proposer_label, real=len(run.traces),
-            status_suffix=suffix,
+            status_suffix=suffix, memo=parts,
         )  # fmt: skip
         memo = (key, tl)
         st.session_state._stage_timeline = memo

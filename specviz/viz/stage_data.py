@@ -54,7 +54,9 @@ class Timeline:
     real: int | None = None
     status_suffix: str = ""
     prefill_at_zero: bool = False  # a whole recorded run (the standalone page) opens on its prefill
-    _memo: dict = field(default_factory=dict, compare=False, repr=False)
+    # Rendered parts of steps, by the identity of the traces they show: a session passes the same dict
+    # to each new Timeline of a run, so a new cycle renders only its own steps (see `step_payload`).
+    memo: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def adopted(self) -> int:
@@ -98,41 +100,52 @@ def window(view: int, tl: Timeline) -> range:
 def step_payload(
     tl: Timeline, step: int, *, lecture: bool, max_rows: int | None, compare: Timeline | None = None
 ) -> dict[str, Any]:
-    """One step as the browser shows it (see the module docstring). Memoised per timeline."""
-    key = (step, lecture, max_rows, id(compare))
-    if key in tl._memo:
-        return tl._memo[key]
+    """One step as the browser shows it (see the module docstring).
+
+    The status line ("cycle 3 of 5") is made fresh; the rest — the pictures, the narrative, the
+    strip — depends only on the step's trace, the trace before it (the picture is computed against
+    the step before) and the drawing options, and is memoised by them in `tl.memo`."""
     cycle, phase = view_of(step, tl)
     tr = tl.traces[cycle] if cycle is not None else None
-    # A token tree's cycle adds its panel under the picture (viz/tree_view.py: keyed nodes, so the
-    # compaction's moves glide); a compared layout shows only its own verify slots and moves.
-    pictures = [_picture(tl, step, tr, phase, lecture, max_rows)
-                + tree_view.tree_panel_html(tr, phase, tl.texts, lecture=lecture)]
-    if compare is not None and step <= compare.last_step:
-        other = tr and compare.traces[cycle]
-        pictures.append(_picture(compare, step, other, phase, lecture, max_rows)
-                        + tree_view.tree_panel_html(other, phase, compare.texts, lecture=lecture, parts=("cache",)))
     traces = tl.traces[: max((cycle or 0) + 1, tl.adopted)]
     status = narrative.status_markdown(len(tl.prompt_ids), traces, cycle, phase, tl.proposer_label or tl.proposer)
-    if tr is None:
-        target, proposer = tl.prefill
-        story = narrative.prefill_markdown(
-            len(tl.prompt_ids), target.seq_len, proposer.seq_len if proposer is not None else None, tl.proposer
-        )
-    else:
-        story = narrative.phase_markdown(tr, phase)
-    strip = tokens.strip_html(tokens.strip_chips(list(tl.prompt_ids), traces, tl.texts, cycle, phase))
-    out = {
+    prev = tl.traces[cycle - 1] if cycle else None
+    other = compare.traces[cycle] if compare is not None and cycle is not None and cycle < len(compare.traces) else None
+    # id()s of objects the entry keeps alive (its value holds them): an id is never reused meanwhile.
+    key = (id(tr), id(prev), id(other), phase, lecture, max_rows, tl.proposer, len(tl.prompt_ids), tl.texts)
+    if key not in tl.memo:
+        if len(tl.memo) > 400:
+            tl.memo.clear()
+        # A token tree's cycle adds its panel under the picture (viz/tree_view.py: keyed nodes, so the
+        # compaction's moves glide); a compared layout shows only its own verify slots and moves.
+        pictures = [_picture(tl, step, tr, phase, lecture, max_rows)
+                    + tree_view.tree_panel_html(tr, phase, tl.texts, lecture=lecture)]
+        if compare is not None and step <= compare.last_step:
+            pictures.append(_picture(compare, step, other, phase, lecture, max_rows)
+                            + tree_view.tree_panel_html(other, phase, compare.texts, lecture=lecture,
+                                                        parts=("cache",)))
+        if tr is None:
+            target, proposer = tl.prefill
+            story = narrative.prefill_markdown(
+                len(tl.prompt_ids), target.seq_len, proposer.seq_len if proposer is not None else None, tl.proposer
+            )
+        else:
+            story = narrative.phase_markdown(tr, phase)
+        strip = tokens.strip_html(tokens.strip_chips(list(tl.prompt_ids), tl.traces[: (cycle or 0) + 1], tl.texts,
+                                                     cycle, phase))
+        tl.memo[key] = ((tr, prev, other), pictures, _MD.render(story), strip)
+    _, pictures, story, strip = tl.memo[key]
+    return {
         "title": title(cycle, phase),
         "cycle": cycle,
         "phase": phase,
         "kv": pictures,
         "status": _MD.render(status + tl.status_suffix),
-        "story": _MD.render(story),
+        "story": story,
         "strip": strip,
+        # What computing this step's cycle took on the server (the latency bench compares with it).
+        "compute_ms": round(sum(tr.timings_ms.values()), 1) if tr is not None else None,
     }
-    tl._memo[key] = out
-    return out
 
 
 def _picture(tl: Timeline, step: int, tr: CycleTrace | None, phase: str, lecture: bool, max_rows: int | None) -> str:

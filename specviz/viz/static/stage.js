@@ -15,6 +15,7 @@ const PHASES = 5;  // steps per cycle: draft, verify, accept, resolve, rollback
 const MOVE_MS = 420;
 const ENTER_MS = 380;
 const REPORT_IDLE_MS = 1200;  // a pause this long after local steps tells the server where we are
+const REPORT_AFTER_MOTION_MS = 550;  // a report that matters, sent once the step's motion has run
 
 function svKey(node) {
   return node.nodeType === 1 ? node.getAttribute('data-key') || undefined : undefined;
@@ -162,14 +163,13 @@ function createStage(root, hooks) {
       render(target);
       say(s.held === null || s.held === target ? '' : 'Quiz question skipped.');
       if (s.held !== null && s.held !== target) s.held = null;
-      if (cycleOf(target) !== before && target > 0 && kind !== 'back') {
-        report('view');  // a new cycle: the server adopts it and computes the next one
-      } else if (s.data.follow) {
-        report('view');  // the tabs or the quiz below follow the phase
-      } else {
-        clearTimeout(s.reportTimer);
-        s.reportTimer = setTimeout(() => { if (s.cur !== s.reported) report('view'); }, REPORT_IDLE_MS);
-      }
+      // A new cycle (the server adopts it and computes the next one) or a phase that the tabs or the
+      // quiz below follow: say so once the motion is over (a script run meanwhile would cost frames);
+      // otherwise after a pause, so Play, Reset and the history start from the step on screen.
+      const soon = (cycleOf(target) !== before && target > 0 && kind !== 'back') || s.data.follow;
+      clearTimeout(s.reportTimer);
+      s.reportTimer = setTimeout(() => { if (s.cur !== s.reported) report('view'); },
+        soon ? REPORT_AFTER_MOTION_MS : REPORT_IDLE_MS);
       return;
     }
     if (kind !== 'back' && !s.data.more) {
