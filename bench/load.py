@@ -15,7 +15,10 @@ Two kinds of client:
   trigger, and "rendered" is the server's `script_finished` after every delta of that run has
   arrived. It measures the server and the wire, not the browser's drawing of the charts.
 * `browser` — headless Chromium pages driven by Playwright (Debian's /usr/bin/chromium, launched
-  as in tests/test_browser.py): "rendered" is the moment the page's running indicator goes away.
+  as in tests/test_browser.py): "rendered" is the moment the stage component shows the new step
+  (its title changed and it waits for no answer from the server). The stage steps through the
+  phases it has in the browser and prefetches the next cycle (docs/design.md §3, "The stage"), so
+  most clicks never reach the server; the ones that do wait for it.
   `auto` picks it when /usr/bin/chromium exists, else `ws`.
 
 It is also the optional `load` section of the suite (`python -m bench --sections load`), which is
@@ -293,9 +296,10 @@ async def _browser_session(browser: Any, url: str, opts: Options, rng: random.Ra
         for i in range(opts.clicks):
             await asyncio.sleep(opts.think_s * rng.uniform(0.5, 1.5))
             button = PATTERN[i % len(PATTERN)]
+            shown = await page.evaluate(STAGE_TITLE_JS)
             t0 = time.perf_counter()
             await page.get_by_role("button", name=button).click()
-            busy = await _browser_idle(page, opts)
+            busy = await _stage_shown(page, shown, opts)
             log.clicks.append((button, time.perf_counter() - t0))
             log.busy_clicks += busy
             if await page.locator("[data-testid='stException']").count():
@@ -304,6 +308,18 @@ async def _browser_session(browser: Any, url: str, opts: Options, rng: random.Ra
         log.errors.append(f"{type(exc).__name__}: {exc}"[:200])
     finally:
         await page.close()
+
+
+STAGE_TITLE_JS = "() => (document.querySelector('.svs') || {dataset: {}}).dataset.title || null"
+STAGE_SHOWN_JS = """(before) => { const r = document.querySelector('.svs'), s = window.__specvizStage;
+  return !!r && !!s && r.dataset.title !== before && !s.state.waiting; }"""
+
+
+async def _stage_shown(page: Any, before: str | None, opts: Options) -> bool:
+    """Wait until the stage shows another step than `before` and waits for no server answer; True
+    if the server's busy message is on the page then."""
+    await page.wait_for_function(STAGE_SHOWN_JS, arg=before, timeout=opts.timeout_s * 1000, polling="raf")
+    return bool(await page.get_by_text(BUSY_TEXT).count())
 
 
 async def _browser_idle(page: Any, opts: Options) -> bool:
@@ -437,7 +453,8 @@ def markdown(result: dict[str, Any]) -> str:
         + (
             " end at the server's `script_finished` (the wire, not the browser's drawing)."
             if result["client"] == "ws"
-            else " end when the page's running indicator goes away."
+            else " end when the stage shows the new step (a step the browser has is shown locally; one it "
+            "lacks waits for the server's answer)."
         ),
         "",
         "| N | Next phase p50 | p95 | Next cycle p50 | p95 | open p50 | errors | busy clicks "
