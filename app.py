@@ -163,7 +163,7 @@ def _scenario_start(run: Run) -> Run:
     if scenario is None:
         return run
     run = run_to_cycle(run, scenario.cycle, session.decoding_slot)
-    lesson = f"Scenario **{scenario.title}** — cycle {scenario.cycle + 1}: {scenario.lesson} Press Next phase."
+    lesson = f"Scenario **{scenario.title}** — cycle {scenario.cycle + 1}: {scenario.lesson}"  # stepping: the stage
     return dataclasses.replace(run, title=scenario.title, notices=(lesson,))
 
 

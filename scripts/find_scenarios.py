@@ -104,7 +104,7 @@ SEARCHES = (
     ),
     Search(
         "long-context", "A rejection far down a long context",
-        "A prompt of about a thousand tokens: the verify pass, the rejection and the rollback happen at "
+        "A prompt of about 700 tokens: the verify pass, the rejection and the rollback happen at "
         "positions near the end of a long cache, and the views window around them.",
         (LONG_PROMPT,),
         lambda f: f.rejected_at is not None and f.num_accepted >= 1,

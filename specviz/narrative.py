@@ -269,10 +269,17 @@ def _draft(tr: CycleTrace) -> str:
 
 def _no_proposal(tr: CycleTrace) -> str:
     why = _note(tr) or "The proposer proposed nothing."
-    return (
+    text = (
         f"**No proposal this cycle.** {why} The cycle is one **plain target step**: the target will run over "
         "x_n alone, and its p_1 gives the next token — nothing to accept or reject."
     )
+    if tr.proposer == "lookup":  # ordinary prompts rarely repeat themselves: say which ones suit it
+        text += (
+            " Prompt lookup only guesses when the text repeats what came before; it suits prompts that copy, "
+            "like the examples “Repeat this list, changing only the last item: …” or “Rewrite this paragraph "
+            "replacing ‘cat’ with ‘dog’: …” (Example prompts, in the sidebar)."
+        )
+    return text
 
 
 def _draft_model(tr: CycleTrace) -> str:

@@ -148,7 +148,7 @@ def run_list(run: Run | None) -> None:
     runs = ws.runs()
     for r in reversed(runs):
         shown = r is run
-        label = ("▶ " if shown else "") + r.label() + ("" if r.live else f" · {r.source}, no model")
+        label = ("▶ " if shown else "") + r.label(count=not shown) + ("" if r.live else f" · {r.source}, no model")
         if shown:
             st.markdown(f"**{label}**")
         else:

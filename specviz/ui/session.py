@@ -145,7 +145,7 @@ def park_idle(ws: Workspace) -> bool:
     run = ws.run
     if run is None or run.dec is None or ws.playing:
         return False
-    _swap(ws, dataclasses.replace(run, dec=None, parked=parking.park(run.dec), ahead=None))
+    _swap(ws, dataclasses.replace(run, dec=None, parked=parking.park(run.dec), ahead=None, parked_idle=True))
     return True
 
 
@@ -154,13 +154,17 @@ def wake_note(ws: Workspace) -> str | None:
     run = ws.run
     if run is None or run.parked is None:
         return None
-    _swap(ws, wake(run, decoding_slot))
-    idle = time.time() - run.parked.parked_at + server_settings().idle_seconds
+    _swap(ws, dataclasses.replace(wake(run, decoding_slot), parked_idle=False))
+    away = time.time() - run.parked.parked_at
+    # Parked by the idle sweep: it had been idle for the timeout before; parked because another run
+    # was shown: only the time since.
+    idle = away + (server_settings().idle_seconds if run.parked_idle else 0.0)
     idle_text = f"{idle / 60:.0f} min" if idle >= 90 else f"{idle:.0f} s"
+    why = (f"This run was idle for about {idle_text}" if run.parked_idle
+           else f"Another run was shown for the last {idle_text}")
     return (
-        f"This run was idle for about {idle_text} (or another run was shown), so its KV caches were released. "
-        f"They were rebuilt now from the {len(run.parked.committed)} committed tokens: the run continues "
-        "exactly where it was, and the recorded history is unchanged."
+        f"{why}, so its KV caches were released. They were rebuilt now from the {len(run.parked.committed)} "
+        "committed tokens: the run continues exactly where it was, and the recorded history is unchanged."
     )
 
 

@@ -369,5 +369,5 @@ def _whatif_controls(on_walkthrough: Any, tree: bool = False) -> bool:
             width="stretch",
             disabled=tree,
         )
-        st.caption("Exact scenarios, found by seed rather than forced, are in the **Runs & gallery** tab.")
+        st.caption("Exact scenarios, found by seed rather than forced, are in the sidebar's **Scenario gallery**.")
     return on

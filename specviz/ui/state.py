@@ -97,6 +97,7 @@ class Run:
     notices: tuple[str, ...] = ()
     quiz: tuple[Any, ...] = ()  # specviz.ui.quiz.QuizResult per answered cycle
     ahead: Ahead | None = None  # the next cycle, prefetched (not yet part of `traces`)
+    parked_idle: bool = False  # parked by the idle sweep (not because another run was shown)
 
     @property
     def live(self) -> bool:
@@ -136,11 +137,12 @@ class Run:
             return self.traces[0].dtype
         return precision.run_dtype(self.pair.target) if self.pair is not None else precision.DEFAULT_DTYPE
 
-    def label(self) -> str:
-        """One line naming the run in the run selector."""
+    def label(self, count: bool = True) -> str:
+        """One line naming the run in the run selector. `count=False` for the run on screen: the list
+        sits outside the stage, which steps without redrawing it, so a count there would go stale."""
         c = self.config
         cache = f"paged {c.page_size}/{c.free_policy}" if c.cache_layout == "paged" else "contiguous"
-        cycles = f"{len(self.traces)} cycle{'s' if len(self.traces) != 1 else ''}"
+        cycles = f"{len(self.traces)} cycle{'s' if len(self.traces) != 1 else ''}" if count else "shown now"
         return f"#{self.id} · {self.title} · {c.proposer} · {self.dtype} · {cache} · seed {c.seed} · {cycles}"
 
 

@@ -46,10 +46,11 @@ def memory_text(snap: CacheSnapshot) -> str:
             f"{snap.valid_bytes / mib:.2f} valid")
 
 
-def events_text(events: Sequence[CacheEvent], phase: str) -> str:
+def events_text(events: Sequence[CacheEvent], phase: str, committed: int | None = None) -> str:
     """The phase's cache events in one line ("no change" if none). The draft appends one position
     per forward pass, so consecutive appends are merged into one range, and block allocations
-    into one list."""
+    into one list. With `committed` (the snapshot's committed length), an append that lies wholly
+    inside it says "committed": a plain target step writes x_n's K/V, which nothing can take back."""
     here = [e for e in events if e.phase == phase]
     if not here:
         return "no change"
@@ -64,7 +65,8 @@ def events_text(events: Sequence[CacheEvent], phase: str) -> str:
                 runs.append([e])
         for run in runs:
             passes = f", {len(run)} forward passes" if len(run) > 1 else ""
-            parts.append(f"append K/V for positions {run[0].start}..{run[-1].end - 1} (provisional{passes})")
+            state = "committed" if committed is not None and run[-1].end <= committed else "provisional"
+            parts.append(f"append K/V for positions {run[0].start}..{run[-1].end - 1} ({state}{passes})")
     allocated = [b for e in here if e.kind == "alloc" for b in e.blocks]
     if allocated:
         parts.append(f"allocate block(s) {allocated} from the free pool")

@@ -89,12 +89,12 @@ def kv_stage_html(
     drafts = trace.drafts if trace is not None and _step(phase) >= _step("draft") else ()
     panels = [
         _Cache("Target cache", now.target, _same_shape(before and before.target, now.target),
-               _events(trace, "target", phase), drafts, entries=False, cid="t", keyframes=keyframes)
+               _events(trace, "target", phase, now.target), drafts, entries=False, cid="t", keyframes=keyframes)
     ]
     if now.draft is not None:
         panels.append(_Cache(PANEL_TITLES.get(proposer, "Draft cache"), now.draft,
                              _same_shape(before and before.draft, now.draft),
-                             _events(trace, "draft", phase), drafts, entries=entries, cid="p",
+                             _events(trace, "draft", phase, now.draft), drafts, entries=entries, cid="p",
                              keyframes=keyframes))
     title = PHASE_TITLES.get(phase, phase)
     cycle = f"Cycle {trace.cycle + 1} · " if trace is not None else ""
@@ -136,10 +136,11 @@ def _same_shape(before: CacheSnapshot | None, now: CacheSnapshot) -> CacheSnapsh
     return before
 
 
-def _events(trace: CycleTrace | None, which: str, phase: str) -> str:
+def _events(trace: CycleTrace | None, which: str, phase: str, snap: CacheSnapshot) -> str:
     if trace is None:
         return "prefill of the prompt"
-    return events_text(trace.target_events if which == "target" else trace.draft_events, phase)
+    events = trace.target_events if which == "target" else trace.draft_events
+    return events_text(events, phase, committed=snap.num_committed)
 
 
 # ---- one cache --------------------------------------------------------------------------------
