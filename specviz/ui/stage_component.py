@@ -57,6 +57,8 @@ def on_event() -> None:
         prefetch_next(workspace(), event["run"])
         return
     act(lambda r: stage_events.apply(r, event, decoding_slot), moved=stage_events.moves_server(event))
+    if event["kind"] == "view":  # the browser moved on (a new cycle, a pause): the next cycle, in the same run
+        prefetch_next(workspace(), event["run"])
 
 
 def timeline(run: Run, proposer_label: str, suffix: str) -> stage_data.Timeline:

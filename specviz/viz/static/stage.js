@@ -15,7 +15,7 @@ const PHASES = 5;  // steps per cycle: draft, verify, accept, resolve, rollback
 const MOVE_MS = 420;
 const ENTER_MS = 380;
 const REPORT_IDLE_MS = 1200;  // a pause this long after local steps tells the server where we are
-const REPORT_AFTER_MOTION_MS = 550;  // a report that matters, sent once the step's motion has run
+const REPORT_AFTER_MOTION_MS = 700;  // a report that matters, sent once the step's motion has run
 
 function svKey(node) {
   return node.nodeType === 1 ? node.getAttribute('data-key') || undefined : undefined;
@@ -219,8 +219,9 @@ function createStage(root, hooks) {
       // The next cycle, asked for as soon as this one is on screen (once per state of the run).
       const mark = `${data.run}:${Object.keys(data.steps).pop()}`;
       if (data.prefetch && !s.waiting && s.prefetched !== mark) {
-        s.prefetched = mark;
-        if (hooks.send) hooks.send({kind: 'prefetch', step: s.cur, run: s.run, seq: s.seq});
+        s.prefetched = mark;  // after the motion of the step just shown: the script run costs frames
+        setTimeout(() => { if (hooks.send) hooks.send({kind: 'prefetch', step: s.cur, run: s.run, seq: s.seq}); },
+          REPORT_AFTER_MOTION_MS);
       }
     },
     destroy() { clearTimeout(s.reportTimer); },
