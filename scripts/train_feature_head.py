@@ -185,8 +185,22 @@ def cmd_train(args: argparse.Namespace) -> None:
     load_rows(seen, rows)
     ckpt_path = CKPT / "latest.pt"
     state = torch.load(ckpt_path) if ckpt_path.exists() else None
-    vocab = state["vocab"] if state else candidate_vocab(target, rows, args.vocab, [int(target.config.eos_token_id)])
-    head = init_head(target, vocab)
+    eos = [int(target.config.eos_token_id)]
+    if state:
+        vocab = state["vocab"]
+        head = init_head(target, vocab)
+    elif args.init_from:  # continue a shipped head on new data; its vocabulary, widened to --vocab
+        shipped = FeatureHead.load(args.init_from, target)
+        vocab = shipped.vocab.tolist()
+        if args.vocab > len(vocab):  # the output rows are borrowed from the target: widening adds no weights
+            ranked = [t for t in candidate_vocab(target, rows, args.vocab, eos) if t not in set(vocab)]
+            vocab = sorted(vocab + ranked[: args.vocab - len(vocab)])
+        head = init_head(target, vocab)
+        head.load_state_dict(shipped.state_dict(), strict=False)
+        log(f"starting from the head in {args.init_from} (|S| {len(shipped.vocab)} -> {len(vocab)})")
+    else:
+        vocab = candidate_vocab(target, rows, args.vocab, eos)
+        head = init_head(target, vocab)
     head.train().requires_grad_(True)
     opt = torch.optim.AdamW(head.parameters(), lr=args.lr, weight_decay=0.0, betas=(0.9, 0.95))
     step, spent = 0, 0.0
@@ -199,7 +213,6 @@ def cmd_train(args: argparse.Namespace) -> None:
     rng = random.Random(SEED + step)
     t_last_ckpt = time.time()
     log(f"{len(rows)} sequences from {len(seen)} shards; vocabulary |S| = {len(vocab)}; budget {args.minutes} min")
-    natural = natural_rows()
     tokens_seen = state.get("tokens_seen", 0) if state else 0
     while spent < budget:
         t0 = time.time()
@@ -225,7 +238,7 @@ def cmd_train(args: argparse.Namespace) -> None:
                 + f" ({spent / 60:.1f}/{args.minutes} min)")
         if time.time() - t_last_ckpt > 120 or spent >= budget:
             val = {"template": validate(head, [r for r in rows if r["prompt_index"] % VAL_EVERY == 0], device),
-                   "natural": validate(head, natural, device, limit=96)}
+                   "natural": validate(head, natural_rows(), device, limit=96)}
             for name, v in val.items():
                 log(f"validation ({name}) " + " ".join(f"{k} {x:.3f}" for k, x in v.items() if k != "tokens"))
             with open(CURVE, "a") as f:
@@ -433,6 +446,8 @@ def main() -> None:
     tr.add_argument("--unroll", type=int, default=3,
                     help="training-time test: passes on the head's own predictions (1 = none)")
     tr.add_argument("--threads", type=int, default=2)
+    tr.add_argument("--init-from", type=Path, default=None,
+                    help="start from this saved head (e.g. assets/feature_head) when no checkpoint exists")
     tr.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=False,
                     help="bfloat16 autocast (slower than float32 on this CPU)")
     cv = sub.add_parser("coverage")
