@@ -207,3 +207,10 @@ def test_one_script_for_the_app_and_the_standalone_page():
     assert "export default morphdom" not in app and app.count("export default") == 1  # the glue's only
     assert stage_js.core_js() in app and "function createStage" in stage_js.core_js()
     assert (ROOT / "specviz/viz/static/morphdom.LICENSE").read_text().startswith("The MIT License")
+
+
+def test_the_first_screen_names_both_models_and_what_to_press():
+    html = stage_data.intro_html("SmolLM2-135M-Instruct", "feature head")
+    assert "SmolLM2-135M-Instruct" in html and "feature head" in html
+    assert "<strong>Next phase</strong>" in html and "→" in html and "Scenario gallery" in html
+    assert "<script" not in html

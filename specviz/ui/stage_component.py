@@ -121,6 +121,14 @@ def quiz_steps(run: Run, steps: range) -> list[int]:
     return out
 
 
+def intro(run: Run, proposer_label: str, lecture: bool) -> str:
+    """The guided start, except in lecture mode (a teacher's screen)."""
+    if lecture:
+        return ""
+    target = run.pair.target_name if run.pair is not None else (run.pair_description.split(" + ")[0] or "target")
+    return stage_data.intro_html(target, proposer_label)
+
+
 def payload(run: Run, ws: Workspace, *, lecture: bool, max_rows: int, proposer_label: str, suffix: str,
             compare: stage_data.Timeline | None, follow: bool) -> dict[str, Any]:
     tl = timeline(run, proposer_label, suffix)
@@ -136,6 +144,7 @@ def payload(run: Run, ws: Workspace, *, lecture: bool, max_rows: int, proposer_l
         "lecture": lecture,
         "quiz": quiz_steps(run, steps),
         "prefetch": can_prefetch(run, ws),
+        "intro": intro(run, proposer_label, lecture),
     }
 
 

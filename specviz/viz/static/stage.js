@@ -87,6 +87,8 @@ function patch(slot, html) {
 function createStage(root, hooks) {
   root.classList.add('svs');
   root.innerHTML = (
+    "<section class='svs-intro' aria-label='Getting started' hidden><div class='svs-intro-text'></div>" +
+    "<button type='button' class='svs-intro-ok'>Got it — hide this</button></section>" +
     "<div class='svs-notice' role='status' aria-live='polite'></div>" +
     "<div class='svs-body'>" +
     "<div class='svs-pics'><div class='svs-pic' data-pic='0'></div><div class='svs-pic svs-pic-2' data-pic='1'></div></div>" +
@@ -95,6 +97,7 @@ function createStage(root, hooks) {
     "<div class='svs-strip'></div>"
   );
   const el = {
+    intro: root.querySelector('.svs-intro'),
     notice: root.querySelector('.svs-notice'),
     pics: [...root.querySelectorAll('.svs-pic')],
     status: root.querySelector('.svs-status'),
@@ -131,6 +134,24 @@ function createStage(root, hooks) {
     s.cur = step;
     s.painted += 1;
     if (hooks.shown) hooks.shown(step, d);
+  }
+
+  // A first screen for someone alone: shown until dismissed, and remembered in this browser.
+  const INTRO_KEY = 'specviz.intro.dismissed';
+  function introDismissed() {
+    try { return window.localStorage.getItem(INTRO_KEY) === '1'; } catch (e) { return false; }
+  }
+  el.intro.querySelector('.svs-intro-ok').addEventListener('click', () => {
+    try { window.localStorage.setItem(INTRO_KEY, '1'); } catch (e) { /* private mode: hidden for now */ }
+    el.intro.hidden = true;
+  });
+  function intro(html) {
+    const show = !!html && !introDismissed();
+    if (show && el.intro.dataset.html !== html) {
+      el.intro.querySelector('.svs-intro-text').innerHTML = html;
+      el.intro.dataset.html = html;
+    }
+    el.intro.hidden = !show;
   }
 
   function say(text) {
@@ -194,6 +215,7 @@ function createStage(root, hooks) {
     seek(step) { if (s.data) go(step, 'seek'); },
     get state() { return s; },
     update(data) {
+      intro(data.intro);
       const fresh = s.data === null || data.run !== s.run || data.seq !== s.seq;
       s.data = data;
       if (fresh) {  // the server moved (a new run, its own step, an answered request): follow it
