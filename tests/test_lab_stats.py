@@ -90,7 +90,8 @@ def test_narrative_states_the_corrected_facts():
     rej, full = traces
     texts = {p: narrative.phase_markdown(rej, p) for p in CYCLE_PHASES}
     assert "K+1 = 6 inputs" in texts["verify"]
-    assert "No bonus token" in texts["resolve"] and "j = **4** tokens (3 accepted + the corrected token)" in texts["resolve"]
+    assert "No bonus token" in texts["resolve"]
+    assert "j = **4** tokens (3 accepted + the corrected token)" in texts["resolve"]
     assert "never tested" in texts["accept"] and "3 of 5 accepted" in texts["accept"]
     assert "15 → **13**" in texts["rollback"]  # target: n+K -> n+j-1 with n = 10, K = 5, j = 4
     assert "never fed" in texts["draft"]

@@ -68,7 +68,7 @@ def test_the_near_duplicate_check_catches_a_reworded_copy():
 
 @pytest.mark.parametrize(("answer", "expected"), [
     ('Sure! Here is a question: "Why do cats purr when they are happy?"', "Why do cats purr when they are happy?"),
-    ("How can I keep my basil plant alive indoors?\nI hope this helps.", "How can I keep my basil plant alive indoors?"),
+    ("How can I keep my basil plant alive indoors?\nHope this helps.", "How can I keep my basil plant alive indoors?"),
     ("Cats.", None),  # too short to be a prompt
     ("Write a question about dogs.", None),  # echoes the request
     ("I'm sorry, I cannot write that for you today.", None),

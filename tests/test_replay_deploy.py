@@ -48,8 +48,8 @@ def _run_file(path: Path) -> Path:
     """A run file as the app's Export tab writes it (`specviz.ui.runs.record_of`), from a
     live tiny run with the feature head (its cache holds entries, not tokens)."""
     import specviz
-    from specviz.ui.state import advance_cycle, start_live_run
     from specviz.ui.runs import record_of
+    from specviz.ui.state import advance_cycle, start_live_run
 
     pair = specviz.build_tiny_pair(seed=0)
     cfg = specviz.DecodeConfig(k=3, page_size=4, proposer="feature", seed=1)
