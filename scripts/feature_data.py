@@ -75,7 +75,7 @@ ASKS = Phase("asks", 40, 100_000)
 MAIN = Phase("main", 160, 200_000)
 TURNS = Phase("turns", 128, 300_000)
 N_ASKS, N_PARAGRAPH, N_TURNS = 2400, 2000, 1280
-TURN_SOURCE_SHARDS = 40  # conversations continue answers from the first main shards
+TURN_SOURCE_SHARDS = 24  # conversations continue answers from the first main shards
 
 
 def shard_path(phase: Phase, b: int) -> Path:
@@ -283,6 +283,10 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--worker", type=int, default=0)
     ap.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16")
+    ap.add_argument("--main-shards", type=int, default=0,
+                    help="generate only the first N shards of the main phase (0 = all of it)")
+    ap.add_argument("--turn-shards", type=int, default=0,
+                    help="generate only the first N shards of the conversations phase (0 = all of it)")
     ap.add_argument("--natural", action="store_true",
                     help="answer the natural held-out prompts (validation curves only) and exit")
     ap.add_argument("--status", action="store_true", help="print the generated tokens so far and exit")
@@ -300,9 +304,9 @@ def main() -> None:
         return natural_eval(model, tok, args)
     progress = {"tokens": 0, "t0": time.perf_counter()}
     run_phase(model, tok, ASKS, asks_rows(tok), args, progress)
-    main_list = main_rows(tok)
+    main_list = main_rows(tok)[: args.main_shards * BATCH or None]
     run_phase(model, tok, MAIN, main_list, args, progress)
-    turns = turns_rows(tok, main_list)
+    turns = turns_rows(tok, main_list)[: args.turn_shards * BATCH or None]
     if args.worker == 0:
         log(f"wrote the non-template training prompts to {write_prompt_file(main_list, turns)}")
     run_phase(model, tok, TURNS, turns, args, progress)
