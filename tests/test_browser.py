@@ -184,14 +184,17 @@ def _button(page, key: str):
 
 
 def _wait_idle(page, timeout_ms: int = 120_000) -> None:
-    """Wait until Streamlit has finished the current script run and the picture's animations ended."""
-    page.wait_for_timeout(300)
-    page.wait_for_selector(STATUS, state="detached", timeout=timeout_ms)
-    page.wait_for_function(
-        "() => !document.querySelector('.svkv') || document.querySelector('.svkv')"
-        ".getAnimations({subtree: true}).every(a => a.playState !== 'running')",
-        timeout=timeout_ms,
-    )
+    """Wait until Streamlit has finished the current script run and the stage's motion ended — twice:
+    the stage reports a step to the server once its motion has run (0.7 s), and that run may patch
+    the picture again (a new layout, a prefetched cycle)."""
+    for settle in (300, 900):
+        page.wait_for_timeout(settle)
+        page.wait_for_selector(STATUS, state="detached", timeout=timeout_ms)
+        page.wait_for_function(
+            "() => { const s = document.querySelector('.svs') || document.querySelector('.svkv');"
+            " return !s || s.getAnimations({subtree: true}).every(a => a.playState !== 'running'); }",
+            timeout=timeout_ms,
+        )
     page.wait_for_timeout(200)
 
 
@@ -612,7 +615,9 @@ def test_gallery_scenario_loads(server: str, browser) -> None:
         page.wait_for_timeout(500)
     _wait_idle(page, 300_000)
     _no_exception(page, "loading a scenario")
-    assert f"cycle {scenario.cycle + 1} of" in _status(page), _status(page)
+    assert f"cycle {scenario.cycle + 1} of" in _status(page), (_status(page), page.evaluate(
+        "() => { const s = window.__specvizStage.state; return [s.cur, s.run, s.seq, s.data.view, s.data.run,"
+        " Object.keys(s.data.steps), s.data.steps[String(s.cur)].title]; }"))
     checked = page.evaluate(
         "() => [...document.querySelectorAll(\"[data-testid='stSidebar'] input[type=radio]:checked\")]"
         ".map(e => e.closest('label').innerText)"
