@@ -34,7 +34,7 @@ from ..errors import SpecvizError
 from ..trace import CYCLE_PHASES
 from ..viz import stage_data, stage_js
 from . import stage_events
-from .session import act, decoding_slot, workspace
+from .session import act, decoding_slot, wake_note, workspace
 from .state import PHASES_PER_CYCLE, Run, Workspace, prefetch
 
 KEY = "stage"
@@ -80,12 +80,14 @@ def timeline(run: Run, proposer_label: str, suffix: str) -> stage_data.Timeline:
 
 
 def can_prefetch(run: Run, ws: Workspace) -> bool:
-    """Whether the next cycle could be computed in advance now (see `prefetch_next`)."""
-    if not run.live or run.dec is None or run.next_cycle is not None or run.finished:
+    """Whether the next cycle could be computed in advance now (see `prefetch_next`). A parked run
+    (idle, or shown again from the run list) can: its decoder is rebuilt first, in the background."""
+    if not run.live or (run.dec is None and run.parked is None) or run.next_cycle is not None or run.finished:
         return False
-    if run.dec.config.forced_outcomes:
+    config = run.dec.config if run.dec is not None else run.parked.config
+    if config.forced_outcomes:
         return False  # a what-if cycle is computed when it is asked for
-    return ws.prefetch_failed != (run.id, len(run.traces), run.dec.config)
+    return ws.prefetch_failed != (run.id, len(run.traces), config)
 
 
 def can_grow(run: Run) -> bool:
@@ -159,11 +161,16 @@ def prefetch_next(ws: Workspace, run_id: int) -> bool:
     run = ws.run
     if run is None or run.id != run_id or not can_prefetch(run, ws):
         return False
-    mark = (run.id, len(run.traces), run.dec.config)
+    mark = (run.id, len(run.traces), run.dec.config if run.dec is not None else run.parked.config)
     with ws.lock:
         if ws.run is not run:  # another action got there first
             return False
         try:
+            # A parked decoder is rebuilt here, not on the click that needs it (re-prefilling a long
+            # context took seconds on that click).
+            note = wake_note(ws)
+            if note:
+                ws.run = run = dataclasses.replace(ws.run, notices=(note, *ws.run.notices))
             new = prefetch(run, decoding_slot)
         except SpecvizError:
             ws.prefetch_failed = mark
