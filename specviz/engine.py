@@ -546,14 +546,29 @@ class SpeculativeDecoder:
         """Each node as a DraftStep (the chain views' record) and as a TreeNode (the tree's)."""
         record = cfg.instrument
         steps, nodes = [], []
+        # Siblings share their parent's p (and, from `grow` or `from_paths`, their q): what depends
+        # only on those -- p's argmax, the top-n lists, each a pass over the vocabulary -- is
+        # computed once per parent (q's top-n once per distinct q row).
+        by_parent: dict[int, tuple[int | None, tuple[TokenProb, ...]]] = {}  # parent -> argmax p, top of p
+        q_tops: dict[int, tuple[torch.Tensor, tuple[TokenProb, ...]]] = {}  # parent -> q, top of q
         for i in range(1, len(tree.tokens)):
             token, parent = tree.tokens[i], tree.parents[i]
             p = target_probs[parent]
             q = sampling.pad_vocab(tree.draft_probs[i], self.vocab_size) if tree.draft_probs is not None else None
             p_tok = float(p[token])
             q_tok = 0.0 if q is None else float(q[token])
+            if parent not in by_parent:
+                by_parent[parent] = (sampling.greedy_token(p) if cfg.greedy else None,
+                                     self._top(p, cfg) if record else ())
+            argmax, target_top = by_parent[parent]
+            draft_top: tuple[TokenProb, ...] = ()
+            if record and q is not None:
+                seen = q_tops.get(parent)
+                if seen is None or not torch.equal(seen[0], q):
+                    seen = q_tops[parent] = (q, self._top(q, cfg))
+                draft_top = seen[1]
             if cfg.greedy:
-                ratio = 1.0 if token == sampling.greedy_token(p) else 0.0
+                ratio = 1.0 if token == argmax else 0.0
             else:  # the chance it was (or would have been) accepted with: p'(x), or p(x) if never asked
                 ratio = walk.accept_probs[i] if walk.accept_probs[i] is not None else p_tok
             text = self.token_text(token) if record else ""
@@ -561,8 +576,7 @@ class SpeculativeDecoder:
             steps.append(DraftStep(
                 index=i, position=position, token_id=token, text=text, draft_prob=q_tok, target_prob=p_tok,
                 ratio=ratio, u=walk.u[i], verdict=walk.verdicts[i], forced=False,
-                draft_top=self._top(q, cfg) if record and q is not None else (),
-                target_top=self._top(p, cfg) if record else (),
+                draft_top=draft_top, target_top=target_top,
                 overlap=None if q is None else float(sampling.expected_acceptance(p, q)),
             ))
             nodes.append(TreeNode(

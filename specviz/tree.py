@@ -156,15 +156,22 @@ def attention_mask(
     the dtype's minimum = masked: eager attention adds it to the scores, sdpa accepts it too."""
     if not dtype.is_floating_point:
         raise TypeError("a tree mask must be an additive float mask: eager attention adds it to the scores")
-    allowed = torch.zeros(len(queries), prefix_len + len(keys), dtype=torch.bool)
-    allowed[:, :prefix_len] = True
-    column = {k: prefix_len + j for j, k in enumerate(keys)}
-    for row, q in enumerate(queries):
-        for a in ancestors_or_self(parents, q):
-            if a in column:
-                allowed[row, column[a]] = True
-    mask = torch.zeros(allowed.shape, dtype=dtype)
-    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+    # The tree part as plain lists, turned into a tensor once (one element-wise tensor write per
+    # ancestor cost more than the rest of the mask).
+    column = {k: j for j, k in enumerate(keys)}
+    rows = []
+    for q in queries:
+        row = [False] * len(keys)
+        node = q
+        while node >= 0:  # q and its ancestors (as `ancestors_or_self`)
+            j = column.get(node)
+            if j is not None:
+                row[j] = True
+            node = parents[node]
+        rows.append(row)
+    mask = torch.zeros(len(queries), prefix_len + len(keys), dtype=dtype)  # the prefix: all allowed
+    if rows and keys:
+        mask[:, prefix_len:].masked_fill_(~torch.tensor(rows, dtype=torch.bool), torch.finfo(dtype).min)
     return mask[None, None].to(device)  # [1, 1, Q, prefix + keys]
 
 
