@@ -30,6 +30,7 @@ from test_app import (
     open_tab,
     phase_shown,
     shown,
+    stage_payload,
     texts,
     workspace,
 )
@@ -100,6 +101,7 @@ def test_quiz_asks_at_verify_scores_against_the_trace_and_tallies():
     at = open_app(quiz=True)
     click(at, "next_phase")  # draft: nothing asked yet
     assert not [b for b in at.button if b.key == "quiz_submit"]
+    assert stage_payload(at)["quiz"] == [2]  # the browser holds once at this cycle's verify step
     click(at, "next_phase")  # verify: the target has scored the drafts, the page asks
     run = shown(at)
     truth = quiz.truth(run.traces[0])

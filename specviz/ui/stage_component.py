@@ -115,10 +115,11 @@ def quiz_steps(run: Run, steps: range) -> list[int]:
         return []
     answered = {q.cycle for q in run.quiz}
     verify = CYCLE_PHASES.index("verify")
+    traces = (*run.traces, *((run.next_cycle,) if run.next_cycle is not None else ()))  # the prefetched one too
     out = []
     for s in steps:
         c, p = divmod(s - 1, PHASES_PER_CYCLE)
-        if s > 0 and p + 1 == verify and c < len(run.traces) and c not in answered and run.traces[c].k > 0:
+        if s > 0 and p + 1 == verify and c < len(traces) and c not in answered and traces[c].k > 0:
             out.append(s)
     return out
 
