@@ -479,6 +479,23 @@ def test_one_screen_in_lecture_mode(server: str, browser, size: tuple[int, int])
     assert not errors, errors
 
 
+def test_compare_puts_the_two_pictures_in_columns(server: str, browser) -> None:
+    errors: list[str] = []
+    page = _open(browser, server, errors, 1920, 1080)
+    page.get_by_text("Compare cache layouts").first.click()
+    page.get_by_text("Compare side by side").first.click()
+    _wait_idle(page)
+    page.keyboard.press("ArrowRight")
+    page.wait_for_function("() => document.querySelectorAll('.svs .svs-pic .svkv').length === 2", timeout=120_000)
+    _wait_idle(page)
+    a, b = page.evaluate("() => [...document.querySelectorAll('.svs .svs-pic')].map(e => {"
+                         " const r = e.getBoundingClientRect(); return [r.top, r.left, r.right]; })")
+    assert abs(a[0] - b[0]) < 2 and b[1] >= a[2] - 1, (a, b)  # side by side, not stacked
+    page.screenshot(path=str(OUT / "70-compare.png"))
+    page.close()
+    assert not errors, errors
+
+
 def test_the_standalone_page_steps_with_the_same_code(browser, tmp_path) -> None:
     import specviz
     from specviz.ui.runs import record_of

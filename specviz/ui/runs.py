@@ -163,7 +163,8 @@ def run_list(run: Run | None) -> None:
 
 
 def compare_controls(run: Run | None) -> None:
-    st.caption("The same cycles replayed into another cache layout, drawn under the real one at the same phase.")
+    st.caption("The same cycles replayed into another cache layout, drawn beside the real one (under it on narrow "
+               "screens) at the same phase.")
     st.toggle("Compare side by side", key="compare_on")
     st.radio("Layout", LAYOUTS, key="compare_layout", horizontal=True)
     page = run.config.page_size if run is not None else 16
