@@ -184,7 +184,7 @@ def cmd_train(args: argparse.Namespace) -> None:
     seen: set[str] = set()
     load_rows(seen, rows)
     ckpt_path = CKPT / "latest.pt"
-    state = torch.load(ckpt_path) if ckpt_path.exists() else None
+    state = torch.load(ckpt_path, weights_only=False) if ckpt_path.exists() else None
     eos = [int(target.config.eos_token_id)]
     if state:
         vocab = state["vocab"]
@@ -245,7 +245,8 @@ def cmd_train(args: argparse.Namespace) -> None:
                 f.write(json.dumps({"step": step, "minutes": round(spent / 60, 2), "tokens_seen": tokens_seen,
                                     "data_sequences": len(rows), **val}) + "\n")
             save_ckpt({"head": head.state_dict(), "opt": opt.state_dict(), "step": step, "spent": spent,
-                       "vocab": vocab, "args": vars(args), "tokens_seen": tokens_seen}, CKPT)
+                       "vocab": vocab, "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+                       "tokens_seen": tokens_seen}, CKPT)
             t_last_ckpt = time.time()
     log(f"done: {step} steps, {spent / 60:.1f} min")
 
@@ -304,7 +305,7 @@ def cmd_coverage(args: argparse.Namespace) -> None:
 def cmd_export(args: argparse.Namespace) -> None:
     device = torch.device("cpu")
     target, _tok = load_target(device)
-    state = torch.load(CKPT / "latest.pt")
+    state = torch.load(CKPT / "latest.pt", weights_only=False)
     head = init_head(target, state["vocab"])
     head.load_state_dict(state["head"])
     head.info.update({
