@@ -15,7 +15,8 @@ cache layouts and both dtypes, over a few hand-written natural prompts (`bench.c
 The machinery, by part (each part's *exclusive* time: what a part calls that is not machinery --
 a model forward, the proposer's feed, a cache truncation that a chain makes too -- is not in it):
 
-* **growth**: `specviz.tree.grow` (softmax, top-W children, frontiers), `select`, `top_children`,
+* **growth**: `specviz.tree.grow` (softmax, top-W children over the head's candidate tokens,
+  frontiers), `select`, `top_children` / `top_children_rows`,
   the proposer's frontier callback (`proposers.base.TreeFeeder`, without its model forward);
 * **mask**: `tree.attention_mask` / `verify_mask` (the target's and the proposer's tree masks),
   `TokenTree.position_ids` and `runtime.tree_inputs` (the mask's dtype/device, position ids);

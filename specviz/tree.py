@@ -196,25 +196,46 @@ class Candidate:
     dist: int = -1  # row of the distribution it was picked from (in the grower's list), -1: none
 
 
-def top_children(probs: torch.Tensor, width: int) -> list[tuple[int, float]]:
-    """(token, log-probability) of the `width` most likely tokens of `probs` [V], impossible ones dropped."""
-    values, ids = torch.topk(probs, min(width, probs.shape[-1]))
-    return [(int(t), math.log(v)) for t, v in zip(ids.tolist(), values.tolist()) if v > 0]
+def top_children(probs: torch.Tensor, width: int, candidates: torch.Tensor | None = None) -> list[tuple[int, float]]:
+    """(token, log-probability) of the `width` most likely tokens of `probs` [V], impossible ones
+    dropped; with `candidates`, among those token ids only (see `top_children_rows`)."""
+    return [(token, logp) for token, logp, _ in top_children_rows(probs[None], width, candidates)[0]]
+
+
+def top_children_rows(probs: torch.Tensor, width: int, candidates: torch.Tensor | None = None
+                      ) -> list[list[tuple[int, float, float]]]:
+    """(token, log-probability, probability) of the `width` most likely tokens of every row of
+    `probs` [F, V], impossible ones dropped, in one top-k. `candidates` (ascending token
+    ids) are the only tokens the proposer can propose -- a trimmed vocabulary, q = 0 elsewhere --
+    so the top-k runs over q[:, candidates] (8,192 columns instead of 49,152 for the default
+    feature head) and maps the winners back to vocabulary ids: the same children, the same
+    probabilities (the values are q's own entries). None: the whole vocabulary."""
+    pool = probs if candidates is None else probs[:, candidates]
+    values, ids = torch.topk(pool, min(width, pool.shape[-1]), dim=-1)
+    if candidates is not None:
+        ids = candidates[ids]
+    return [[(int(t), math.log(v), v) for t, v in zip(row_ids, row_values) if v > 0]
+            for row_ids, row_values in zip(ids.tolist(), values.tolist())]
 
 
 def grow(
     root_token: int, root_logits: torch.Tensor, expand: Callable[[list[int], list[Candidate]], torch.Tensor],
-    shape: TreeShape, max_fed: int | None = None,
+    shape: TreeShape, max_fed: int | None = None, candidates: torch.Tensor | None = None,
 ) -> tuple[TokenTree, list[int]]:
     """EAGLE-2's dynamic tree. `root_logits` [V] score the root's children; `expand(frontier,
     pool)` feeds the candidates `frontier` (indices into `pool`) to the proposer in one forward
     and returns the logits [len(frontier), V] of their children. At most `max_fed` candidates are
-    fed in all (the proposer's cache room). Returns the tree and the fed candidates' tokens in
-    feeding order (what the proposer's cache holds past the prefix)."""
+    fed in all (the proposer's cache room). `candidates` (ascending token ids, or None: all) are
+    the only tokens the proposer can propose (q = 0 elsewhere, e.g. a feature head's trimmed
+    vocabulary): the top-`width` search looks at those columns only. Each frontier's logits get one
+    softmax and one top-k, not one per row (the same values: softmax and top-k work row by row).
+    Returns the tree and the fed candidates' tokens in feeding order (what the proposer's cache
+    holds past the prefix). The tree's `draft_probs` rows are the full-vocabulary softmaxes the
+    children were picked from."""
     dists = [torch.softmax(root_logits.float(), dim=-1)]
     pool: list[Candidate] = []
-    for token, logp in top_children(dists[0], shape.width):
-        pool.append(Candidate(token, -1, 1, logp, float(dists[0][token]), 0))
+    for token, logp, prob in top_children_rows(dists[0][None], shape.width, candidates)[0]:
+        pool.append(Candidate(token, -1, 1, logp, prob, 0))
     frontier = list(range(len(pool)))
     fed: list[int] = []
     for depth in range(2, shape.depth + 1):
@@ -222,13 +243,13 @@ def grow(
             break
         logits = expand(frontier, pool)  # [F, V]: one proposer forward over the frontier
         fed.extend(frontier)
+        rows = torch.softmax(logits.float(), dim=-1)  # [F, V]
         newest = []
-        for parent, row in zip(frontier, logits):
-            dists.append(torch.softmax(row.float(), dim=-1))
-            for token, logp in top_children(dists[-1], shape.width):
+        for parent, row, children in zip(frontier, rows, top_children_rows(rows, shape.width, candidates)):
+            dists.append(row)
+            for token, logp, prob in children:
                 newest.append(len(pool))
-                pool.append(Candidate(token, parent, depth, pool[parent].score + logp, float(dists[-1][token]),
-                                      len(dists) - 1))
+                pool.append(Candidate(token, parent, depth, pool[parent].score + logp, prob, len(dists) - 1))
         frontier = sorted(newest, key=lambda c: -pool[c].score)[: shape.width]
     tree = select(root_token, pool, shape.nodes, dists)
     return tree, [pool[c].token for c in fed]

@@ -316,3 +316,27 @@ def test_bad_moves_change_nothing(make):
     cache.reserve([1], "verify")
     with pytest.raises(ValueError, match="pending"):
         cache.move([(3, 2)], "rollback")
+
+
+def test_growth_over_candidate_tokens_equals_growth_over_the_vocabulary():
+    """A trimmed vocabulary (q = 0 outside it): searching only its columns gives the same tree,
+    the same full-vocabulary q rows and the same fed tokens (no ties in these random logits)."""
+    vocab, candidates = 40, torch.tensor([1, 4, 5, 9, 17, 22, 23, 30, 38])
+
+    def logits_for(token: int, depth: int) -> torch.Tensor:
+        g = torch.Generator().manual_seed(1000 * depth + token)
+        full = torch.full((vocab,), float("-inf"))
+        full[candidates] = torch.randn(len(candidates), generator=g) * 2
+        return full
+
+    def expand(frontier, pool):
+        return torch.stack([logits_for(pool[c].token, pool[c].depth) for c in frontier])
+
+    for width, depth, nodes in [(2, 3, 5), (4, 4, 16), (12, 2, 30)]:  # 12 > |S|: every candidate
+        shape = TreeShape(width, depth, nodes)
+        whole, fed = trees.grow(9, logits_for(9, 0), expand, shape)
+        trimmed, fed_trimmed = trees.grow(9, logits_for(9, 0), expand, shape, candidates=candidates)
+        assert (trimmed.tokens, trimmed.parents, trimmed.scores, fed_trimmed) == (whole.tokens, whole.parents,
+                                                                                 whole.scores, fed)
+        assert torch.equal(trimmed.draft_probs, whole.draft_probs)
+        assert set(trimmed.tokens[1:]) <= set(candidates.tolist())

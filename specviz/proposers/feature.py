@@ -141,8 +141,9 @@ class FeatureProposer(Proposer):
             return self.head.full_logits(out)  # [F, V]
 
         feeder = TreeFeeder(prefix, self.head.fuse.weight.dtype, model_device(self.target), run)
+        # q rows over the whole vocabulary (the trace's), searched over the head's candidates only
         tree, fed = trees.grow(committed[-1], self.head.full_logits(root), feeder, shape,
-                               max_fed=self.cache.max_len - prefix)
+                               max_fed=self.cache.max_len - prefix, candidates=self.head.vocab)
         note = (f"caught up on {n - 1 - m} pair(s) from the target's real features; "
                 + tree_note(tree, shape, feeder.calls) + " on the head's own predicted features")
         return TreeDrafts(tree, list(range(m + 1, n)), note, fed)
