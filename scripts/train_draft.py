@@ -660,6 +660,8 @@ def cmd_export(args: argparse.Namespace) -> None:
         "curve": state["curve"],
         "arch": state["arch"],
         "metrics": metrics,
+        "train_args": {k: str(v) if isinstance(v, Path) else v for k, v in (state.get("train_args") or {}).items()},
+        "init_from": state.get("init_from"),
     }
     (WORK / "export-info.json").write_text(json.dumps(info, indent=2))
     write_card(info)
@@ -667,8 +669,64 @@ def cmd_export(args: argparse.Namespace) -> None:
     log(f"exported step {state['step']} to {EXPORT} ({size / 1e6:.1f} MB total)")
 
 
+def _training_text(info: dict) -> tuple[str, str]:
+    """The card's Training paragraph and Reproduce block, for the recipe the checkpoint used."""
+    args = info.get("train_args") or {}
+    seen = (f"{info['step']:,} steps, {info['train_tokens_seen']:,} labelled tokens seen, "
+            f"{info['train_seconds'] / 60:.0f} min")
+    if args.get("feature_shards"):
+        training = f"""Knowledge distillation on the target's own generations, from the feature head's data
+(`scripts/feature_data.py`: bfloat16 generations, half greedy and half sampled at T=1, on the template prompts
+and on prompts that are not template-built -- paragraph tasks, hand-written standalone prompts, prompts the
+target wrote itself, two-turn conversations; `assets/prompts/diverse.jsonl`). The soft labels are the target's
+top-32 probabilities recomputed from its stored features (softmax of its output head); {info.get("data_tokens") or 0:,}
+labelled tokens. Continued from {info.get("init_from") or "a fresh draft"} (itself distilled on 202,420 tokens of
+template-prompt answers, 997 steps) with the same (32+1)-bin KL loss, AdamW lr {args.get("lr")}, EMA of the weights
+(shipped). {seen} of wall time on a 2-core CPU shared with the feature head's training (the run was paused while
+data was generated, and the minutes include the pause).
+"""
+        reproduce = """```bash
+python scripts/feature_data.py --workers 2 --worker 0 --main-shards 34 --turn-shards 4 &   # shared with the head
+python scripts/feature_data.py --workers 2 --worker 1 --main-shards 34 --turn-shards 4
+python scripts/train_draft.py train --feature-shards --init-from assets/draft --threads 1 --lr 5e-4 \\
+    --warmup 20 --deadline HH:MM --steps 100000
+python scripts/train_draft.py export           # EMA weights -> assets/draft (fp16) + this card
+python -m bench.quality --into docs            # natural vs template acceptance, chain vs tree
+```
+"""
+        return training, reproduce
+    training = f"""Knowledge distillation on the target's own generations (`scripts/train_draft.py`):
+
+* prompts: `assets/prompts/train.jsonl` (6,000 chat prompts from templates x topics, built by
+  `scripts/build_prompts.py`; the held-out split uses topics never seen in training);
+* data: the target answers each prompt (chat template applied, up to 128 new tokens, 3/4 of the
+  batches sampled at temperature 1, 1/4 greedy); at every generated position its top-32 next-token
+  probabilities are kept as soft labels; {info.get("data_tokens") or 0:,} labelled tokens;
+* loss: KL divergence between the (32+1)-bin coarse-grained distributions (top-32 tokens plus the
+  lumped tail mass) of target and draft; AdamW, warm-up then constant learning rate with a final
+  cosine decay, EMA of the weights (the EMA is what is shipped);
+* {seen} of training on a shared 2-core CPU (data generation ran alongside).
+"""
+    reproduce = """```bash
+python scripts/build_prompts.py        # the prompt set (shipped in assets/prompts)
+python scripts/train_draft.py data --threads 1 --workers 2 --worker 0 &   # resumable
+python scripts/train_draft.py data --threads 1 --workers 2 --worker 1 &
+python scripts/train_draft.py train --threads 1 --deadline 14:33 --steps 100000 --log-every 10 &
+python scripts/train_draft.py eval --exact     # held-out alpha / greedy agreement / cost ratio
+python scripts/train_draft.py export           # EMA weights -> assets/draft (fp16) + this card
+```
+
+Defaults: 48 prompts per shard, up to 128 new tokens, top-32 labels; draft hidden 192, 3 layers,
+MLP 768; batch 16 sequences, AdamW lr 2e-3 (warm-up 100 steps, cosine decay to 10% over the last
+quarter of the time before the deadline), EMA 0.99. Seeds are fixed (`SEED = 0`); on a GPU the
+same commands run unchanged (without `--threads`), much faster.
+"""
+    return training, reproduce
+
+
 def write_card(info: dict) -> None:
     """assets/draft/README.md: what the draft is, how it was made, and what it measures."""
+    training, reproduce = _training_text(info)
     m = info.get("metrics", {})
     arch = info["arch"]
     weights = sum(f.stat().st_size for f in EXPORT.glob("*.safetensors"))
@@ -729,19 +787,7 @@ Shipped as float16 safetensors: {weights / 1e6:.1f} MB.
 
 ## Training
 
-Knowledge distillation on the target's own generations (`scripts/train_draft.py`):
-
-* prompts: `assets/prompts/train.jsonl` (6,000 chat prompts from templates x topics, built by
-  `scripts/build_prompts.py`; the held-out split uses topics never seen in training);
-* data: the target answers each prompt (chat template applied, up to 128 new tokens, 3/4 of the
-  batches sampled at temperature 1, 1/4 greedy); at every generated position its top-32 next-token
-  probabilities are kept as soft labels; {info.get("data_tokens") or 0:,} labelled tokens;
-* loss: KL divergence between the (32+1)-bin coarse-grained distributions (top-32 tokens plus the
-  lumped tail mass) of target and draft; AdamW, warm-up then constant learning rate with a final
-  cosine decay, EMA of the weights (the EMA is what is shipped);
-* {info["step"]:,} steps, {info["train_tokens_seen"]:,} labelled tokens seen, {info["train_seconds"] / 60:.0f} min of
-  training on a shared 2-core CPU (data generation ran alongside).
-
+{training}
 Training curve (KL per labelled token, training batches):
 
 | step | tokens seen | data tokens available | minutes | KL |
@@ -767,22 +813,7 @@ With per-token acceptance α and cost ratio c, K drafted tokens give an expected
 
 ## Reproduce
 
-The commands this draft was made with (on a 2-core CPU shared with other jobs; all three
-background processes ran at the same time, each with one thread):
-
-```bash
-python scripts/build_prompts.py        # the prompt set (shipped in assets/prompts)
-python scripts/train_draft.py data --threads 1 --workers 2 --worker 0 &   # resumable
-python scripts/train_draft.py data --threads 1 --workers 2 --worker 1 &
-python scripts/train_draft.py train --threads 1 --deadline 14:33 --steps 100000 --log-every 10 &
-python scripts/train_draft.py eval --exact     # held-out alpha / greedy agreement / cost ratio
-python scripts/train_draft.py export           # EMA weights -> assets/draft (fp16) + this card
-```
-
-Defaults: 48 prompts per shard, up to 128 new tokens, top-32 labels; draft hidden 192, 3 layers,
-MLP 768; batch 16 sequences, AdamW lr 2e-3 (warm-up 100 steps, cosine decay to 10% over the last
-quarter of the time before the deadline), EMA 0.99. Seeds are fixed (`SEED = 0`); on a GPU the
-same commands run unchanged (without `--threads`), much faster.
+{reproduce}
 """
     (EXPORT / "README.md").write_text(text)
 

@@ -319,6 +319,17 @@ def cmd_export(args: argparse.Namespace) -> None:
     log(f"exported to {args.out}")
 
 
+def train_flags(args: dict) -> str:
+    """The train command's flags as they were given (the card's reproduce line)."""
+    flags = [f"--minutes {args.get('minutes', 40)}", f"--threads {args.get('threads', 1)}",
+             f"--lr {args.get('lr', 1e-3)}", f"--batch {args.get('batch', 16)}", f"--unroll {args.get('unroll', 3)}"]
+    if args.get("init_from"):
+        flags.insert(0, f"--init-from {args['init_from']}")
+    if args.get("bf16"):
+        flags.append("--bf16")
+    return " ".join(flags)
+
+
 def curve_rows(every: int = 6) -> list[str]:
     """Rows of the held-out curve table from CURVE (every `every`-th validation, and the last)."""
     if not CURVE.exists():
@@ -382,7 +393,7 @@ def cmd_card(args: argparse.Namespace) -> None:
         "## Held-out curve (agreement = the head's argmax equals the target's, per draft depth)",
         "",
         "| step | training tokens seen | data sequences | natural d1 | natural d2 | natural d3 | natural α d1 "
-        "| template d1 | template α d1 |",
+        "| training-mix held-out d1 | its α d1 |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         *curve_rows(),
         "",
@@ -392,8 +403,7 @@ def cmd_card(args: argparse.Namespace) -> None:
         "python scripts/feature_data.py --workers 2 --worker 0 &   # and --worker 1: target generations + features",
         "python scripts/feature_data.py --workers 2 --worker 1",
         "python scripts/feature_data.py --natural                  # the natural set's answers: validation only",
-        f"python scripts/train_feature_head.py train --minutes {info.get('train_args', {}).get('minutes', 40)} "
-        f"--threads {info.get('train_args', {}).get('threads', 1)}",
+        "python scripts/train_feature_head.py train " + train_flags(info.get("train_args", {})),
         "python scripts/train_feature_head.py export && python scripts/train_feature_head.py card",
         "python -m bench.quality --into docs   # natural vs template, chain vs tree -> docs/benchmarks.md",
         "```",
@@ -402,6 +412,23 @@ def cmd_card(args: argparse.Namespace) -> None:
         "they appear), so a rerun lands close to, not exactly on, these numbers.",
         "",
     ]
+    quality = json.loads(bench_path.read_text()).get("quality") if bench_path.exists() else None
+    if quality:
+        lines += ["## Measured (`python -m bench.quality`, docs/benchmarks.md)", "",
+                  "| dtype | proposer | shape | T | natural tokens/verify | template tokens/verify "
+                  "| natural acceptance | template acceptance | natural α | template α |",
+                  "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+        fmt = lambda x, f=".3f": "—" if x is None else format(x, f)  # noqa: E731
+        key_of = lambda r: (r["dtype"], r["proposer"], r["shape"], r["temperature"])  # noqa: E731
+        for key in sorted({key_of(r) for r in quality["rows"]}):
+            got = {r["set"]: r for r in quality["rows"] if key_of(r) == key}
+            nat, tem = got.get("natural", {}), got.get("template", {})
+            lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]:g} | "
+                         f"{fmt(nat.get('tokens_per_verify'), '.2f')} | {fmt(tem.get('tokens_per_verify'), '.2f')} | "
+                         f"{fmt(nat.get('acceptance_rate'))} | {fmt(tem.get('acceptance_rate'))} | "
+                         f"{fmt(nat.get('alpha'))} | {fmt(tem.get('alpha'))} |")
+        lines.append("")
+        pr = None  # the older proposer section measured the previous head
     if pr:
         k = pr["quality_k"]
         sys.path.insert(0, str(ROOT))

@@ -43,9 +43,16 @@ def test_check_scenario_reports_a_fact_that_does_not_hold(pair):
     assert len(problems) == 2 and "num_accepted expected 3, got 0" in problems[0]
 
 
-def test_the_gallery_has_its_five_lessons():
+def test_the_gallery_has_its_lessons():
     by_id = {s.id: s for s in SHIPPED}
-    assert list(by_id) == ["all-accepted", "reject-d1", "frees-block", "eos-drafted", "long-context"]
+    assert list(by_id) == ["all-accepted", "reject-d1", "frees-block", "eos-drafted", "long-context",
+                           "tree-moves", "tree-deepest", "tree-block-move"]
+    trees = [s for s in SHIPPED if s.id.startswith("tree-")]
+    assert all(s.tree_width > 1 for s in trees) and all(s.tree_width == 1 for s in SHIPPED if s not in trees)
+    assert by_id["tree-moves"].expect.tree_moves >= 1
+    assert by_id["tree-deepest"].expect.deepest_path and by_id["tree-deepest"].expect.bonus
+    block = by_id["tree-block-move"]
+    assert block.cache_layout == "paged" and block.expect.move_crosses_block and block.expect.frees_block
     facts = {i: s.expect for i, s in by_id.items()}
     assert facts["all-accepted"].rejected_at is None and facts["all-accepted"].bonus
     assert facts["all-accepted"].num_accepted == facts["all-accepted"].k == by_id["all-accepted"].k
