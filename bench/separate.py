@@ -37,7 +37,8 @@ def update_json(path: Path, name: str, result: dict[str, Any]) -> None:
     path.write_text(json.dumps(data, indent=1) + "\n")
 
 
-SEPARATE = ("load", "browser_latency", "verify_cost", "tree_overhead", "quality", "quality_speed")  # benchmarks with their own command and section
+# benchmarks with their own command and section
+SEPARATE = ("load", "browser_latency", "verify_cost", "tree_overhead", "quality", "quality_speed")
 
 
 def read(out_dir: Path, exclude: set[str]) -> dict[str, tuple[str, Any]]:
