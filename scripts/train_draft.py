@@ -724,6 +724,45 @@ same commands run unchanged (without `--threads`), much faster.
     return training, reproduce
 
 
+def _quality_text() -> str:
+    """The card's Measured section from docs/benchmarks.json's bench.quality rows (natural vs template)."""
+    path = ROOT / "docs" / "benchmarks.json"
+    quality = json.loads(path.read_text()).get("quality") if path.exists() else None
+    lines = ["## Measured (`python -m bench.quality`, docs/benchmarks.md)", ""]
+    if not quality:
+        return "\n".join(lines + ["Not measured yet: run `python -m bench.quality --into docs`.", ""])
+    fmt = lambda x, f=".3f": "—" if x is None else format(x, f)  # noqa: E731
+    lines += ["| dtype | shape | T | natural tokens/verify | template tokens/verify | natural acceptance "
+              "| template acceptance | natural α | template α |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    key_of = lambda r: (r["dtype"], r["shape"], r["temperature"])  # noqa: E731
+    mine = [r for r in quality["rows"] if r["proposer"] == "draft"]
+    for key in sorted({key_of(r) for r in mine}):
+        got = {r["set"]: r for r in mine if key_of(r) == key}
+        nat, tem = got.get("natural", {}), got.get("template", {})
+        lines.append(f"| {key[0]} | {key[1]} | {key[2]:g} | {fmt(nat.get('tokens_per_verify'), '.2f')} | "
+                     f"{fmt(tem.get('tokens_per_verify'), '.2f')} | {fmt(nat.get('acceptance_rate'))} | "
+                     f"{fmt(tem.get('acceptance_rate'))} | {fmt(nat.get('alpha'))} | {fmt(tem.get('alpha'))} |")
+    return "\n".join(lines + [""])
+
+
+def _measured_text(m: dict, f3, table: str, sampled: dict, greedy: dict, alpha_source: str) -> str:
+    """The card's Measured section from `train_draft.py eval` metrics."""
+    return f"""## Measured (held-out prompts, `python scripts/train_draft.py eval`)
+
+Measured at step {m.get("step", "n/a")} on {m.get("heldout_prompts", "n/a")} held-out prompts, along target
+continuations of up to {m.get("max_new_tokens", "n/a")} tokens:
+
+{table}
+
+Details: draft {f3("draft_ms_per_token")} ms/token, target {f3("target_ms_per_token")} ms/token (medians, timed
+interleaved on a CPU shared with other jobs; 10th percentiles {f3("draft_ms_p10")} and {f3("target_ms_p10")} ms,
+ratio {f3("cost_ratio_p10")}); greedy agreement along the sampled continuations
+{f3("greedy_agreement", sampled)}; α along the greedy continuations {f3("alpha", greedy)}.
+{alpha_source}
+
+"""
+
+
 def write_card(info: dict) -> None:
     """assets/draft/README.md: what the draft is, how it was made, and what it measures."""
     training, reproduce = _training_text(info)
@@ -770,6 +809,7 @@ def write_card(info: dict) -> None:
             "α uses the target's cached top-2048 probabilities (the true α lies within +"
             f"{f3('alpha_tail_bound', sampled)})."
         )
+    measured = _measured_text(m, f3, table, sampled, greedy, alpha_source) if m else _quality_text()
     text = f"""# specviz default draft for SmolLM2-135M-Instruct
 
 A small `LlamaForCausalLM` distilled from the embedded default target (SmolLM2-135M-Instruct,
@@ -794,19 +834,7 @@ Training curve (KL per labelled token, training batches):
 |-----:|------------:|----------------------:|--------:|---:|
 {chr(10).join(rows)}
 
-## Measured (held-out prompts, `python scripts/train_draft.py eval`)
-
-Measured at step {m.get("step", "n/a")} on {m.get("heldout_prompts", "n/a")} held-out prompts, along target
-continuations of up to {m.get("max_new_tokens", "n/a")} tokens:
-
-{table}
-
-Details: draft {f3("draft_ms_per_token")} ms/token, target {f3("target_ms_per_token")} ms/token (medians, timed
-interleaved on a CPU shared with other jobs; 10th percentiles {f3("draft_ms_p10")} and {f3("target_ms_p10")} ms,
-ratio {f3("cost_ratio_p10")}); greedy agreement along the sampled continuations
-{f3("greedy_agreement", sampled)}; α along the greedy continuations {f3("alpha", greedy)}.
-{alpha_source}
-
+{measured}
 With per-token acceptance α and cost ratio c, K drafted tokens give an expected
 (1 - α^(K+1)) / (1 - α) tokens per cycle and a wall-time speed-up of
 (1 - α^(K+1)) / ((1 - α)(K c + 1)).
