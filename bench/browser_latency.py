@@ -322,8 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(result, indent=1) + "\n")
     if args.into:
-        separate.update_markdown(args.into / "benchmarks.md", "browser_latency", markdown(result))
-        separate.update_json(args.into / "benchmarks.json", "browser_latency", result)
+        separate.write_section(args.into, "browser_latency", markdown(result), result)
     return 0 if not result["errors"] else 1
 
 

@@ -522,8 +522,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(result, indent=1) + "\n")
     if args.into:
-        separate.update_markdown(args.into / "benchmarks.md", "load", markdown(result))
-        separate.update_json(args.into / "benchmarks.json", "load", result)
+        separate.write_section(args.into, "load", markdown(result), result)
     return 0 if all(r["errors"] == 0 for r in result["rows"]) else 1
 
 

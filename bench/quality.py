@@ -217,8 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(result, indent=1) + "\n")
     if args.into:
-        separate.update_markdown(args.into / "benchmarks.md", name, text)
-        separate.update_json(args.into / "benchmarks.json", name, result)
+        separate.write_section(args.into, name, text, result)
     return 0
 
 

@@ -55,8 +55,13 @@ def read(out_dir: Path, exclude: set[str]) -> dict[str, tuple[str, Any]]:
     return kept
 
 
+def write_section(out_dir: Path, name: str, section: str, result: dict[str, Any], report: str = "benchmarks") -> None:
+    """One benchmark's section: its markdown into `report`.md and its result into `report`.json."""
+    update_markdown(out_dir / f"{report}.md", name, section)
+    update_json(out_dir / f"{report}.json", name, result)
+
+
 def carry_over(kept: dict[str, tuple[str, Any]], out_dir: Path) -> None:
     """Put the sections `read` found back into the freshly written report."""
     for name, (section, result) in kept.items():
-        update_markdown(out_dir / "benchmarks.md", name, section)
-        update_json(out_dir / "benchmarks.json", name, result)
+        write_section(out_dir, name, section, result)

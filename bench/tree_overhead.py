@@ -391,8 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(result, indent=1) + "\n")
     if args.into:
-        separate.update_markdown(args.into / "benchmarks.md", NAME, text)
-        separate.update_json(args.into / "benchmarks.json", NAME, result)
+        separate.write_section(args.into, NAME, text, result)
     return 0
 
 

@@ -365,8 +365,7 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(json.dumps(result, indent=1) + "\n")
     if args.into:
         report = args.report or ("gpu" if device.type == "cuda" else "benchmarks")
-        separate.update_markdown(args.into / f"{report}.md", NAME, text)
-        separate.update_json(args.into / f"{report}.json", NAME, result)
+        separate.write_section(args.into, NAME, text, result, report)
     return 0
 
 
