@@ -296,10 +296,7 @@ class SpeculativeDecoder:
             temperature=cfg.temperature,
             top_k=cfg.top_k,
             top_p=cfg.top_p,
-            catch_up=tuple(
-                EmittedToken(s.committed[pos], self.token_text(s.committed[pos]) if record else "", pos, s.origins[pos])
-                for pos in proposed.catch_up_positions
-            ),
+            catch_up=self._catch_up(s, proposed.catch_up_positions, record),
             drafts=tuple(steps),
             num_accepted=num_accepted,
             rejected_at=rejected_at,
@@ -316,6 +313,13 @@ class SpeculativeDecoder:
             proposer=s.proposer.name,
             proposer_note=proposed.note,
             dtype=self.dtype,
+        )
+
+    def _catch_up(self, s: _Session, positions: Sequence[int], record: bool) -> tuple[EmittedToken, ...]:
+        """The committed tokens the proposer fed to catch up, as the trace records them."""
+        return tuple(
+            EmittedToken(s.committed[pos], self.token_text(s.committed[pos]) if record else "", pos, s.origins[pos])
+            for pos in positions
         )
 
     def _finish_cycle(self, s: _Session, cfg: DecodeConfig, clock: _Clock, finish_reason: str | None) -> dict | None:
@@ -483,10 +487,7 @@ class SpeculativeDecoder:
             temperature=cfg.temperature,
             top_k=cfg.top_k,
             top_p=cfg.top_p,
-            catch_up=tuple(
-                EmittedToken(s.committed[pos], self.token_text(s.committed[pos]) if record else "", pos, s.origins[pos])
-                for pos in proposed.catch_up_positions
-            ),
+            catch_up=self._catch_up(s, proposed.catch_up_positions, record),
             drafts=tuple(steps),
             num_accepted=len(walk.path),
             rejected_at=len(walk.path) + 1 if corrected else None,
