@@ -38,7 +38,7 @@ def update_json(path: Path, name: str, result: dict[str, Any]) -> None:
 
 
 # benchmarks with their own command and section
-SEPARATE = ("load", "browser_latency", "verify_cost", "tree_overhead", "quality", "quality_speed")
+SEPARATE = ("load", "browser_latency", "verify_cost", "tree_overhead", "quality", "quality_speed", "invariant")
 
 
 def read(out_dir: Path, exclude: set[str]) -> dict[str, tuple[str, Any]]:

@@ -27,6 +27,7 @@ from streamlit.testing.v1 import AppTest
 from app import TABS  # importing app.py runs nothing but set_page_config: main() is guarded
 from specviz.trace import CYCLE_PHASES
 from specviz.ui.state import view_of
+from specviz.viz import stage_data
 from specviz.viz.style import PHASE_TITLES
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
@@ -85,7 +86,7 @@ def stage_payload(at: AppTest) -> dict:
 def stage_step(at: AppTest) -> dict:
     """The step the server shows, as the component draws it (title, kv, status, story, strip)."""
     data = stage_payload(at)
-    return data["steps"][str(data["view"])]
+    return stage_data.unpack(data)[str(data["view"])]  # AppTest says it holds no bodies: all are sent
 
 
 def kv_views(at: AppTest) -> list[str]:

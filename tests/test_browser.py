@@ -441,6 +441,18 @@ def test_keyboard_prefetch_and_queued_clicks(server: str, browser) -> None:
     _no_exception(page, "a burst of clicks")
     assert _stage(page)["queue"] == 0 and not _stage(page)["waiting"]
     page.screenshot(path=str(OUT / "50-after-burst.png"))
+    # A step's body travels once: the payloads after the first bring only the bodies the browser lacked.
+    _wait_prefetched(page)
+    got = page.evaluate("() => window.__specvizStage.state.received")
+    assert got["payloads"] > 4 and 0 < got["bodies"] < got["steps"] and got["again"] <= 2, got
+    # A browser that lost its bodies (a remounted stage starts empty) asks for them and gets them back.
+    shown = _phase_title(page)
+    page.evaluate("() => { const s = window.__specvizStage.state; s.bodies.clear();"
+                  " window.__specvizStage.update(Object.assign({}, s.raw, {bodies: ''})); }")
+    page.wait_for_function("() => { const s = window.__specvizStage.state;"
+                           " return s.bodies.size >= Object.keys(s.raw.steps).length; }", timeout=120_000)
+    _wait_idle(page)
+    assert _phase_title(page) == shown and not page.locator(".svs-notice").inner_text().strip()
     page.reload()  # remembered in this browser
     page.wait_for_function("() => !!window.__specvizStage", timeout=120_000)
     assert page.locator(".svs .svs-intro").is_hidden()

@@ -194,6 +194,38 @@ def test_each_step_carries_its_picture_words_and_hooks(pair):
     assert {"t-ptr"} <= keys[0] | keys[1] and len(keys[0] & keys[1]) > 10
 
 
+def test_a_steps_body_travels_once_and_comes_back_whole(pair):
+    run = prefetch(compute_cycle(live(pair)))
+    tl = timeline_of(run)
+    steps = stage_data.steps_payload(tl, stage_data.window(3, tl), lecture=False, max_rows=None)
+    again = stage_data.steps_payload(tl, stage_data.window(3, tl), lecture=False, max_rows=None)
+    assert [d["sig"] for d in steps.values()] == [d["sig"] for d in again.values()]  # the same body, the same sig
+    assert len({d["sig"] for d in steps.values()}) == len(steps)
+    whole = stage_data.pack(steps)
+    assert all(set(h) & set(stage_data.BODY) == set() for h in whole["steps"].values())  # heads carry no HTML
+    assert stage_data.unpack(whole) == steps
+    # The browser holds the first cycle's bodies: only the others travel, and it rebuilds every step.
+    held = {str(d["sig"]): {k: d[k] for k in stage_data.BODY} for s, d in steps.items() if int(s) <= 5}
+    part = stage_data.pack(steps, have={int(sig) for sig in held})
+    assert len(part["bodies"]) < len(whole["bodies"]) < len(str(steps)) / 5  # deflated: several times smaller
+    assert stage_data.unpack(part, held) == steps
+    assert set(stage_data.unpack(part)) == {s for s in steps if int(s) > 5}  # without them, those are missing
+    # A new cycle's steps get new signatures; the old steps keep theirs.
+    later = timeline_of(prefetch(compute_cycle(run)))
+    moved = stage_data.steps_payload(later, range(5, 16), lecture=False, max_rows=None)
+    assert moved["5"]["sig"] != steps["5"]["sig"] or moved["5"]["kv"] == steps["5"]["kv"]
+    assert {moved[s]["sig"] for s in map(str, range(11, 16))}.isdisjoint(d["sig"] for d in steps.values())
+
+
+def test_messages_say_which_bodies_the_browser_holds():
+    event = stage_events.parse({"kind": "steps", "run": 2, "step": 4, "have": [3, "7", 9.0]})
+    assert event == {"kind": "steps", "run": 2, "step": 4, "have": frozenset({3, 7, 9})}
+    assert not stage_events.moves_server(event)
+    assert stage_events.parse({"kind": "view", "run": 2, "step": 4, "have": ["x"]}) is None
+    many = stage_events.parse({"kind": "view", "run": 2, "step": 4, "have": list(range(10_000))})
+    assert len(many["have"]) == stage_events.MAX_HAVE
+
+
 def test_the_stage_modules_import_no_streamlit():
     code = ("import sys, specviz.viz.stage_data, specviz.viz.stage_js, specviz.ui.stage_events; "
             "print('streamlit' in sys.modules)")

@@ -39,6 +39,7 @@ from .state import PHASES_PER_CYCLE, Run, Workspace, prefetch
 
 KEY = "stage"
 NAME = "specviz_stage"
+HAVE = "_stage_have"  # the step signatures the browser last said it holds (unique in the process)
 
 
 @cache
@@ -52,6 +53,10 @@ def on_event() -> None:
     raw = state.get("event") if hasattr(state, "get") else getattr(state, "event", None)
     event = stage_events.parse(raw)
     if event is None:
+        return
+    if "have" in event:
+        st.session_state[HAVE] = event["have"]
+    if event["kind"] == "steps":  # the browser lacks bodies it was sent as held: the next payload has them
         return
     if event["kind"] == "prefetch":
         prefetch_next(workspace(), event["run"])
@@ -140,7 +145,8 @@ def payload(run: Run, ws: Workspace, *, lecture: bool, max_rows: int, proposer_l
         "run": run.id,
         "seq": ws.stage_seq,
         "view": run.view,
-        "steps": stage_data.steps_payload(tl, steps, lecture=lecture, max_rows=max_rows, compare=compare),
+        **stage_data.pack(stage_data.steps_payload(tl, steps, lecture=lecture, max_rows=max_rows, compare=compare),
+                          have=st.session_state.get(HAVE, frozenset())),
         "more": can_grow(run),
         "end": end_text(run),
         "follow": follow,

@@ -5,7 +5,7 @@ resolve, rollback; `specviz.ui.state`). Every phase of a cycle is known the mome
 computed, so the browser gets them all at once and steps through them locally
 (docs/design.md §3, "The stage"). One step is a plain dict:
 
-    {"title": "Cycle 2 · 3 · Acceptance tests", "cycle": 1, "phase": "accept",
+    {"title": "Cycle 2 · 3 · Acceptance tests", "cycle": 1, "phase": "accept", "sig": 17,
      "kv": [picture_html, replay_html?], "status": html, "story": html, "strip": html}
 
 `kv` holds the KV picture (`kv_html.kv_stage_html`, computed against the step before so that the
@@ -17,13 +17,23 @@ that moved glide. A later view (a token tree, a mask grid, compaction that moves
 adds its own keyed nodes to the same HTML and gets the same motion: a node whose key reappears
 elsewhere moves there. The payload model is "keyed cells in slots", not "a cache of rows".
 
+**What travels** (`pack`): a step's heavy part — its pictures, narrative and strip, ~50 kB of
+HTML — never changes once rendered, so it gets a signature (`sig`, unique in the process) and
+travels once: the browser says which signatures it holds (`have`) and the payload carries only the
+others, deflated (the HTML repeats itself: ~10x smaller). The light part (title, status line) comes
+with every payload. The standalone page, which has no server to ask, gets every step whole.
+
 Markdown (status line, narrative) is rendered here to HTML with markdown-it, HTML in the source
 disabled (token texts inside the narrative are not ours). No Streamlit, no torch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import base64
+import itertools
+import json
+import zlib
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +46,8 @@ from .style import PHASE_TITLES
 
 PHASES_PER_CYCLE = len(CYCLE_PHASES) - 1  # "start" of cycle c+1 is "rollback" of cycle c
 _MD = MarkdownIt("commonmark", {"html": False})
+BODY = ("kv", "story", "strip")  # a step's heavy part: sent once per signature (see `pack`)
+_SIGNATURES = itertools.count(1)
 
 
 @dataclass(frozen=True)
@@ -151,9 +163,10 @@ def step_payload(
             story = narrative.phase_markdown(tr, phase)
         strip = tokens.strip_html(tokens.strip_chips(list(tl.prompt_ids), tl.traces[: (cycle or 0) + 1], tl.texts,
                                                      cycle, phase))
-        tl.memo[key] = ((tr, prev, other), pictures, _MD.render(story), strip)
-    _, pictures, story, strip = tl.memo[key]
+        tl.memo[key] = ((tr, prev, other), next(_SIGNATURES), pictures, _MD.render(story), strip)
+    _, sig, pictures, story, strip = tl.memo[key]
     return {
+        "sig": sig,
         "title": title(cycle, phase),
         "cycle": cycle,
         "phase": phase,
@@ -183,3 +196,20 @@ def steps_payload(
         for s in steps
         if 0 <= s <= tl.last_step
     }
+
+
+def pack(steps: dict[str, dict[str, Any]], have: Collection[int] = ()) -> dict[str, Any]:
+    """Steps as the component is sent them: `steps` without their heavy part, and `bodies`, the
+    heavy parts (`BODY`) of the signatures not in `have`, as base64 of deflated JSON (the browser
+    inflates it with `DecompressionStream("deflate")`)."""
+    heads = {s: {k: v for k, v in d.items() if k not in BODY} for s, d in steps.items()}
+    bodies = {str(d["sig"]): {k: d[k] for k in BODY} for d in steps.values() if d["sig"] not in have}
+    raw = json.dumps(bodies, separators=(",", ":"), ensure_ascii=False).encode()
+    return {"steps": heads, "bodies": base64.b64encode(zlib.compress(raw, 6)).decode("ascii")}
+
+
+def unpack(packed: dict[str, Any], held: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
+    """`pack`'s inverse: whole steps, the missing bodies taken from `held` (signature -> body, as
+    the browser keeps them). A step whose body is in neither is left out."""
+    bodies = {**(held or {}), **json.loads(zlib.decompress(base64.b64decode(packed["bodies"])))}
+    return {s: {**h, **bodies[str(h["sig"])]} for s, h in packed["steps"].items() if str(h["sig"]) in bodies}

@@ -8,6 +8,10 @@
 // Web Animations API). Only a step the browser does not have goes to the server; clicks that arrive
 // meanwhile are queued and shown as such, never dropped.
 //
+// A step's heavy part (pictures, narrative, strip) travels once: the app's payload carries the bodies
+// the browser does not hold, deflated (`bodies`, specviz/viz/stage_data.py `pack`), and every message
+// back says which it holds (`have`). The standalone page's data has every step whole.
+//
 // `createStage(root, hooks)` is the shared core: the Streamlit component (app glue, below it in the
 // module) and the standalone run page (standalone glue) both call it, so they cannot drift.
 
@@ -16,6 +20,14 @@ const MOVE_MS = 420;
 const ENTER_MS = 380;
 const REPORT_IDLE_MS = 1200;  // a pause this long after local steps tells the server where we are
 const REPORT_AFTER_MOTION_MS = 700;  // a report that matters, sent once the step's motion has run
+const HOLD = 48;  // step bodies kept (a few cycles); the ones the current data names are never dropped
+
+// base64 of deflated JSON -> the object (the browser's own inflater; asynchronous).
+async function inflate(b64) {
+  const bytes = Uint8Array.from(atob(b64), c => c.charCodeAt(0));
+  const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream('deflate'));
+  return JSON.parse(await new Response(stream).text());
+}
 
 function svKey(node) {
   return node.nodeType === 1 ? node.getAttribute('data-key') || undefined : undefined;
@@ -107,6 +119,8 @@ function createStage(root, hooks) {
   const s = {
     data: null, cur: null, run: null, seq: null, queue: [], waiting: false, held: null,
     reportTimer: null, reported: null, painted: 0, prefetched: null, shown: null,
+    chain: Promise.resolve(), askedSteps: null,
+    bodies: new Map(), raw: null, received: {payloads: 0, steps: 0, bodies: 0, again: 0},  // held bodies; the last payload
   };
 
   function cycleOf(step) { return step === 0 ? -1 : Math.floor((step - 1) / PHASES); }
@@ -159,11 +173,49 @@ function createStage(root, hooks) {
     el.notice.hidden = !text;
   }
 
+  // Step bodies by signature, least recently used first (a Map keeps insertion order).
+  const held = s.bodies;
+  function send(kind, extra) {
+    if (hooks.send) hooks.send(Object.assign({kind, step: s.cur, run: s.run, seq: s.seq, have: [...held.keys()].map(Number)}, extra || {}));
+  }
+
   function report(kind, extra) {
     if (!hooks.send) return;
     clearTimeout(s.reportTimer);
     s.reported = s.cur;
-    hooks.send(Object.assign({kind, step: s.cur, run: s.run, seq: s.seq}, extra || {}));
+    send(kind, extra);
+  }
+
+  // A packed payload's steps made whole from the bodies it brings and the ones held; null when some
+  // are missing and the server has not been asked for them yet for this payload (it is asked here).
+  async function unpack(data) {
+    if (data.bodies === undefined) return data;  // whole steps (the standalone page)
+    const bodies = data.bodies ? await inflate(data.bodies) : {};
+    s.raw = data;
+    const got = s.received;  // totals over the payloads so far
+    s.received = {payloads: got.payloads + 1, steps: got.steps + Object.keys(data.steps).length,
+                  bodies: got.bodies + Object.keys(bodies).length,
+                  again: got.again + Object.keys(bodies).filter(sig => held.has(sig)).length};
+    for (const [sig, body] of Object.entries(bodies)) held.set(sig, body);
+    const steps = {}, missing = [];
+    for (const [k, head] of Object.entries(data.steps)) {
+      const sig = String(head.sig), body = held.get(sig);
+      if (!body) { missing.push(sig); continue; }
+      held.delete(sig); held.set(sig, body);  // recently used
+      steps[k] = Object.assign({}, head, body);
+    }
+    const named = new Set(Object.values(data.steps).map(h => String(h.sig)));
+    for (const sig of held.keys()) {
+      if (held.size <= HOLD) break;
+      if (!named.has(sig)) held.delete(sig);
+    }
+    const mark = `${data.run}:${data.seq}:${missing.join(',')}`;
+    if (missing.length && s.askedSteps !== mark) {
+      s.askedSteps = mark;  // once per payload: a server that cannot resend is not asked forever
+      send('steps');
+      return null;
+    }
+    return Object.assign({}, data, {steps});
   }
 
   // Local stepping; `ask` is what the server is asked when the step is not here.
@@ -214,40 +266,47 @@ function createStage(root, hooks) {
     back() { if (s.data && s.cur > 0) go(s.cur - 1, 'back'); },
     seek(step) { if (s.data) go(step, 'seek'); },
     get state() { return s; },
+    // Payloads are taken in order; each is unpacked (inflated) first.
     update(data) {
-      intro(data.intro);
-      const fresh = s.data === null || data.run !== s.run || data.seq !== s.seq;
-      s.data = data;
-      if (fresh) {  // the server moved (a new run, its own step, an answered request): follow it
-        s.run = data.run;
-        s.seq = data.seq;
-        s.reported = data.view;
-        const hadRequest = s.waiting;
-        s.waiting = false;
-        root.classList.remove('svs-busy');
-        render(known(data.view) ? data.view : Number(Object.keys(data.steps)[0]));
-        say(data.notice || '');
-        if (hadRequest || s.queue.length) {
-          const queued = s.queue;
-          s.queue = [];
-          for (const kind of queued) {
-            api[{next_phase: 'next', next_cycle: 'nextCycle', back: 'back'}[kind]]();
-            if (s.waiting) { s.queue.push(...queued.slice(queued.indexOf(kind) + 1)); break; }
-          }
-        }
-      } else if (known(s.cur) && !sameStep(data.steps[String(s.cur)], s.shown)) {
-        render(s.cur);  // the same step drawn otherwise (lecture mode, a compared layout): patch it
-      }
-      // The next cycle, asked for as soon as this one is on screen (once per state of the run).
-      const mark = `${data.run}:${Object.keys(data.steps).pop()}`;
-      if (data.prefetch && !s.waiting && s.prefetched !== mark) {
-        s.prefetched = mark;  // after the motion of the step just shown: the script run costs frames
-        setTimeout(() => { if (hooks.send) hooks.send({kind: 'prefetch', step: s.cur, run: s.run, seq: s.seq}); },
-          REPORT_AFTER_MOTION_MS);
-      }
+      s.chain = s.chain.then(() => unpack(data)).then(whole => { if (whole) absorb(whole); })
+        .catch(err => say(`The stage could not read the server's data: ${err}`));
+      return s.chain;
     },
     destroy() { clearTimeout(s.reportTimer); },
   };
+
+  function absorb(data) {
+    intro(data.intro);
+    const fresh = s.data === null || data.run !== s.run || data.seq !== s.seq;
+    s.data = data;
+    if (fresh) {  // the server moved (a new run, its own step, an answered request): follow it
+      s.run = data.run;
+      s.seq = data.seq;
+      s.reported = data.view;
+      const hadRequest = s.waiting;
+      s.waiting = false;
+      root.classList.remove('svs-busy');
+      const first = Object.keys(data.steps)[0];
+      if (known(data.view) || first !== undefined) render(known(data.view) ? data.view : Number(first));
+      say(data.notice || '');
+      if (hadRequest || s.queue.length) {
+        const queued = s.queue;
+        s.queue = [];
+        for (const kind of queued) {
+          api[{next_phase: 'next', next_cycle: 'nextCycle', back: 'back'}[kind]]();
+          if (s.waiting) { s.queue.push(...queued.slice(queued.indexOf(kind) + 1)); break; }
+        }
+      }
+    } else if (known(s.cur) && !sameStep(data.steps[String(s.cur)], s.shown)) {
+      render(s.cur);  // the same step drawn otherwise (lecture mode, a compared layout): patch it
+    }
+    // The next cycle, asked for as soon as this one is on screen (once per state of the run).
+    const mark = `${data.run}:${Object.keys(data.steps).pop()}`;
+    if (data.prefetch && !s.waiting && s.prefetched !== mark) {
+      s.prefetched = mark;  // after the motion of the step just shown: the script run costs frames
+      setTimeout(() => send('prefetch'), REPORT_AFTER_MOTION_MS);
+    }
+  }
   return api;
 }
 
