@@ -43,10 +43,11 @@ from . import separate
 from .common import prompt_set, set_threads
 
 NAME = "invariant"
+KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer (keys, values)
 SHAPES = {"chain": {"k": 4}, "tree": {"k": 5, "tree_width": 4, "tree_nodes": 24}}
 
 
-def plain_cache(model: Any, prompt: list[int], tokens: int) -> tuple[list[int], list[tuple[torch.Tensor, torch.Tensor]]]:
+def plain_cache(model: Any, prompt: list[int], tokens: int) -> tuple[list[int], KV]:
     """Greedy plain decoding with transformers' DynamicCache, one token per forward: (the sequence
     whose K/V the cache holds, per layer (K, V))."""
     from transformers import DynamicCache
@@ -60,7 +61,7 @@ def plain_cache(model: Any, prompt: list[int], tokens: int) -> tuple[list[int], 
     return seq[:-1], [(layer.keys, layer.values) for layer in cache.layers]
 
 
-def difference(a: list[tuple[torch.Tensor, torch.Tensor]], b: list[tuple[torch.Tensor, torch.Tensor]], n: int) -> dict[str, float]:
+def difference(a: KV, b: KV, n: int) -> dict[str, float]:
     """Largest |a - b| over the first n positions of every layer's K and V, absolute and relative to
     the largest |b|."""
     worst = scale = 0.0
@@ -75,7 +76,8 @@ def difference(a: list[tuple[torch.Tensor, torch.Tensor]], b: list[tuple[torch.T
 def one_prompt(pair: Any, prompt: list[int], tokens: int) -> dict[str, Any]:
     with torch.no_grad():
         seq, plain = plain_cache(pair.target, prompt, tokens)
-        row: dict[str, Any] = {"prompt_tokens": len(prompt), "plain_vs_prefill": difference(plain, reference_kv(pair.target, seq), len(seq))}
+        floor = difference(plain, reference_kv(pair.target, seq), len(seq))
+        row: dict[str, Any] = {"prompt_tokens": len(prompt), "plain_vs_prefill": floor}
     for name, shape in SHAPES.items():
         dec = SpeculativeDecoder(pair, DecodeConfig(proposer="feature", temperature=0.0, check_invariant=True,
                                                     cache_layout="contiguous", max_new_tokens=tokens, **shape))
@@ -88,7 +90,8 @@ def one_prompt(pair: Any, prompt: list[int], tokens: int) -> dict[str, Any]:
         n = min(cache.get_seq_length(), len(seq))
         same = list(dec.committed[:n]) == seq[:n]
         spec = [cache.dense_kv(i) for i in range(len(plain))]
-        row[name] = {"vs_prefill_abs": worst, "vs_plain": difference(spec, plain, n) if same else None, "same_text": same}
+        row[name] = {"vs_prefill_abs": worst, "same_text": same,
+                     "vs_plain": difference(spec, plain, n) if same else None}
     return row
 
 
