@@ -23,6 +23,8 @@ from typing import Any
 
 import torch
 
+from specviz.prompting import chat_ids
+
 REPO = Path(__file__).resolve().parent.parent
 HELDOUT = REPO / "assets" / "prompts" / "heldout.jsonl"
 # Open-ended held-out prompts (answers run past max_new_tokens, so every system decodes the same
@@ -144,10 +146,7 @@ def encode(tokenizer: Any, text: str | list[dict]) -> list[int]:
     """Chat-template ids of a user message (or of a whole conversation ending with a user turn)."""
     messages = text if isinstance(text, list) else [{"role": "user", "content": text}]
     if getattr(tokenizer, "chat_template", None):
-        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-        if hasattr(ids, "keys"):  # BatchEncoding in newer transformers
-            ids = ids["input_ids"]
-        return [int(i) for i in ids]
+        return chat_ids(tokenizer, messages)
     return [int(i) for i in tokenizer.encode(text)]
 
 

@@ -58,6 +58,8 @@ sys.path.insert(0, str(ROOT))
 import diverse_prompts as dp  # noqa: E402
 from train_draft import load_target, log, pick_device, read_prompts  # noqa: E402
 
+from specviz.prompting import chat_ids  # noqa: E402
+
 WORK = Path(os.environ.get("SPECVIZ_FEATURE_WORK", ROOT / "work-data" / "feature"))
 DATA = WORK / "data"
 SEED = 1
@@ -83,11 +85,7 @@ def shard_path(phase: Phase, b: int) -> Path:
 
 
 def encode(tok, row: dict) -> list[int]:
-    messages = row.get("messages") or [{"role": "user", "content": row["prompt"]}]
-    ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-    if hasattr(ids, "keys"):
-        ids = ids["input_ids"]
-    return [int(i) for i in ids]
+    return chat_ids(tok, row.get("messages") or [{"role": "user", "content": row["prompt"]}])
 
 
 def length_sorted(rows: list[dict], tok, rng: random.Random) -> list[dict]:

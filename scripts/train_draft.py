@@ -42,6 +42,8 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from specviz.prompting import chat_ids  # noqa: E402
+
 WORK = Path(os.environ.get("SPECVIZ_DRAFT_WORK", ROOT / "work-data" / "draft"))
 DATA = WORK / "data"
 CKPT = WORK / "ckpt"
@@ -78,13 +80,7 @@ def read_prompts(split: str) -> list[dict]:
 
 
 def encode_prompts(tok, prompts: list[str]) -> list[list[int]]:
-    out = []
-    for p in prompts:
-        ids = tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=True)
-        if isinstance(ids, dict) or hasattr(ids, "keys"):
-            ids = ids["input_ids"]
-        out.append(list(ids))
-    return out
+    return [chat_ids(tok, [{"role": "user", "content": p}]) for p in prompts]
 
 
 # ----------------------------------------------------------------------------------------------
