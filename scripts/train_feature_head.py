@@ -73,6 +73,19 @@ def load_rows(seen: set[str], rows: list[dict]) -> int:
     return new
 
 
+def training_rows(rows: list[dict]) -> list[dict]:
+    """The rows trained on (every VAL_EVERY-th prompt is held out), sorted by length."""
+    return sorted((r for r in rows if r["prompt_index"] % VAL_EVERY), key=lambda r: len(r["ids"]))
+
+
+def similar_lengths(by_length: list[dict], size: int, rng: random.Random) -> list[dict]:
+    """A batch of `size` rows of neighbouring lengths from a random place: a batch is padded to its
+    longest row, and random rows (a 40-token answer beside a 400-token paragraph task) made most
+    of each batch padding."""
+    start = rng.randrange(max(1, len(by_length) - size + 1))
+    return by_length[start : start + size]
+
+
 @torch.no_grad()
 def candidate_vocab(target, rows: list[dict], size: int, eos_ids: list[int], max_rows: int = 400) -> list[int]:
     """The `size` tokens with the most target probability mass over generated positions (as
@@ -214,12 +227,13 @@ def cmd_train(args: argparse.Namespace) -> None:
     t_last_ckpt = time.time()
     log(f"{len(rows)} sequences from {len(seen)} shards; vocabulary |S| = {len(vocab)}; budget {args.minutes} min")
     tokens_seen = state.get("tokens_seen", 0) if state else 0
+    by_length = training_rows(rows)
     while spent < budget:
         t0 = time.time()
         if step % 50 == 0 and load_rows(seen, rows):
             log(f"now {len(rows)} sequences from {len(seen)} shards")
-        train_rows = [r for r in rows if r["prompt_index"] % VAL_EVERY]
-        batch = make_batch(rng.sample(train_rows, min(args.batch, len(train_rows))), device)
+            by_length = training_rows(rows)
+        batch = make_batch(similar_lengths(by_length, args.batch, rng), device)
         frac = spent / budget
         lr = args.lr * min(1.0, (step + 1) / 10) * max(0.05, 1 - frac)  # warm-up, then linear decay to the deadline
         for group in opt.param_groups:
@@ -236,7 +250,7 @@ def cmd_train(args: argparse.Namespace) -> None:
         if step % 5 == 0:
             log(f"step {step} lr {lr:.2e} " + " ".join(f"{k} {v:.3f}" for k, v in stats.items())
                 + f" ({spent / 60:.1f}/{args.minutes} min)")
-        if time.time() - t_last_ckpt > 120 or spent >= budget:
+        if time.time() - t_last_ckpt > args.val_minutes * 60 or spent >= budget:
             val = {"template": validate(head, [r for r in rows if r["prompt_index"] % VAL_EVERY == 0], device),
                    "natural": validate(head, natural_rows(), device, limit=96)}
             for name, v in val.items():
@@ -474,6 +488,7 @@ def main() -> None:
     tr.add_argument("--unroll", type=int, default=3,
                     help="training-time test: passes on the head's own predictions (1 = none)")
     tr.add_argument("--threads", type=int, default=2)
+    tr.add_argument("--val-minutes", type=float, default=2.0, help="validate and save a checkpoint this often")
     tr.add_argument("--init-from", type=Path, default=None,
                     help="start from this saved head (e.g. assets/feature_head) when no checkpoint exists")
     tr.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=False,
