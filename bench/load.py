@@ -174,6 +174,54 @@ class RssSampler:
         self._thread.join(5)
 
 
+class CpuSampler:
+    """CPU seconds spent while the sessions ran, split between the server (its process tree) and
+    the headless Chromium processes: on one machine the clients' drawing competes with the
+    server's decoding, and the split says which of the two the cores went to."""
+
+    def __init__(self, server_pid: int, every_s: float = 0.5) -> None:
+        import psutil
+
+        self.server = psutil.Process(server_pid)
+        self.every_s = every_s
+        self.seen: dict[int, tuple[str, float, float]] = {}  # pid -> (kind, CPU seconds at start, latest)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self) -> None:
+        import psutil
+
+        server = {self.server.pid, *(c.pid for c in self.server.children(recursive=True))}
+        for proc in psutil.process_iter(["name"]):
+            try:
+                kind = "server" if proc.pid in server else "chromium" if "chrom" in (proc.info["name"] or "") else None
+                if kind is None:
+                    continue
+                t = proc.cpu_times()
+                cpu = t.user + t.system
+                first = self.seen.get(proc.pid, (kind, cpu, cpu))[1]
+                self.seen[proc.pid] = (kind, first, cpu)
+            except Exception:  # a process that just ended
+                pass
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self._sample()
+
+    def __enter__(self) -> CpuSampler:
+        self._sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._sample()
+
+    def seconds(self, kind: str) -> float:
+        return sum(last - first for k, first, last in self.seen.values() if k == kind)
+
+
 # ---------------------------------------------------------------- websocket client ---------------
 
 
@@ -376,7 +424,7 @@ def run_n(n: int, opts: Options, client: str, say: Any = print) -> dict[str, Any
         rss_idle = sampler.now_mb()
         logs = [SessionLog() for _ in range(n)]
         t0 = time.perf_counter()
-        with sampler:
+        with sampler, CpuSampler(proc.pid) as cpu:
             if client == "browser":
                 asyncio.run(browser_sessions(url, n, opts, logs))
             else:
@@ -386,11 +434,13 @@ def run_n(n: int, opts: Options, client: str, say: Any = print) -> dict[str, Any
     finally:
         stop_server(proc)
     row = summarize(n, logs, wall)
-    row.update(rss_after_start_mb=rss_idle, rss_peak_mb=sampler.peak_mb, rss_end_mb=rss_end)
+    row.update(rss_after_start_mb=rss_idle, rss_peak_mb=sampler.peak_mb, rss_end_mb=rss_end,
+               server_cores=cpu.seconds("server") / wall, browser_cores=cpu.seconds("chromium") / wall)
     say(
         f"N={n}: next phase p50 {_fmt(row['next_phase']['p50_s'])} p95 {_fmt(row['next_phase']['p95_s'])}, "
         f"next cycle p50 {_fmt(row['next_cycle']['p50_s'])}, errors {row['errors']}, "
-        f"busy {row['busy_clicks']}, RSS peak {sampler.peak_mb:.0f} MB"
+        f"busy {row['busy_clicks']}, RSS peak {sampler.peak_mb:.0f} MB, cores used: server "
+        f"{row['server_cores']:.2f}, browsers {row['browser_cores']:.2f}"
     )
     return row
 
@@ -423,6 +473,7 @@ def summarize(n: int, logs: list[SessionLog], wall_s: float) -> dict[str, Any]:
         "next_phase": stats([s for b, s in clicks if b == NEXT_PHASE]),
         "next_cycle": stats([s for b, s in clicks if b == NEXT_CYCLE]),
         "clicks": len(clicks),
+        "every_click_s": [(b, round(t, 3)) for b, t in clicks],
         "errors": sum(len(log.errors) for log in logs),
         "error_samples": [e for log in logs for e in log.errors][:5],
         "busy_clicks": sum(log.busy_clicks for log in logs),
@@ -475,16 +526,17 @@ def markdown(result: dict[str, Any]) -> str:
             "the browser has is shown locally; one it lacks waits for the server's answer)."
         ),
         "",
-        "| N | Next phase p50 | p95 | Next cycle p50 | p95 | open p50 | errors | busy clicks "
-        "| RSS after start | RSS peak |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| N | Next phase p50 | p95 | max | Next cycle p50 | p95 | open p50 | errors | busy clicks "
+        "| RSS after start | RSS peak | cores: server | cores: browsers |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in result["rows"]:
         lines.append(
             f"| {r['sessions']} | {_fmt(r['next_phase']['p50_s'])} | {_fmt(r['next_phase']['p95_s'])} | "
+            f"{_fmt(r['next_phase']['max_s'])} | "
             f"{_fmt(r['next_cycle']['p50_s'])} | {_fmt(r['next_cycle']['p95_s'])} | {_fmt(r['open']['p50_s'])} | "
             f"{r['errors']} | {r['busy_clicks']} / {r['clicks']} | {r['rss_after_start_mb']:.0f} MB | "
-            f"{r['rss_peak_mb']:.0f} MB |"
+            f"{r['rss_peak_mb']:.0f} MB | {r.get('server_cores', 0):.2f} | {r.get('browser_cores', 0):.2f} |"
         )
     if result["server_env"]:
         lines += ["", "Server settings: " + ", ".join(f"`{k}={v}`" for k, v in result["server_env"].items()) + "."]

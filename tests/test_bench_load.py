@@ -28,7 +28,7 @@ def test_summary_percentiles_errors_and_busy_counts():
     assert row["next_phase"]["p95_s"] == pytest.approx(9.55)  # numpy's linear interpolation
     assert row["next_cycle"]["p50_s"] == 4.0 and row["open"]["p50_s"] == 2.0
     assert row["errors"] == 1 and row["busy_clicks"] == 2 and row["clicks"] == 11
-    row.update(rss_after_start_mb=500.0, rss_peak_mb=620.0, rss_end_mb=600.0)
+    row.update(rss_after_start_mb=500.0, rss_peak_mb=620.0, rss_end_mb=600.0, server_cores=0.4, browser_cores=1.55)
     md = load.markdown(
         {
             "client": "ws",
@@ -41,7 +41,8 @@ def test_summary_percentiles_errors_and_busy_counts():
             "rows": [row],
         }
     )
-    assert "| 2 | 5.50 s | 9.55 s | 4.00 s |" in md and "| 1 | 2 / 11 | 500 MB | 620 MB |" in md
+    assert "| 2 | 5.50 s | 9.55 s | 10.00 s | 4.00 s |" in md and "| 1 | 2 / 11 | 500 MB | 620 MB | 0.40 | 1.55 |" in md
+    assert row["every_click_s"][-1] == (load.NEXT_CYCLE, 4.0)
     assert "`SPECVIZ_MAX_DECODING=2`" in md
 
 

@@ -210,6 +210,9 @@ def test_a_steps_body_travels_once_and_comes_back_whole(pair):
     assert len(part["bodies"]) < len(whole["bodies"]) < len(str(steps)) / 5  # deflated: several times smaller
     assert stage_data.unpack(part, held) == steps
     assert set(stage_data.unpack(part)) == {s for s in steps if int(s) > 5}  # without them, those are missing
+    # The shown step's body always comes, held or not: a remounted stage can always draw it.
+    shown = stage_data.pack(steps, have={d["sig"] for d in steps.values()}, shown=3)
+    assert set(stage_data.unpack(shown)) == {"3"} and stage_data.unpack(shown)["3"] == steps["3"]
     # A new cycle's steps get new signatures; the old steps keep theirs.
     later = timeline_of(prefetch(compute_cycle(run)))
     moved = stage_data.steps_payload(later, range(5, 16), lecture=False, max_rows=None)
@@ -218,10 +221,13 @@ def test_a_steps_body_travels_once_and_comes_back_whole(pair):
 
 
 def test_messages_say_which_bodies_the_browser_holds():
-    event = stage_events.parse({"kind": "steps", "run": 2, "step": 4, "have": [3, "7", 9.0]})
-    assert event == {"kind": "steps", "run": 2, "step": 4, "have": frozenset({3, 7, 9})}
+    event = stage_events.parse({"kind": "view", "run": 2, "step": 4, "have": [3, "7", 9.0]})
+    assert event == {"kind": "view", "run": 2, "step": 4, "have": frozenset({3, 7, 9})}
     assert not stage_events.moves_server(event)
     assert stage_events.parse({"kind": "view", "run": 2, "step": 4, "have": ["x"]}) is None
+    # A request carries the id that the payload answering it echoes (sent again until answered).
+    asked = stage_events.parse({"kind": "next_phase", "run": 2, "step": 4, "target": 5, "req": "k3x:7"})
+    assert asked["req"] == "k3x:7" and stage_events.moves_server(asked)
     many = stage_events.parse({"kind": "view", "run": 2, "step": 4, "have": list(range(10_000))})
     assert len(many["have"]) == stage_events.MAX_HAVE
 

@@ -19,7 +19,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import streamlit as st
@@ -67,7 +67,7 @@ def take_full_run_request() -> bool:
 
 
 @contextmanager
-def decoding_slot() -> Iterator[None]:
+def decoding_slot(show_wait: bool = True) -> Iterator[None]:
     """Hold one of the server's decoding slots while a model runs (`specviz.gate`). While the
     slots are taken the page says so, with the session's place in the queue, instead of freezing;
     after `busy_timeout` the action fails with a clear message and nothing changes."""
@@ -76,6 +76,8 @@ def decoding_slot() -> Iterator[None]:
 
     def waiting(place: Any) -> None:
         nonlocal box
+        if not show_wait:
+            return
         if box is None:
             box = st.empty()
         box.warning(place.message(), icon=":material/hourglass_top:")
@@ -154,7 +156,7 @@ def wake_note(ws: Workspace) -> str | None:
     run = ws.run
     if run is None or run.parked is None:
         return None
-    _swap(ws, dataclasses.replace(wake(run, decoding_slot), parked_idle=False))
+    _swap(ws, dataclasses.replace(wake(run, callback_slot), parked_idle=False))
     away = time.time() - run.parked.parked_at
     # Parked by the idle sweep: it had been idle for the timeout before; parked because another run
     # was shown: only the time since.
@@ -232,3 +234,12 @@ def load_pair_with_progress(kind: str, target: str, draft: str, dtype: str = "fl
         return None
     bar.empty()
     return pair
+
+
+def callback_slot() -> AbstractContextManager[None]:
+    """`decoding_slot` for a widget or stage callback: it waits without drawing. An element drawn
+    in a callback lands at the top of the page and shifts everything after it, and a shifted stage
+    component was remounted (its steps lost, the click waiting for an answer it no longer
+    expected); the stage says "Computing…" itself, and a long wait is reported after it
+    (`Workspace.waited_note`)."""
+    return decoding_slot(show_wait=False)

@@ -25,7 +25,7 @@ from ..trace import CYCLE_PHASES
 from ..viz.style import PHASE_TITLES
 from . import quiz, stage_component
 from .runs import compare_settings, compare_timeline, compare_title, record_fields
-from .session import act, decoding_slot, request_full_run, take_full_run_request, workspace
+from .session import act, callback_slot, request_full_run, take_full_run_request, workspace
 from .sidebar import PROPOSER_LABELS, SPEEDS
 from .state import (
     MAX_RUNS,
@@ -54,11 +54,11 @@ HISTORY = "history"  # the history slider's key prefix
 
 
 def on_next_phase() -> None:
-    act(lambda r: advance_phase(r, decoding_slot))
+    act(lambda r: advance_phase(r, callback_slot))
 
 
 def on_next_cycle() -> None:
-    act(lambda r: advance_cycle(r, decoding_slot))
+    act(lambda r: advance_cycle(r, callback_slot))
 
 
 def on_back() -> None:
@@ -120,7 +120,7 @@ def on_walkthrough() -> None:
             raise SpecvizError("The walkthrough needs a live run: this one is a recording. Change a setting first.")
         r.dec.update_config(r.dec.config.replace(k=5, forced_outcomes=WALKTHROUGH))
         done = dataclasses.replace(r, revealed=PHASES_PER_CYCLE * len(r.traces))
-        new = compute_cycle(done, decoding_slot)
+        new = compute_cycle(done, callback_slot)
         lesson = (
             "Walkthrough scenario: K = 5 with d1–d3 forced to accept and d4 to reject, for this one cycle. "
             "Step through the phases to follow the walkthrough."
@@ -139,7 +139,7 @@ def on_quiz_submit(cycle: int) -> None:
         tr = r.traces[cycle]
         result = quiz.answer(tr, *guess, path_end=None if tr.tree is None else int(path or 0))
         answered = dataclasses.replace(r, quiz=(*[q for q in r.quiz if q.cycle != cycle], result))
-        return advance_phase(answered, decoding_slot)
+        return advance_phase(answered, callback_slot)
 
     act(run)
 
@@ -287,14 +287,17 @@ def stage(after: Any = None) -> None:
     ss._full_run = False
     run = ws.run
     button_row(run)
-    if ws.reset_asked is run:
-        reset_question(run)
-    messages(ws)
     cycle, phase = view_of(run.view, run)
     lecture = bool(ss.get("lecture"))
     compare = compare_settings()
-    if compare and run.traces:
-        st.markdown(compare_title(compare) + " — the second picture")
+    # One container, always drawn, for what may or may not be there: the component after it keeps
+    # its place in the page (a shifted component was remounted, its steps lost).
+    with st.container():
+        if ws.reset_asked is run:
+            reset_question(run)
+        messages(ws)
+        if compare and run.traces:
+            st.markdown(compare_title(compare) + " — the second picture")
     stage_component.show(stage_component.payload(
         run, ws, lecture=lecture, max_rows=LECTURE_ROWS if lecture else STAGE_ROWS,
         proposer_label=proposer_label(run), suffix=status_suffix(run),

@@ -24,6 +24,7 @@ at (a test harness, a closed tab) computes nothing ahead.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from functools import cache
 from typing import Any
@@ -34,11 +35,12 @@ from ..errors import SpecvizError
 from ..trace import CYCLE_PHASES
 from ..viz import stage_data, stage_js
 from . import stage_events
-from .session import act, decoding_slot, wake_note, workspace
+from .session import act, callback_slot, wake_note, workspace
 from .state import PHASES_PER_CYCLE, Run, Workspace, prefetch
 
 KEY = "stage"
 NAME = "specviz_stage"
+ANSWERED = "_stage_answered"  # the ids of the requests the server carried out, the latest last
 HAVE = "_stage_have"  # the step signatures the browser last said it holds (unique in the process)
 
 
@@ -56,12 +58,15 @@ def on_event() -> None:
         return
     if "have" in event:
         st.session_state[HAVE] = event["have"]
-    if event["kind"] == "steps":  # the browser lacks bodies it was sent as held: the next payload has them
+    done = st.session_state.setdefault(ANSWERED, collections.deque(maxlen=64))
+    if event.get("req") in done:  # a request sent again that had arrived after all: done already
         return
     if event["kind"] == "prefetch":
         prefetch_next(workspace(), event["run"])
         return
-    act(lambda r: stage_events.apply(r, event, decoding_slot), moved=stage_events.moves_server(event))
+    act(lambda r: stage_events.apply(r, event, callback_slot), moved=stage_events.moves_server(event))
+    if "req" in event:
+        done.append(event["req"])  # the payload that follows answers it
     if event["kind"] == "view":  # the browser moved on (a new cycle, a pause): the next cycle, in the same run
         prefetch_next(workspace(), event["run"])
 
@@ -145,8 +150,9 @@ def payload(run: Run, ws: Workspace, *, lecture: bool, max_rows: int, proposer_l
         "run": run.id,
         "seq": ws.stage_seq,
         "view": run.view,
+        "answered": (st.session_state.get(ANSWERED) or [None])[-1],
         **stage_data.pack(stage_data.steps_payload(tl, steps, lecture=lecture, max_rows=max_rows, compare=compare),
-                          have=st.session_state.get(HAVE, frozenset())),
+                          have=st.session_state.get(HAVE, frozenset()), shown=run.view),
         "more": can_grow(run),
         "end": end_text(run),
         "follow": follow,
@@ -178,7 +184,7 @@ def prefetch_next(ws: Workspace, run_id: int) -> bool:
             note = wake_note(ws)
             if note:
                 ws.run = run = dataclasses.replace(ws.run, notices=(note, *ws.run.notices))
-            new = prefetch(run, decoding_slot)
+            new = prefetch(run, callback_slot)
         except SpecvizError:
             ws.prefetch_failed = mark
             return False

@@ -8,12 +8,16 @@ trigger:
     {"kind": "prefetch", "run": 3, "step": 7}                 # compute the next cycle in advance
     {"kind": "next_phase" | "next_cycle" | "back" | "seek",   # a step the browser does not have
      "run": 3, "step": 10, "target": 11}
-    {"kind": "steps", "run": 3, "step": 7}                    # resend bodies I lack (see below)
+
+A request (a step the browser does not have) carries an id, `"req": "mount:n"`, that the payload
+answering it echoes (`answered`): a trigger value can be lost on its way, so an unanswered request
+is sent again with the same id, and applying one twice changes nothing (the run moves to the
+browser's step first, then steps).
 
 Every message may also say which step bodies the browser holds (`"have": [signatures]`,
-`viz.stage_data.pack`): the payloads that follow leave those out. A browser that was sent a
-signature it does not hold (a remounted stage starts empty) says so with `steps`, and the next
-payload carries it.
+`viz.stage_data.pack`): the payloads that follow leave those out (except the shown step's). A
+browser that lacks a body it was not sent (a remounted stage starts empty) lacks that step, and
+asks for it like any other.
 
 `step` is always the step the browser shows. The run first moves there (adopting the prefetched
 cycle if the step lies in it), then does what was asked, with the same state-machine functions the
@@ -29,7 +33,7 @@ from typing import Any
 
 from .state import Run, Slot, advance_cycle, advance_phase, back, prefetch, seek, show_step
 
-KINDS = ("view", "prefetch", "next_phase", "next_cycle", "back", "seek", "steps")
+KINDS = ("view", "prefetch", "next_phase", "next_cycle", "back", "seek")
 MAX_HAVE = 256  # signatures a message may list (the browser keeps a few dozen)
 
 
@@ -41,6 +45,8 @@ def parse(event: Any) -> dict[str, Any] | None:
         out = {"kind": event["kind"], "run": int(event["run"]), "step": int(event["step"])}
         if "target" in event:
             out["target"] = int(event["target"])
+        if "req" in event:
+            out["req"] = str(event["req"])[:40]
         if "have" in event:
             out["have"] = frozenset(int(h) for h in list(event["have"])[:MAX_HAVE])
     except (KeyError, TypeError, ValueError):
@@ -50,7 +56,7 @@ def parse(event: Any) -> dict[str, Any] | None:
 
 def moves_server(event: dict[str, Any]) -> bool:
     """False for a report: the browser already shows that step, so it need not be told to follow."""
-    return event["kind"] not in ("view", "prefetch", "steps")
+    return event["kind"] not in ("view", "prefetch")
 
 
 def apply(run: Run, event: dict[str, Any], slot: Slot = nullcontext) -> Run:
@@ -60,7 +66,6 @@ def apply(run: Run, event: dict[str, Any], slot: Slot = nullcontext) -> Run:
     run = show_step(run, event["step"])
     actions: dict[str, Callable[[Run], Run]] = {
         "view": lambda r: r,
-        "steps": lambda r: r,
         "prefetch": lambda r: prefetch(r, slot),
         "next_phase": lambda r: advance_phase(r, slot),
         "next_cycle": lambda r: advance_cycle(r, slot),

@@ -20,8 +20,9 @@ elsewhere moves there. The payload model is "keyed cells in slots", not "a cache
 **What travels** (`pack`): a step's heavy part — its pictures, narrative and strip, ~50 kB of
 HTML — never changes once rendered, so it gets a signature (`sig`, unique in the process) and
 travels once: the browser says which signatures it holds (`have`) and the payload carries only the
-others, deflated (the HTML repeats itself: ~10x smaller). The light part (title, status line) comes
-with every payload. The standalone page, which has no server to ask, gets every step whole.
+others (and always the shown step's), deflated (the HTML repeats itself: ~10x smaller). The light
+part (title, status line) comes with every payload. The standalone page, which has no server to
+ask, gets every step whole.
 
 Markdown (status line, narrative) is rendered here to HTML with markdown-it, HTML in the source
 disabled (token texts inside the narrative are not ours). No Streamlit, no torch.
@@ -198,12 +199,15 @@ def steps_payload(
     }
 
 
-def pack(steps: dict[str, dict[str, Any]], have: Collection[int] = ()) -> dict[str, Any]:
+def pack(steps: dict[str, dict[str, Any]], have: Collection[int] = (), shown: int | None = None) -> dict[str, Any]:
     """Steps as the component is sent them: `steps` without their heavy part, and `bodies`, the
-    heavy parts (`BODY`) of the signatures not in `have`, as base64 of deflated JSON (the browser
-    inflates it with `DecompressionStream("deflate")`)."""
+    heavy parts (`BODY`) of the signatures not in `have` and always the `shown` step's, as base64
+    of deflated JSON (the browser inflates it with `DecompressionStream("deflate")`). A browser
+    that does not hold a body it was not sent lacks that step, and asks for it like any step it
+    lacks: the answer shows it, so its body comes with it."""
     heads = {s: {k: v for k, v in d.items() if k not in BODY} for s, d in steps.items()}
-    bodies = {str(d["sig"]): {k: d[k] for k in BODY} for d in steps.values() if d["sig"] not in have}
+    bodies = {str(d["sig"]): {k: d[k] for k in BODY} for s, d in steps.items()
+              if d["sig"] not in have or s == str(shown)}
     raw = json.dumps(bodies, separators=(",", ":"), ensure_ascii=False).encode()
     return {"steps": heads, "bodies": base64.b64encode(zlib.compress(raw, 6)).decode("ascii")}
 

@@ -20,6 +20,8 @@ const MOVE_MS = 420;
 const ENTER_MS = 380;
 const REPORT_IDLE_MS = 1200;  // a pause this long after local steps tells the server where we are
 const REPORT_AFTER_MOTION_MS = 700;  // a report that matters, sent once the step's motion has run
+const RESEND_MS = 4000;  // a request not answered by then is sent again (then after 8 s, 16 s, ...)
+const MOUNT = Math.random().toString(36).slice(2, 10);  // this page's requests, told from another's
 const HOLD = 48;  // step bodies kept (a few cycles); the ones the current data names are never dropped
 
 // base64 of deflated JSON -> the object (the browser's own inflater; asynchronous).
@@ -119,7 +121,7 @@ function createStage(root, hooks) {
   const s = {
     data: null, cur: null, run: null, seq: null, queue: [], waiting: false, held: null,
     reportTimer: null, reported: null, painted: 0, prefetched: null, shown: null,
-    chain: Promise.resolve(), askedSteps: null,
+    chain: Promise.resolve(), req: 0, pending: null, resendTimer: null, log: [],
     bodies: new Map(), raw: null, received: {payloads: 0, steps: 0, bodies: 0, again: 0},  // held bodies; the last payload
   };
 
@@ -175,7 +177,11 @@ function createStage(root, hooks) {
 
   // Step bodies by signature, least recently used first (a Map keeps insertion order).
   const held = s.bodies;
+  // The last messages both ways, for the tests (and anyone debugging the stage in a console).
+  function note(entry) { s.log.push(entry); if (s.log.length > 80) s.log.shift(); }
+
   function send(kind, extra) {
+    note(['sent', kind, s.cur, extra && extra.target, extra && extra.req]);
     if (hooks.send) hooks.send(Object.assign({kind, step: s.cur, run: s.run, seq: s.seq, have: [...held.keys()].map(Number)}, extra || {}));
   }
 
@@ -186,8 +192,9 @@ function createStage(root, hooks) {
     send(kind, extra);
   }
 
-  // A packed payload's steps made whole from the bodies it brings and the ones held; null when some
-  // are missing and the server has not been asked for them yet for this payload (it is asked here).
+  // A packed payload's steps made whole from the bodies it brings and the ones held. A step whose
+  // body is in neither (a remounted stage starts empty) is left out: the browser lacks it and asks
+  // for it like any step it lacks, and the answer brings it (the shown step's body always comes).
   async function unpack(data) {
     if (data.bodies === undefined) return data;  // whole steps (the standalone page)
     const bodies = data.bodies ? await inflate(data.bodies) : {};
@@ -197,10 +204,10 @@ function createStage(root, hooks) {
                   bodies: got.bodies + Object.keys(bodies).length,
                   again: got.again + Object.keys(bodies).filter(sig => held.has(sig)).length};
     for (const [sig, body] of Object.entries(bodies)) held.set(sig, body);
-    const steps = {}, missing = [];
+    const steps = {};
     for (const [k, head] of Object.entries(data.steps)) {
       const sig = String(head.sig), body = held.get(sig);
-      if (!body) { missing.push(sig); continue; }
+      if (!body) continue;
       held.delete(sig); held.set(sig, body);  // recently used
       steps[k] = Object.assign({}, head, body);
     }
@@ -209,17 +216,12 @@ function createStage(root, hooks) {
       if (held.size <= HOLD) break;
       if (!named.has(sig)) held.delete(sig);
     }
-    const mark = `${data.run}:${data.seq}:${missing.join(',')}`;
-    if (missing.length && s.askedSteps !== mark) {
-      s.askedSteps = mark;  // once per payload: a server that cannot resend is not asked forever
-      send('steps');
-      return null;
-    }
     return Object.assign({}, data, {steps});
   }
 
   // Local stepping; `ask` is what the server is asked when the step is not here.
   function go(target, kind) {
+    note(['go', kind, s.cur, target, s.waiting]);
     if (s.waiting) {  // a request is out: this click waits its turn, visibly
       s.queue.push(kind);
       say(`Computing on the server… ${s.queue.length} click${s.queue.length > 1 ? 's' : ''} queued.`);
@@ -238,11 +240,13 @@ function createStage(root, hooks) {
       if (s.held !== null && s.held !== target) s.held = null;
       // A new cycle (the server adopts it and computes the next one) or a phase that the tabs or the
       // quiz below follow: say so once the motion is over (a script run meanwhile would cost frames);
-      // otherwise after a pause, so Play, Reset and the history start from the step on screen.
+      // otherwise after a pause, so Play, Reset and the history start from the step on screen. At the
+      // edge of what the browser has, the next click would wait for the server: say so at once, so
+      // that the server starts on the next cycle now (the motion may lose a frame to the script run).
       const soon = (cycleOf(target) !== before && target > 0 && kind !== 'back') || s.data.follow;
       clearTimeout(s.reportTimer);
       s.reportTimer = setTimeout(() => { if (s.cur !== s.reported) report('view'); },
-        soon ? REPORT_AFTER_MOTION_MS : REPORT_IDLE_MS);
+        atEdge() ? 0 : soon ? REPORT_AFTER_MOTION_MS : REPORT_IDLE_MS);
       return;
     }
     if (kind !== 'back' && !s.data.more) {
@@ -253,8 +257,31 @@ function createStage(root, hooks) {
     const c = cycleOf(target) + 1;
     say(kind === 'back' ? 'Fetching the earlier step from the server…' : `Computing cycle ${c} on the server…`);
     root.classList.add('svs-busy');
-    report(kind, {target});
+    request(kind, {target});
   }
+
+  // A request carries an id that the server echoes in the payload that answers it (`answered`). A
+  // trigger value can be lost on its way (two sent in one moment travel as one), and a lost request
+  // would leave the stage waiting for ever: it is sent again, with the same id, until answered. The
+  // server's steps are idempotent (move to the browser's step, then step), so a request that did
+  // arrive twice changes nothing.
+  function request(kind, extra) {
+    s.req += 1;
+    const id = `${MOUNT}:${s.req}`, message = Object.assign({req: id}, extra);
+    report(kind, message);
+    let wait = RESEND_MS;
+    const again = () => {
+      if (!s.waiting || s.pending !== id) return;
+      send(kind, message);
+      wait = Math.min(2 * wait, 30000);
+      s.resendTimer = setTimeout(again, wait);
+    };
+    s.pending = id;
+    clearTimeout(s.resendTimer);
+    s.resendTimer = setTimeout(again, wait);
+  }
+
+  function atEdge() { return !known(s.cur + 1) && !!s.data.more; }
 
   function nextCycleTarget(step) {
     return step % PHASES === 0 ? step + PHASES : Math.ceil(step / PHASES) * PHASES;
@@ -268,16 +295,18 @@ function createStage(root, hooks) {
     get state() { return s; },
     // Payloads are taken in order; each is unpacked (inflated) first.
     update(data) {
-      s.chain = s.chain.then(() => unpack(data)).then(whole => { if (whole) absorb(whole); })
+      s.chain = s.chain.then(() => unpack(data)).then(absorb)
         .catch(err => say(`The stage could not read the server's data: ${err}`));
       return s.chain;
     },
-    destroy() { clearTimeout(s.reportTimer); },
+    destroy() { clearTimeout(s.reportTimer); clearTimeout(s.resendTimer); },
   };
 
   function absorb(data) {
+    note(['got', data.seq, data.view, data.answered, s.cur, s.waiting, s.queue.length]);
     intro(data.intro);
-    const fresh = s.data === null || data.run !== s.run || data.seq !== s.seq;
+    const answered = s.waiting && !!s.pending && data.answered === s.pending;
+    const fresh = s.data === null || data.run !== s.run || data.seq !== s.seq || answered;
     s.data = data;
     if (fresh) {  // the server moved (a new run, its own step, an answered request): follow it
       s.run = data.run;
@@ -285,6 +314,8 @@ function createStage(root, hooks) {
       s.reported = data.view;
       const hadRequest = s.waiting;
       s.waiting = false;
+      s.pending = null;
+      clearTimeout(s.resendTimer);
       root.classList.remove('svs-busy');
       const first = Object.keys(data.steps)[0];
       if (known(data.view) || first !== undefined) render(known(data.view) ? data.view : Number(first));
@@ -292,9 +323,9 @@ function createStage(root, hooks) {
       if (hadRequest || s.queue.length) {
         const queued = s.queue;
         s.queue = [];
-        for (const kind of queued) {
-          api[{next_phase: 'next', next_cycle: 'nextCycle', back: 'back'}[kind]]();
-          if (s.waiting) { s.queue.push(...queued.slice(queued.indexOf(kind) + 1)); break; }
+        for (let i = 0; i < queued.length; i++) {
+          api[{next_phase: 'next', next_cycle: 'nextCycle', back: 'back'}[queued[i]]]();
+          if (s.waiting) { s.queue.push(...queued.slice(i + 1)); break; }  // the rest wait for this answer
         }
       }
     } else if (known(s.cur) && !sameStep(data.steps[String(s.cur)], s.shown)) {
@@ -303,8 +334,8 @@ function createStage(root, hooks) {
     // The next cycle, asked for as soon as this one is on screen (once per state of the run).
     const mark = `${data.run}:${Object.keys(data.steps).pop()}`;
     if (data.prefetch && !s.waiting && s.prefetched !== mark) {
-      s.prefetched = mark;  // after the motion of the step just shown: the script run costs frames
-      setTimeout(() => send('prefetch'), REPORT_AFTER_MOTION_MS);
+      s.prefetched = mark;  // after the motion of the step just shown (the script run costs frames),
+      setTimeout(() => send('prefetch'), atEdge() ? 0 : REPORT_AFTER_MOTION_MS);  // or now at the edge
     }
   }
   return api;
