@@ -359,8 +359,17 @@ async def _browser_session(browser: Any, url: str, opts: Options, rng: random.Ra
                 log.errors.append("exception on the page")
     except Exception as exc:
         log.errors.append(f"{type(exc).__name__}: {exc}"[:200])
+        try:  # what the stage was doing: its state and its last messages both ways (stage.js `note`)
+            log.errors.append("stage: " + json.dumps(await page.evaluate(STAGE_STATE_JS))[:4000])
+        except Exception:
+            pass
     finally:
         await page.close()
+
+
+STAGE_STATE_JS = """() => { const s = window.__specvizStage && window.__specvizStage.state; if (!s) return null;
+  return {cur: s.cur, seq: s.seq, waiting: s.waiting, queue: s.queue, pending: s.pending,
+          answered: s.data && s.data.answered, view: s.data && s.data.view, log: s.log}; }"""
 
 
 READY_JS = """(key) => !!document.querySelector('.svs') && !!window.__specvizStage
