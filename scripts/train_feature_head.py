@@ -322,7 +322,10 @@ def cmd_export(args: argparse.Namespace) -> None:
     state = torch.load(CKPT / "latest.pt", weights_only=False)
     head = init_head(target, state["vocab"])
     head.load_state_dict(state["head"])
+    shipped = args.out / "config.json"  # the card's choice of the app's proposer is kept until a card measures again
+    preferred = json.loads(shipped.read_text())["info"].get("preferred_over_draft") if shipped.exists() else None
     head.info.update({
+        **({"preferred_over_draft": preferred} if preferred is not None else {}),
         "trained": True,
         "steps": state["step"],
         "train_minutes": round(state["spent"] / 60, 1),
