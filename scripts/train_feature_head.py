@@ -376,6 +376,8 @@ def cmd_card(args: argparse.Namespace) -> None:
     for r in rows:
         source = r.get("source", "template")
         by_source[source] = by_source.get(source, 0) + len(r["ids"]) - r["num_prompt"]
+    shards = {phase: len(list(DATA.glob(f"shard-{phase}-*.pt"))) for phase in ("main", "turns")}
+    caps = f"--main-shards {shards['main']} --turn-shards {shards['turns']}"
     lines = [
         "# specviz feature head for SmolLM2-135M-Instruct (EAGLE-style)",
         "",
@@ -414,11 +416,11 @@ def cmd_card(args: argparse.Namespace) -> None:
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         *curve_rows(),
         "",
-        "## Reproduce",
+        "## Reproduce (the phase caps are the shards this head was trained on)",
         "",
         "```bash",
-        "python scripts/feature_data.py --workers 2 --worker 0 --main-shards 34 --turn-shards 4 &  # generations",
-        "python scripts/feature_data.py --workers 2 --worker 1 --main-shards 34 --turn-shards 4     # + features",
+        f"python scripts/feature_data.py --workers 2 --worker 0 {caps} &  # generations",
+        f"python scripts/feature_data.py --workers 2 --worker 1 {caps}     # + features",
         "python scripts/feature_data.py --natural                  # the natural set's answers: validation only",
         "python scripts/train_feature_head.py train " + train_flags(info.get("train_args", {})),
         "python scripts/train_feature_head.py export && python scripts/train_feature_head.py card",
