@@ -318,7 +318,8 @@ def test_a_gallery_scenario_loads_on_the_default_pair_at_its_cycle():
     notice = next(i.value for i in at.info if i.value.startswith("Scenario "))
     assert f"**{scenario.title}**" in notice and f"cycle {scenario.cycle + 1}" in notice
     assert run.config == scenario.config() and run.prompt_text == scenario.prompt
-    assert phase_shown(at) == (scenario.cycle, "start")
+    # The step before the lesson's cycle: its start (cycle 0), or the previous cycle's rollback (the same step)
+    assert phase_shown(at) == ((0, "start") if scenario.cycle == 0 else (scenario.cycle - 1, "rollback"))
     assert facts_of(run.traces[scenario.cycle], sorted(run.dec.eos_ids)) == scenario.expect
     click(at, "next_phase")  # the lesson's cycle, from its draft phase on
     assert kv_phase(kv_view(at)) == f"Cycle {scenario.cycle + 1} · {PHASE_TITLES['draft']}"

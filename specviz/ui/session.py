@@ -156,7 +156,7 @@ def wake_note(ws: Workspace) -> str | None:
     run = ws.run
     if run is None or run.parked is None:
         return None
-    _swap(ws, dataclasses.replace(wake(run, callback_slot), parked_idle=False))
+    _swap(ws, dataclasses.replace(wake(run, decoding_slot), parked_idle=False))
     away = time.time() - run.parked.parked_at
     # Parked by the idle sweep: it had been idle for the timeout before; parked because another run
     # was shown: only the time since.
@@ -237,9 +237,10 @@ def load_pair_with_progress(kind: str, target: str, draft: str, dtype: str = "fl
 
 
 def callback_slot() -> AbstractContextManager[None]:
-    """`decoding_slot` for a widget or stage callback: it waits without drawing. An element drawn
-    in a callback lands at the top of the page and shifts everything after it, and a shifted stage
-    component was remounted (its steps lost, the click waiting for an answer it no longer
-    expected); the stage says "Computing…" itself, and a long wait is reported after it
-    (`Workspace.waited_note`)."""
+    """`decoding_slot` for the stage component's callbacks: it waits without drawing. An element
+    drawn in a callback lands at the top of the page and shifts everything after it, and a shifted
+    stage component can be remounted (its steps lost, a click waiting for an answer it no longer
+    expects); the stage says "Computing…" itself, and a long wait is reported after it
+    (`Workspace.waited_note`). The buttons' callbacks (the page without JavaScript, AppTest) keep
+    the waiting box with the session's place in the queue."""
     return decoding_slot(show_wait=False)

@@ -25,7 +25,7 @@ from ..trace import CYCLE_PHASES
 from ..viz.style import PHASE_TITLES
 from . import quiz, stage_component
 from .runs import compare_settings, compare_timeline, compare_title, record_fields
-from .session import act, callback_slot, request_full_run, take_full_run_request, workspace
+from .session import act, decoding_slot, request_full_run, take_full_run_request, workspace
 from .sidebar import PROPOSER_LABELS, SPEEDS
 from .state import (
     MAX_RUNS,
@@ -54,11 +54,11 @@ HISTORY = "history"  # the history slider's key prefix
 
 
 def on_next_phase() -> None:
-    act(lambda r: advance_phase(r, callback_slot))
+    act(lambda r: advance_phase(r, decoding_slot))
 
 
 def on_next_cycle() -> None:
-    act(lambda r: advance_cycle(r, callback_slot))
+    act(lambda r: advance_cycle(r, decoding_slot))
 
 
 def on_back() -> None:
@@ -120,7 +120,7 @@ def on_walkthrough() -> None:
             raise SpecvizError("The walkthrough needs a live run: this one is a recording. Change a setting first.")
         r.dec.update_config(r.dec.config.replace(k=5, forced_outcomes=WALKTHROUGH))
         done = dataclasses.replace(r, revealed=PHASES_PER_CYCLE * len(r.traces))
-        new = compute_cycle(done, callback_slot)
+        new = compute_cycle(done, decoding_slot)
         lesson = (
             "Walkthrough scenario: K = 5 with d1–d3 forced to accept and d4 to reject, for this one cycle. "
             "Step through the phases to follow the walkthrough."
@@ -139,7 +139,7 @@ def on_quiz_submit(cycle: int) -> None:
         tr = r.traces[cycle]
         result = quiz.answer(tr, *guess, path_end=None if tr.tree is None else int(path or 0))
         answered = dataclasses.replace(r, quiz=(*[q for q in r.quiz if q.cycle != cycle], result))
-        return advance_phase(answered, callback_slot)
+        return advance_phase(answered, decoding_slot)
 
     act(run)
 
