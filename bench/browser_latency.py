@@ -35,7 +35,6 @@ between `<!-- browser_latency:begin/end -->` and the result into docs/benchmarks
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -317,12 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     if not Path(CHROMIUM).exists():
         raise SystemExit(f"{CHROMIUM} (Debian's chromium) is needed")
     result = run(args.pair, args.phase_clicks, args.cycle_clicks, args.cold_clicks, args.timeout)
-    print()
-    print(markdown(result))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=1) + "\n")
-    if args.into:
-        separate.write_section(args.into, "browser_latency", markdown(result), result)
+    separate.publish("browser_latency", markdown(result), result, args.json, args.into)
     return 0 if not result["errors"] else 1
 
 

@@ -27,7 +27,6 @@ reaches ~20, where one float32 ulp is ~2e-6).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 from pathlib import Path
@@ -164,13 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     result = run(args.prompts, args.tokens, [d for d in args.dtypes.split(",") if d],
                  log=lambda m: print(f"[{time.perf_counter() - t0:6.1f}s] {m}", flush=True))
-    text = markdown(result)
-    print()
-    print(text)
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=1) + "\n")
-    if args.into:
-        separate.write_section(args.into, NAME, text, result)
+    separate.publish(NAME, markdown(result), result, args.json, args.into)
     return 0
 
 

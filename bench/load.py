@@ -578,12 +578,7 @@ def main(argv: list[str] | None = None) -> int:
         timeout_s=args.timeout,
     )
     result = run(opts)
-    print()
-    print(markdown(result))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=1) + "\n")
-    if args.into:
-        separate.write_section(args.into, "load", markdown(result), result)
+    separate.publish("load", markdown(result), result, args.json, args.into)
     return 0 if all(r["errors"] == 0 for r in result["rows"]) else 1
 
 

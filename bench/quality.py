@@ -27,7 +27,6 @@ the fastest plain decoding of any dtype as a second baseline.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -213,11 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         result = run_quality(pairs, split(args.sets), split(args.proposers), split(args.shapes),
                              [float(t) for t in split(args.temps)], args.prompts, args.max_new, log)
         name, text = NAME, quality_markdown(result, args.note)
-    print(text)
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=1) + "\n")
-    if args.into:
-        separate.write_section(args.into, name, text, result)
+    separate.publish(name, text, result, args.json, args.into)
     return 0
 
 

@@ -61,6 +61,18 @@ def write_section(out_dir: Path, name: str, section: str, result: dict[str, Any]
     update_json(out_dir / f"{report}.json", name, result)
 
 
+def publish(name: str, section: str, result: dict[str, Any], json_path: Path | None = None,
+            into: Path | None = None, report: str = "benchmarks") -> None:
+    """What a separate benchmark's command ends with: its table printed, its result written to
+    `json_path` (when given) and its section put into `into`'s report (when given)."""
+    print()
+    print(section)
+    if json_path:
+        json_path.write_text(json.dumps(result, indent=1) + "\n")
+    if into:
+        write_section(into, name, section, result, report)
+
+
 def carry_over(kept: dict[str, tuple[str, Any]], out_dir: Path) -> None:
     """Put the sections `read` found back into the freshly written report."""
     for name, (section, result) in kept.items():

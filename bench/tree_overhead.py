@@ -48,7 +48,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import functools
-import json
 import os
 import pstats
 import sys
@@ -386,12 +385,7 @@ def main(argv: list[str] | None = None) -> int:
                  instruments=instruments, layouts=[x.strip() for x in args.layouts.split(",")],
                  cycles=args.cycles, warmup=args.warmup, log=log)
     text = markdown(result, _command(argv if argv is not None else sys.argv[1:]), args.note)
-    print()
-    print(text)
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=1) + "\n")
-    if args.into:
-        separate.write_section(args.into, NAME, text, result)
+    separate.publish(NAME, text, result, args.json, args.into)
     return 0
 
 

@@ -38,7 +38,6 @@ and DIR/gpu.json instead, after `python -m bench.gpu` has written them (scripts/
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import time
@@ -358,14 +357,8 @@ def main(argv: list[str] | None = None) -> int:
 
     result = run(args.shape, _names(args.dtypes), _ints(args.threads), _ints(args.ns), args.past, args.reps, device,
                  log, chain_ns=_ints(args.chain_ns), min_reps=args.min_reps, budget_s=args.budget_s)
-    text = markdown(result, args.note)
-    print()
-    print(text)
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=1) + "\n")
-    if args.into:
-        report = args.report or ("gpu" if device.type == "cuda" else "benchmarks")
-        separate.write_section(args.into, NAME, text, result, report)
+    report = args.report or ("gpu" if device.type == "cuda" else "benchmarks")
+    separate.publish(NAME, markdown(result, args.note), result, args.json, args.into, report)
     return 0
 
 
