@@ -22,7 +22,10 @@ prompts that are not template-built, in three phases, each a list of shards:
 1. ``asks``  -- the target writes user prompts of many forms about many subjects (short answers);
 2. ``main``  -- template prompts, paragraph tasks, hand-written standalone prompts and the prompts
    the target wrote in phase 1 (filtered, deduplicated, never near a natural held-out prompt);
-3. ``turns`` -- two-turn conversations: a phase-2 prompt, the target's own answer, a follow-up.
+3. ``turns`` -- two-turn conversations: a phase-2 prompt, the target's own answer, a follow-up;
+4. ``again`` -- phase 2's prompts that are not template-built, answered once more in the other
+   mode (a prompt answered greedily there is sampled at T=1 here, and the other way round), so
+   the natural-like prompts weigh more; a prompt held out for validation in phase 2 stays out.
 
 Half the shards are greedy (the T=0 path), half sampled at T=1. **bfloat16** by default: on a CPU
 with AMX-BF16 a batched decode step runs ~1.7-2x faster than float32 (measured with
@@ -76,6 +79,8 @@ class Phase:
 ASKS = Phase("asks", 40, 100_000)
 MAIN = Phase("main", 160, 200_000)
 TURNS = Phase("turns", 128, 300_000)
+AGAIN = Phase("again", 160, 400_000)
+VAL_EVERY = 50  # prompt_index % VAL_EVERY == 0 is held out (scripts/train_feature_head.py)
 N_ASKS, N_PARAGRAPH, N_TURNS = 2400, 2000, 1280
 TURN_SOURCE_SHARDS = 24  # conversations continue answers from the first main shards
 
@@ -150,6 +155,17 @@ def turns_rows(tok, main: list[dict]) -> list[dict]:
     return length_sorted(rows, tok, rng)
 
 
+def again_rows(main: list[dict]) -> list[dict]:
+    """Phase 2's non-template prompts in the same order, minus those held out for validation
+    there; each remembers the main shard it came from (`run_phase` flips that shard's mode)."""
+    rows = []
+    for i, r in enumerate(main):
+        index = MAIN.first_index + i
+        if r["source"] != "template" and index % VAL_EVERY:
+            rows.append({**r, "main_shard": i // BATCH})
+    return rows
+
+
 def write_prompt_file(main: list[dict], turns: list[dict]) -> Path:
     """The non-template training prompts, for the record (and the held-out overlap test)."""
     out = dp.PROMPTS / "diverse.jsonl"
@@ -211,6 +227,8 @@ def run_phase(model, tok, phase: Phase, rows: list[dict], args, progress: dict) 
             continue
         batch = rows[b * BATCH : (b + 1) * BATCH]
         greedy = b % 2 == 0  # half greedy (the T=0 path), half sampled at T=1
+        if phase is AGAIN:  # the mode the prompts' first answers did not have (by batch majority)
+            greedy = sum(r["main_shard"] % 2 for r in batch) * 2 >= len(batch)
         t0 = time.perf_counter()
         out = generate_with_features(model, tok, [r["_ids"] for r in batch], phase.max_new, greedy,
                                      seed=SEED * 1_000_003 + phase.first_index + b)
@@ -254,7 +272,7 @@ def status() -> None:
     total = 0
     for path in sorted(DATA.glob("shard-*.pt")):
         total += sum(len(r["ids"]) - r["num_prompt"] for r in torch.load(path)["rows"])
-    per_phase = {p.name: len(list(DATA.glob(f"shard-{p.name}-*.pt"))) for p in (ASKS, MAIN, TURNS)}
+    per_phase = {p.name: len(list(DATA.glob(f"shard-{p.name}-*.pt"))) for p in (ASKS, MAIN, TURNS, AGAIN)}
     print(f"{total:,} generated tokens; shards per phase: {per_phase}")
 
 
@@ -285,6 +303,8 @@ def main() -> None:
                     help="generate only the first N shards of the main phase (0 = all of it)")
     ap.add_argument("--turn-shards", type=int, default=0,
                     help="generate only the first N shards of the conversations phase (0 = all of it)")
+    ap.add_argument("--again-shards", type=int, default=0,
+                    help="generate only the first N shards of the answered-again phase (0 = all of it)")
     ap.add_argument("--natural", action="store_true",
                     help="answer the natural held-out prompts (validation curves only) and exit")
     ap.add_argument("--status", action="store_true", help="print the generated tokens so far and exit")
@@ -302,12 +322,14 @@ def main() -> None:
         return natural_eval(model, tok, args)
     progress = {"tokens": 0, "t0": time.perf_counter()}
     run_phase(model, tok, ASKS, asks_rows(tok), args, progress)
-    main_list = main_rows(tok)[: args.main_shards * BATCH or None]
+    every_main = main_rows(tok)
+    main_list = every_main[: args.main_shards * BATCH or None]
     run_phase(model, tok, MAIN, main_list, args, progress)
     turns = turns_rows(tok, main_list)[: args.turn_shards * BATCH or None]
     if args.worker == 0:
         log(f"wrote the non-template training prompts to {write_prompt_file(main_list, turns)}")
     run_phase(model, tok, TURNS, turns, args, progress)
+    run_phase(model, tok, AGAIN, again_rows(every_main)[: args.again_shards * BATCH or None], args, progress)
     log(f"done: this worker generated {progress['tokens']:,} tokens")
 
 

@@ -376,8 +376,8 @@ def cmd_card(args: argparse.Namespace) -> None:
     for r in rows:
         source = r.get("source", "template")
         by_source[source] = by_source.get(source, 0) + len(r["ids"]) - r["num_prompt"]
-    shards = {phase: len(list(DATA.glob(f"shard-{phase}-*.pt"))) for phase in ("main", "turns")}
-    caps = f"--main-shards {shards['main']} --turn-shards {shards['turns']}"
+    shards = {phase: len(list(DATA.glob(f"shard-{phase}-*.pt"))) for phase in ("main", "turns", "again")}
+    caps = f"--main-shards {shards['main']} --turn-shards {shards['turns']} --again-shards {shards['again']}"
     lines = [
         "# specviz feature head for SmolLM2-135M-Instruct (EAGLE-style)",
         "",

@@ -34,7 +34,8 @@ def process_logits(logits: torch.Tensor, temperature: float, top_k: int = 0, top
     temperature, then top-k, then top-p. Temperature 0 gives the one-hot greedy distribution."""
     logits = logits.float()
     if temperature == 0:
-        return torch.nn.functional.one_hot(logits.argmax(dim=-1), logits.shape[-1]).float()
+        # Scattered straight into float32: one_hot would build an int64 copy of [..., V] first.
+        return torch.zeros_like(logits).scatter_(-1, logits.argmax(dim=-1, keepdim=True), 1.0)
     logits = logits / temperature
     if top_k > 0 and top_k < logits.shape[-1]:
         kth_best = torch.topk(logits, top_k, dim=-1).values[..., -1:]  # [..., 1]
