@@ -152,11 +152,16 @@ def losses(head: FeatureHead, ids, feats, lse, attn, mask, noise: float, unroll:
     Pass 1 reads the target's real features. Passes 2..`unroll` are the training-time test of
     EAGLE-3: a random half of the input features are the previous pass's own predictions (what
     drafting d_2, d_3 ... really feeds the head), so deeper drafts are trained on the inputs they get.
-    Later passes weigh 0.8x the one before."""
-    noisy = feats + noise * feats.std() * torch.randn_like(feats) if noise else feats
+    Later passes weigh 0.8x the one before.
+
+    `feats` may be wider than the head (scripts/probe_layer_fusion.py: [F ; more target layers]):
+    F is its first H columns, the only part predicted, and a prediction fed back carries zeros
+    for the rest (a drafted position has no target layers)."""
+    hidden = head.layer_config.hidden_size
+    noisy = feats + noise * feats[..., :hidden].std() * torch.randn_like(feats) if noise else feats
     # entry p: input (F[p], x[p+1]) -> predicts F[p+1]; trained where mask[p]
     inputs_f, inputs_x = noisy[:, :-1], ids[:, 1:]
-    target_f, target_lse = feats[:, 1:], lse[:, 1:]
+    target_f, target_lse = feats[:, 1:, :hidden], lse[:, 1:]
     m = mask[:, :-1]
     with torch.no_grad():
         p = torch.exp(head.candidate_logits(target_f[m]) - target_lse[m, None])  # [N, |S|] target probs on S
@@ -167,7 +172,8 @@ def losses(head: FeatureHead, ids, feats, lse, attn, mask, noise: float, unroll:
         if previous is None:
             features_in = inputs_f
         else:  # the previous pass's prediction of F[p] stands in for entry p's input, half the time
-            shifted = torch.cat([inputs_f[:, :1], previous[:, :-1]], dim=1)
+            fed_back = torch.nn.functional.pad(previous[:, :-1], (0, inputs_f.shape[-1] - hidden))
+            shifted = torch.cat([inputs_f[:, :1], fed_back], dim=1)
             features_in = torch.where((torch.rand(m.shape, device=m.device) < 0.5)[..., None], shifted, inputs_f)
         predicted = head(features_in, inputs_x, attention_mask=attn[:, 1:])  # [B, T-1, H]
         logq = torch.log_softmax(head.candidate_logits(predicted[m]).float(), dim=-1)

@@ -72,12 +72,16 @@ SAMPLER_JS = """([ms, timeoutMs]) => {
         if (started === null) started = now;
         if (!cell) cell = cells.find(c => c.isConnected && c.className !== classes.get(c)) || null;
         const running = root.getAnimations({subtree: true}).filter(a => a.playState === 'running');
-        const mine = cell ? cell.getAnimations().filter(a => a.playState === 'running') : [];
+        // The cell's own animations and its cross-fade layer's (::before: the old colour, fading out).
+        const mine = cell ? running.filter(a => a.effect && a.effect.target === cell) : [];
         const cs = cell ? getComputedStyle(cell) : null;
+        const layer = cell ? getComputedStyle(cell, '::before') : null;
         samples.push({t: now - started, running: running.length,
           kinds: [...new Set(running.map(a => a.constructor.name))],
           progress: mine.length ? mine[0].effect.getComputedTiming().progress : null,
-          bg: cs && cs.backgroundColor, cls: cell && cell.className});
+          bg: cs && cs.backgroundColor, cls: cell && cell.className,
+          was: layer && layer.content !== 'none' ? layer.backgroundColor : null,
+          wasOpacity: layer && layer.content !== 'none' ? parseFloat(layer.opacity) : null});
         if (now - started > ms) {
           const kept = cells.filter(c => c.isConnected).length;
           // A key still drawn must be drawn by the same node: nothing replaced, only patched or moved.
@@ -244,6 +248,16 @@ def _strictly_between(x: tuple[float, ...], a: tuple[float, ...], b: tuple[float
     return within and x != a and x != b
 
 
+def _painted(sample: dict) -> tuple[float, ...]:
+    """The colour on screen: the cell's background under its cross-fade layer (the old colour at
+    the layer's opacity, stage.css `.svs-fade`), or the background alone."""
+    bg = _rgb(sample["bg"])
+    if not sample.get("was") or sample.get("wasOpacity") is None:
+        return bg
+    a = sample["wasOpacity"]
+    return tuple(a * w + (1 - a) * b for w, b in zip(_rgb(sample["was"]), bg))
+
+
 def _assert_animated(seen: dict, end_bg: str) -> None:
     """The click changed the step on the same nodes, and a transition was caught between its ends."""
     samples = seen["samples"]
@@ -256,8 +270,8 @@ def _assert_animated(seen: dict, end_bg: str) -> None:
     start = samples[0]
     mid = [s for s in samples if s["progress"] is not None and 0 < s["progress"] < 1]
     assert mid, f"no intermediate frame of the cell's transition was rendered: {samples}"
-    a, b = _rgb(start["bg"]), _rgb(end_bg)
-    assert a != b and any(_strictly_between(_rgb(s["bg"]), a, b) for s in mid), (
+    a, b = _painted(start), _rgb(end_bg)
+    assert a != b and any(_strictly_between(_painted(s), a, b) for s in mid), (
         f"no in-between colour seen (start {start}, end {end_bg}): {mid}")
 
 

@@ -76,6 +76,31 @@ function enter(el) {
     {duration: ENTER_MS, easing: 'cubic-bezier(.2,.8,.3,1)'});
 }
 
+// A keyed node whose state (class) changed cross-fades from its old background to its new one: the
+// new colour is set at once, and a layer under its content, painted in the old colour, runs its
+// opacity to 0 (a CSS transition, stage.css `.svs-fade`). The result looks like a background-color
+// transition, but opacity runs on the compositor: no repaint per frame, which is most of what a
+// colour transition costs a software-rendered browser (a classroom's laptops, or eight headless
+// pages on one server).
+function fadeFrom(changed) {
+  if (!changed.length || reducedMotion()) return;
+  changed.forEach(([el, was]) => {
+    el.style.setProperty('--svs-was', was);
+    el.classList.add('svs-fade', 'svs-fade-start');
+  });
+  getComputedStyle(changed[0][0], '::before').opacity;  // the start state is rendered first
+  changed.forEach(([el]) => el.classList.remove('svs-fade-start'));
+}
+
+// A node that draws its own ::before (the tree's edges) or transitions its own background keeps it.
+function fadable(el) {
+  const cs = getComputedStyle(el), layer = getComputedStyle(el, '::before');
+  const durations = cs.transitionDuration.split(',');
+  const own = cs.transitionProperty.split(',').some(
+    (p, i) => /background|all/.test(p) && parseFloat(durations[i % durations.length]) > 0);
+  return (layer.content === 'none' || el.classList.contains('svs-fade')) && !own;
+}
+
 // One picture slot: the first fill is a plain insert; later fills patch the nodes in place.
 function patch(slot, html) {
   if (!slot.firstElementChild || !html) {
@@ -84,6 +109,7 @@ function patch(slot, html) {
   }
   const holder = document.createElement('div');
   holder.innerHTML = html;
+  const changed = [];
   morphdom(slot, holder, {
     childrenOnly: true,
     getNodeKey: svKey,
@@ -93,9 +119,14 @@ function patch(slot, html) {
     },
     // Focus stays where the keyboard left it: an element that has focus keeps its attributes.
     onBeforeElUpdated(from, to) {
-      return !from.isEqualNode(to);
+      if (from.isEqualNode(to)) return false;
+      if (from.hasAttribute('data-key') && from.getAttribute('class') !== to.getAttribute('class') && fadable(from)) {
+        changed.push([from, getComputedStyle(from).backgroundColor]);
+      }
+      return true;
     },
   });
+  fadeFrom(changed.filter(([el, was]) => el.isConnected && getComputedStyle(el).backgroundColor !== was));
 }
 
 function createStage(root, hooks) {
