@@ -167,8 +167,9 @@ def cmd_train(args: argparse.Namespace) -> None:
     head = tfh.init_head(target, shipped.vocab.tolist())
     head.load_state_dict(shipped.state_dict(), strict=False)
     if fused:
-        head.__class__ = FusedHead
+        head.__class__ = FusedHead  # the same module, read through the fused input
         head.widen()
+    head.train().requires_grad_(True)  # binding froze it
     train = torch.load(PROBE / "train.pt")["rows"]
     natural = torch.load(PROBE / "natural.pt")["rows"]
     by_length = sorted(train, key=lambda r: len(r["ids"]))

@@ -89,7 +89,20 @@ function fadeFrom(changed) {
     el.classList.add('svs-fade', 'svs-fade-start');
   });
   getComputedStyle(changed[0][0], '::before').opacity;  // the start state is rendered first
-  changed.forEach(([el]) => el.classList.remove('svs-fade-start'));
+  changed.forEach(([el]) => {
+    el.classList.remove('svs-fade-start');
+    // Done, the node stops being its own stacking context (a hovered token may overflow it again);
+    // unless a later step started a new fade on it (the old one's cancel event comes after that).
+    const fade = el.svsFade = (el.svsFade || 0) + 1;
+    const done = e => {
+      if (e.pseudoElement !== '::before') return;
+      el.removeEventListener('transitionend', done);
+      el.removeEventListener('transitioncancel', done);
+      if (el.svsFade === fade) el.classList.remove('svs-fade');
+    };
+    el.addEventListener('transitionend', done);
+    el.addEventListener('transitioncancel', done);
+  });
 }
 
 // A node that draws its own ::before (the tree's edges) or transitions its own background keeps it.
