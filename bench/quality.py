@@ -190,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--note", default="")
+    ap.add_argument("--merge", type=Path, metavar="BENCHMARKS_JSON",
+                    help="keep the quality rows of this report that the run does not measure again")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--into", type=Path, help="a docs directory: the table into benchmarks.md/.json")
     args = ap.parse_args(argv)
@@ -212,8 +214,27 @@ def main(argv: list[str] | None = None) -> int:
         result = run_quality(pairs, split(args.sets), split(args.proposers), split(args.shapes),
                              [float(t) for t in split(args.temps)], args.prompts, args.max_new, log)
         name, text = NAME, quality_markdown(result, args.note)
+    if args.merge and not args.speed:
+        result = merged(result, args.merge)
+        text = quality_markdown(result, args.note)
     separate.publish(name, text, result, args.json, args.into)
     return 0
+
+
+def merged(result: dict[str, Any], report: Path) -> dict[str, Any]:
+    """`result`'s rows laid over the quality rows already in `report` (a benchmarks.json): a rerun of
+    some proposers or dtypes keeps the others' figures (same prompts and length, or it refuses)."""
+    import json
+
+    old = json.loads(report.read_text()).get(NAME) if report.exists() else None
+    if not old:
+        return result
+    if (old["prompts"], old["max_new"]) != (result["prompts"], result["max_new"]):
+        raise SystemExit(f"--merge: {report} has {old['prompts']} prompts x {old['max_new']} tokens, this run "
+                         f"{result['prompts']} x {result['max_new']}: rerun with the same --prompts/--max-new")
+    key = lambda r: (r["dtype"], r["set"], r["proposer"], r["shape"], r["temperature"])  # noqa: E731
+    rows = {key(r): r for r in old["rows"]} | {key(r): r for r in result["rows"]}
+    return {**result, "rows": list(rows.values())}
 
 
 if __name__ == "__main__":
