@@ -268,6 +268,14 @@ def natural_eval(model, tok, args) -> None:
         log(f"natural held-out shard {b + 1}/6 ({'greedy' if greedy else 'T=1'})")
 
 
+def shard_caps() -> str:
+    """The phase caps of a command that regenerates the shards present (each phase up to its highest
+    shard), for the model cards' reproduce blocks."""
+    def upto(phase: Phase) -> int:
+        return max((int(p.stem.rsplit("-", 1)[1]) + 1 for p in DATA.glob(f"shard-{phase.name}-*.pt")), default=0)
+    return f"--main-shards {upto(MAIN)} --turn-shards {upto(TURNS)} --again-shards {upto(AGAIN)}"
+
+
 def status() -> None:
     total = 0
     for path in sorted(DATA.glob("shard-*.pt")):

@@ -681,9 +681,12 @@ template-prompt answers, 997 steps) with the same (32+1)-bin KL loss, AdamW lr {
 (shipped). {seen} of wall time on a 2-core CPU shared with the feature head's training (the run was paused while
 data was generated, and the minutes include the pause).
 """
-        reproduce = """```bash
-python scripts/feature_data.py --workers 2 --worker 0 --main-shards 34 --turn-shards 4 &   # shared with the head
-python scripts/feature_data.py --workers 2 --worker 1 --main-shards 34 --turn-shards 4
+        from feature_data import shard_caps  # it imports this module
+
+        caps = shard_caps()
+        reproduce = f"""```bash
+python scripts/feature_data.py --workers 2 --worker 0 {caps} &   # shared with the head
+python scripts/feature_data.py --workers 2 --worker 1 {caps}
 python scripts/train_draft.py train --feature-shards --init-from assets/draft --threads 1 --lr 5e-4 \\
     --warmup 20 --deadline HH:MM --steps 100000
 python scripts/train_draft.py export           # EMA weights -> assets/draft (fp16) + this card

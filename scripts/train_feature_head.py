@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT))
 
-from feature_data import DATA, WORK  # noqa: E402
+from feature_data import DATA, WORK, shard_caps  # noqa: E402
 from train_draft import load_target, log, pick_device, save_ckpt  # noqa: E402
 
 from specviz.feature_head import FeatureHead, _layer_config, target_fingerprint  # noqa: E402
@@ -382,8 +382,7 @@ def cmd_card(args: argparse.Namespace) -> None:
     for r in rows:
         source = r.get("source", "template")
         by_source[source] = by_source.get(source, 0) + len(r["ids"]) - r["num_prompt"]
-    shards = {phase: len(list(DATA.glob(f"shard-{phase}-*.pt"))) for phase in ("main", "turns", "again")}
-    caps = f"--main-shards {shards['main']} --turn-shards {shards['turns']} --again-shards {shards['again']}"
+    caps = shard_caps()
     lines = [
         "# specviz feature head for SmolLM2-135M-Instruct (EAGLE-style)",
         "",
