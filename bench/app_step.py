@@ -56,7 +56,7 @@ def build_figures(prompt: list[int], traces: list, token_text: Any, baseline_ms:
 
     timed("token_strip", lambda: tokens.strip_html(tokens.strip_chips(prompt, traces, token_text, cycle, "rollback")))
     timed("narrative", lambda: [narrative.phase_markdown(tr, ph) for ph in CYCLE_PHASES])
-    # The KV view of the cycle's last phase, animated from the phase before, as the page draws it
+    # The KV view of the cycle's last phase, against the phase before (its action rows), as the stage draws it
     # (app.py inserts the stylesheet once per page, so each click builds the picture without it).
     timed(
         "kv_cache",

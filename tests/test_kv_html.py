@@ -68,6 +68,21 @@ def states(section: str) -> list[str]:
     return [next(c[len("svkv-s-"):] for c in drawn[slot][0] if c.startswith("svkv-s-")) for slot in sorted(drawn)]
 
 
+ROW_OPEN = re.compile(r"<div class='svkv-row' data-row='(\d+)' data-key='[^']*'( data-role='action')?>")
+
+
+def action_rows(section: str) -> set[int]:
+    """The rows of one cache marked as changed by the phase (data-role="action")."""
+    return {int(row) for row, action in ROW_OPEN.findall(section) if action}
+
+
+def row_html(section: str) -> dict[int, str]:
+    """row -> its HTML (tag, cells, pointer) up to the next row, gap line or the grid's end."""
+    parts = ROW_OPEN.split(section)  # [before, row, action, html, row, action, html, ...]
+    return {int(parts[i]): re.split(r"<div class='svkv-gap'|</section>", parts[i + 2])[0]
+            for i in range(1, len(parts), 3)}
+
+
 def without_style(html: str) -> str:
     return re.sub(r"<style>.*?</style>", "", html, flags=re.S)
 
@@ -145,39 +160,43 @@ def test_rollback_cells_carry_the_stale_and_free_cues_of_the_snapshot(policy):
     freed = set(target_before.block_table) - set(target.block_table)
     if policy == "keep":
         assert not freed
-    for block in freed:  # a freed block's row says so, its tag flips, and the free list slides it in
+    for block in freed:  # a freed block's row says so (an action row), and its chip is in the free list
         sec = sections(html)[0]
-        assert f"svkv-tag svkv-anim svkv-tagflip svkv-tag-free'>block {block}<br>free" in sec
-        assert f"<span class='svkv-fb svkv-fb-in svkv-anim' data-key='t-fb{block}'>{block}</span>" in sec
+        assert f"svkv-tag svkv-tag-free'>block {block}<br>free" in sec and block in action_rows(sec)
+        assert f"<span class='svkv-fb' data-key='t-fb{block}'>{block}</span>" in sec
 
 
 @pytest.mark.parametrize("layout", ["paged", "contiguous"])
-def test_animated_cells_are_exactly_the_changed_slots(layout):
+def test_action_rows_are_the_rows_the_phase_changed(layout):
+    """Motion is the stage's (keyed nodes patched in the browser); the HTML marks the rows a phase
+    changed (`data-role="action"`, what the one-screen layout and the tests look for): every row with
+    a slot whose state or token changed, and no row drawn exactly as in the phase before."""
     token_text, tr = rejected_trace(cache_layout=layout)
+    width = 4 if layout == "paged" else 16
     for i, phase in enumerate(CYCLE_PHASES[1:], start=1):
-        html = stage(tr, token_text, phase, max_rows=100)
         now, was = tr.snapshot(phase), tr.snapshot(CYCLE_PHASES[i - 1])
-        for sec, a, b in zip(sections(html), (now.target, now.draft), (was.target, was.draft)):
-            for slot, (classes, attrs) in cells(sec).items():
-                def look(s, slot=slot):
-                    state = s.slot_state(slot) if slot < s.capacity or layout == "contiguous" else "free"
-                    return state, (s.slot_tokens[slot] if state != "free" else -1)
-                changed = look(a) != look(b)
-                assert ("svkv-anim" in classes) == changed, (phase, slot, classes)
-                if changed:
-                    assert f"--from-bg:{SLOT_COLORS[look(b)[0]]}" in attrs
-        assert "svkv-anim" not in without_style(stage(tr, token_text, phase, animate=False))
-    verify = stage(tr, token_text, "verify", max_rows=100)
-    assert "svkv-appear" in verify and "@keyframes svkv-appear" in verify
-    assert "prefers-reduced-motion:reduce" in verify and "animation:none" in verify
+        html, plain_was = stage(tr, token_text, phase, max_rows=100), stage(tr, token_text, CYCLE_PHASES[i - 1],
+                                                                              animate=False, max_rows=100)
+        plain_now = stage(tr, token_text, phase, animate=False, max_rows=100)
+        for sec, a, b, sec_now, sec_was in zip(sections(html), (now.target, now.draft), (was.target, was.draft),
+                                                 sections(plain_now), sections(plain_was), strict=True):
+            def look(s, slot):
+                state = s.slot_state(slot) if slot < s.capacity or layout == "contiguous" else "free"
+                return state, (s.slot_tokens[slot] if state != "free" else -1)
+            changed = {slot // width for slot in cells(sec) if look(a, slot) != look(b, slot)}
+            assert changed <= action_rows(sec), (phase, changed, action_rows(sec))
+            same = {r for r, row in row_html(sec_now).items() if row_html(sec_was).get(r) == row}
+            assert not same & action_rows(sec), (phase, same & action_rows(sec))
+        assert not action_rows(without_style(plain_now))  # nothing to compare with: no action rows
+    assert "data-role='action'" not in stage(tr, token_text, "start")  # the cycle's first phase
 
 
-def test_contiguous_write_pointer_glides_from_its_old_slot():
+def test_contiguous_write_pointer_sits_at_the_valid_length():
     token_text, tr = rejected_trace(cache_layout="contiguous")
     html = stage(tr, token_text, "rollback", max_rows=100)
-    old, new = tr.snapshot("resolve").target.seq_len, tr.snapshot("rollback").target.seq_len
-    dx, dy = old % 16 - new % 16, old // 16 - new // 16
-    assert f"<span class='svkv-ptr svkv-anim' style='--dx:{dx};--dy:{dy}'" in sections(html)[0]
+    slot = tr.snapshot("rollback").target.seq_len  # the next write goes there
+    assert re.search(rf"data-key='t-s{slot}'[^>]*><span class='svkv-ptr' data-key='t-ptr'", sections(html)[0])
+    assert sections(html)[0].count("svkv-ptr") == 1
     assert "rows of 16" not in html and "--cols:16" in html
 
 
@@ -290,11 +309,12 @@ def test_provisional_append_and_rollback_on_the_demo_cycle():
     assert (after.count("provisional"), after.count("committed"), after.count("stale")) == (0, 13, 2)
     # the draft cache: catch-up x_n + d1..d4 fed, d5 never fed -> 4 provisional
     assert drawn["draft"][1].count("provisional") == 4
-    # what the verify pass wrote is exactly what animates: x_n's K/V and the 5 drafts'
-    verify = cells(sections(stage(tr, demo_token_text, "verify", max_rows=100))[0])
-    moved = [next(c for c in cls if c.startswith("svkv-s-")) for cls, _ in verify.values() if "svkv-anim" in cls]
-    assert sorted(moved) == ["svkv-s-committed"] + ["svkv-s-provisional"] * 5
-    assert "svkv-anim" not in without_style(stage(tr, demo_token_text, "start"))  # the cycle's first phase
+    # what the verify pass wrote is what the action rows hold: x_n's K/V and the 5 drafts'
+    sec = sections(stage(tr, demo_token_text, "verify", max_rows=100))[0]
+    snap = tr.snapshot("verify").target
+    wrote = {slot for slot, pos in enumerate(snap.slot_positions) if snap.slot_state(slot) != "free" and pos >= 9}
+    new = [next(c for c in cls if c.startswith("svkv-s-")) for slot, (cls, _) in cells(sec).items() if slot in wrote]
+    assert sorted(new) == ["svkv-s-committed"] + ["svkv-s-provisional"] * 5
 
 
 @pytest.mark.parametrize("policy", ["free", "keep"])
@@ -313,11 +333,11 @@ def test_block_table_tags_and_free_list_on_the_demo_cycle(policy):
         free = re.search(r"<div class='svkv-free'>(.*?)</div>", sec).group(1)
         assert f"free list ({snap.num_free_blocks} of {snap.num_blocks} blocks)" in free
         # a long free list keeps its head (handed out next) and its tail (where freed blocks return)
-        shown = [int(b) for b in re.findall(r"<span class='svkv-fb(?! svkv-fb-out)[^']*'[^>]*>(\d+)</span>", free)]
+        shown = [int(b) for b in re.findall(r"<span class='svkv-fb'[^>]*>(\d+)</span>", free)]
         head, tail = list(snap.free_blocks[:FREE_LIST_SHOWN]), list(snap.free_blocks[-FREE_LIST_TAIL:])
         assert len(snap.free_blocks) > FREE_LIST_SHOWN + FREE_LIST_TAIL and shown == head + tail
         assert f"… {len(snap.free_blocks) - len(shown)} more …" in free
-    freed = "<span class='svkv-fb svkv-fb-in svkv-anim' data-key='t-fb3'>3</span>"
+    freed = "<span class='svkv-fb' data-key='t-fb3'>3</span>"
     assert (freed in stage(tr, demo_token_text, "rollback")) == (policy == "free")
 
 
@@ -365,7 +385,7 @@ def test_prefill_view_and_text_alternative():
     assert re.findall(r"<div class='svkv-phase'>(.*?)</div>", html) == ["Prefill"]
     assert all("<p class='svkv-ev'>prefill of the prompt</p>" in sec for sec in sections(html))
     body = without_style(html)
-    assert len(sections(html)) == 2 and "svkv-cycle" not in body and "svkv-anim" not in body
+    assert len(sections(html)) == 2 and "svkv-cycle" not in body and "data-role='action'" not in body
     assert html.startswith("<div class='svkv' role='figure' aria-label='KV caches")
     assert "<style>" in html and "Describe this picture" in html and "<p class='svkv-sr'>" in html
     t = start.target

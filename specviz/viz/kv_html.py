@@ -20,12 +20,11 @@ How it is built, and why:
   × a 3 em cell). Pages up to 8 slots sit side by side; a 16-slot row (and the contiguous buffer)
   needs ~1780 px of main column for two, so on most screens it stacks, like pages of
   32 or 64 slots, where half a screen would leave a cell a few pixels wide.
-* **Animation without a timeline.** The page replaces this HTML on every click and CSS animations
-  run on insertion, so the view animates from `before` (what the page showed before the click) to
-  `now`: every slot whose state or token changed carries `svkv-anim` and its old colours as custom
-  properties (`--from-bg`, `--from-fg`) that a `@keyframes` rule starts from; the write pointer
-  glides from its old slot; a block's tag flips when it joins or leaves the table; free-list entries
-  slide in or fade out. `prefers-reduced-motion` turns all of it off. No buttons, no sliders.
+* **Motion lives in the browser, not here.** Every node that persists from one step to the next
+  (a slot, a row, the write pointer, a free-list chip, a draft column) carries a stable `data-key`;
+  the stage (viz/static/stage.js) patches one step's HTML into the next by those keys and animates
+  what changed (cross-fades, FLIP glides, fade-ins). `before` (the step shown before) only decides
+  which rows the phase changed (`data-role="action"`) and the window around them.
 * **Not colour alone.** Committed = solid fill; provisional = stripes, a dashed border and "P";
   stale = cross-hatch, struck-through text and "✕"; free = empty with a dotted border. Verdicts carry
   ✓ / ✗ / –. The palette (viz/style.py) stays apart under simulated colour blindness (viz/cvd.py).
@@ -55,7 +54,6 @@ from .style import KIND_COLORS, PHASE_TITLES, SLOT_COLORS, SLOT_TEXT_COLORS, esc
 TokenText = Callable[[int], str]
 CONTIGUOUS_ROW = 16  # slots per drawn row of a contiguous buffer
 MAX_ROWS, MAX_ROWS_LECTURE = 20, 12  # rows per cache before the view windows around the action
-ANIM_MS = 700
 FREE_LIST_SHOWN, FREE_LIST_TAIL = 16, 6  # free-list entries drawn from its head and its tail; the rest are counted
 MIN_CELL_EM = 3.0  # the narrowest legible cell (in em of the cell text) for the side-by-side decision
 TAG_EM = 6.5
@@ -76,26 +74,21 @@ def kv_stage_html(
     lecture: bool = False,
     max_rows: int | None = None,
     inline_css: bool = True,
-    keyframes: bool = True,
 ) -> str:
-    """Both caches at `now` (animated from `before`, when given), the cycle panel for `trace` at
-    `phase`, a legend and a text description, as one self-contained HTML fragment for `st.html`.
-
-    With `keyframes=False` (the stage component, which keeps its nodes and runs CSS transitions
-    and FLIP between steps) `before` only decides which rows the phase changed (`data-role=
-    "action"`, and the window around them); no keyframe classes are emitted."""
+    """Both caches at `now`, the cycle panel for `trace` at `phase`, a legend and a text
+    description, as one HTML fragment (with its stylesheet unless `inline_css=False`). `before`,
+    the step shown before, marks the rows this phase changed (`data-role="action"`)."""
     rows_cap = max_rows or (MAX_ROWS_LECTURE if lecture else MAX_ROWS)
     entries = proposer == "feature"
     drafts = trace.drafts if trace is not None and _step(phase) >= _step("draft") else ()
     panels = [
         _Cache("Target cache", now.target, _same_shape(before and before.target, now.target),
-               _events(trace, "target", phase, now.target), drafts, entries=False, cid="t", keyframes=keyframes)
+               _events(trace, "target", phase, now.target), drafts, entries=False, cid="t")
     ]
     if now.draft is not None:
         panels.append(_Cache(PANEL_TITLES.get(proposer, "Draft cache"), now.draft,
                              _same_shape(before and before.draft, now.draft),
-                             _events(trace, "draft", phase, now.draft), drafts, entries=entries, cid="p",
-                             keyframes=keyframes))
+                             _events(trace, "draft", phase, now.draft), drafts, entries=entries, cid="p"))
     title = PHASE_TITLES.get(phase, phase)
     cycle = f"Cycle {trace.cycle + 1} · " if trace is not None else ""
     min_w = max(_min_width_em(p.snap) for p in panels)
@@ -155,7 +148,6 @@ class _Cache:
     drafts: Sequence[DraftStep]
     entries: bool  # a feature head's cache: entry p pairs the feature at p with the token at p+1
     cid: str = "t"  # the cache's key prefix: every node's data-key starts with it
-    keyframes: bool = True  # False: no keyframe classes (the stage component transitions kept nodes)
 
     @property
     def width(self) -> int:
@@ -251,7 +243,6 @@ def _cache_html(cache: _Cache, token_text: TokenText, cap: int, lecture: bool) -
     hot |= changed
     hot |= {p[0] for p in (ptr, was_ptr) if p is not None}
     rows = _window(cache, n_rows, hot, cap)
-    order = {r: i for i, r in enumerate(rows)}
 
     parts = [f"<section class='svkv-cache' aria-label='{esc_attr(cache.title)}'>", _heading(cache, lecture)]
     if snap.layout == "paged":
@@ -267,8 +258,7 @@ def _cache_html(cache: _Cache, token_text: TokenText, cap: int, lecture: bool) -
         if row > last + 1:
             parts.append(_gap_html(cache, now_cells, last + 1, row))
         parts.append(
-            _row_html(cache, row, now_cells[row], was_cells[row] if was_cells else None, token_text,
-                      _pointer_cell(ptr, was_ptr, before is not None and cache.keyframes, row, order),
+            _row_html(cache, row, now_cells[row], token_text, ptr[1] if ptr and ptr[0] == row else None,
                       row in changed)
         )
         last = row
@@ -280,20 +270,6 @@ def _cache_html(cache: _Cache, token_text: TokenText, cap: int, lecture: bool) -
 
 def _row_changed(now: Sequence[_Slot], was: Sequence[_Slot]) -> bool:
     return any(a.key != b.key for a, b in zip(now, was, strict=True))
-
-
-def _pointer_cell(ptr: tuple[int, int] | None, was_ptr: tuple[int, int] | None, animate: bool, row: int,
-                  order: dict[int, int]) -> tuple[int, str] | None:
-    """(column, inline style) of the pointer if it sits in `row`. When it moved, the style starts its
-    glide at the old slot, in cells and drawn rows (the pointer box is one pitch wide and tall); from
-    a slot not drawn (or no slot: a new block) it drops in from the row above."""
-    if ptr is None or ptr[0] != row:
-        return None
-    if not animate or was_ptr == ptr:
-        return ptr[1], ""
-    if was_ptr is None or was_ptr[0] not in order:
-        return ptr[1], "--dx:0;--dy:-1"
-    return ptr[1], f"--dx:{was_ptr[1] - ptr[1]};--dy:{order[was_ptr[0]] - order[row]}"
 
 
 def _heading(cache: _Cache, lecture: bool) -> str:
@@ -326,25 +302,20 @@ def _next_write(snap: CacheSnapshot, width: int) -> str:
 
 
 def _free_list_html(cache: _Cache) -> str:
-    """The pool's free list in hand-out order; blocks that just joined slide in, blocks that just
-    left fade out where they stood. A long list keeps its head (handed out next) and its tail
-    (where freed blocks return) and counts the middle. Each chip is keyed by its block id, so the
-    stage component keeps the node and glides it (FLIP) as the list shifts."""
-    snap, before = cache.snap, cache.before
-    old = before.free_blocks if before else snap.free_blocks
-    joined = set(snap.free_blocks) - set(old) if cache.keyframes else set()
-    left = [b for b in old if b not in set(snap.free_blocks)] if cache.keyframes else []
-    chips = [f"<span class='svkv-fb svkv-fb-out svkv-anim'>{b}</span>" for b in left[:FREE_LIST_SHOWN]]
+    """The pool's free list in hand-out order. A long list keeps its head (handed out next) and its
+    tail (where freed blocks return) and counts the middle. Each chip is keyed by its block id, so
+    the stage keeps the node: a freed block's chip fades in at the tail, and the list glides (FLIP)
+    as it shifts."""
+    snap = cache.snap
+    chips = []
     free = list(snap.free_blocks)
-    tail = max(FREE_LIST_TAIL, len(joined))
-    skipped = len(free) - FREE_LIST_SHOWN - tail
+    skipped = len(free) - FREE_LIST_SHOWN - FREE_LIST_TAIL
     for i, b in enumerate(free):
         if skipped > 0 and FREE_LIST_SHOWN <= i < FREE_LIST_SHOWN + skipped:
             if i == FREE_LIST_SHOWN:
                 chips.append(f"<span class='svkv-fb-more'>… {skipped} more …</span>")
             continue
-        cls = "svkv-fb svkv-fb-in svkv-anim" if b in joined else "svkv-fb"
-        chips.append(f"<span class='{cls}' data-key='{cache.cid}-fb{b}'>{b}</span>")
+        chips.append(f"<span class='svkv-fb' data-key='{cache.cid}-fb{b}'>{b}</span>")
     return (f"<div class='svkv-free'><span class='svkv-free-h'>free list ({snap.num_free_blocks} of "
             f"{snap.num_blocks} blocks) →</span>{''.join(chips) or '<span>empty</span>'}</div>")
 
@@ -378,33 +349,25 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
-def _row_html(cache: _Cache, row: int, now: Sequence[_Slot], was: Sequence[_Slot] | None,
-              token_text: TokenText, pointer: tuple[int, str] | None, changed: bool = False) -> str:
-    snap, before, width = cache.snap, cache.before, cache.width
+def _row_html(cache: _Cache, row: int, now: Sequence[_Slot], token_text: TokenText, pointer: int | None,
+              changed: bool = False) -> str:
+    """One block (or contiguous row): its tag and its cells; `pointer` is the write pointer's column."""
+    snap, width = cache.snap, cache.width
     tag = _tag(snap, row, width)
     tag_cls = "svkv-tag"
-    if before is not None and cache.keyframes and _tag(before, row, width) != tag:
-        tag_cls += " svkv-anim svkv-tagflip"
     if snap.layout == "paged" and tag[1] == "free":
         tag_cls += " svkv-tag-free"
     role = " data-role='action'" if changed else ""
     parts = [f"<div class='svkv-row' data-row='{row}' data-key='{cache.cid}-r{row}'{role}>"
              f"<div class='{tag_cls}'>{tag[0]}<br>{tag[1]}</div>"]
     for col, cell in enumerate(now):
-        old = was[col] if was is not None else None
-        mark = pointer[1] if pointer is not None and pointer[0] == col else None
-        parts.append(_cell_html(cache, row * width + col, cell, old, token_text, mark))
+        parts.append(_cell_html(cache, row * width + col, cell, token_text, pointer == col))
     parts.append("</div>")
     return "".join(parts)
 
 
-def _cell_html(cache: _Cache, slot: int, cell: _Slot, old: _Slot | None, token_text: TokenText,
-               pointer_style: str | None) -> str:
+def _cell_html(cache: _Cache, slot: int, cell: _Slot, token_text: TokenText, pointer: bool) -> str:
     classes = ["svkv-cell", f"svkv-s-{cell.state}"]
-    style = ""
-    if old is not None and old.key != cell.key and cache.keyframes:
-        classes += ["svkv-anim", "svkv-appear" if old.state == "free" else "svkv-morph"]
-        style = f"--from-bg:{SLOT_COLORS[old.state]};--from-fg:{SLOT_TEXT_COLORS[old.state]}"
     d = _draft_index(cache, cell)
     attrs = f" data-d='{d}' tabindex='0'" if d is not None else ""
     if cell.state == "free" or cell.tok < 0:
@@ -418,14 +381,9 @@ def _cell_html(cache: _Cache, slot: int, cell: _Slot, old: _Slot | None, token_t
                 else f"position {cell.pos}")
         tip = f"slot {slot} · {what} · token {cell.tok} {raw!r} · {cell.state}" + (f" · draft d{d}" if d else "")
     glyph = GLYPHS[cell.state]
-    ptr = ""
-    if pointer_style is not None:
-        anim = " svkv-anim" if pointer_style else ""
-        style_ptr = f" style='{pointer_style}'" if pointer_style else ""
-        ptr = f"<span class='svkv-ptr{anim}'{style_ptr} data-key='{cache.cid}-ptr' aria-hidden='true'></span>"
-    style_attr = f" style='{style}'" if style else ""
+    ptr = f"<span class='svkv-ptr' data-key='{cache.cid}-ptr' aria-hidden='true'></span>" if pointer else ""
     return (
-        f"<div class='{' '.join(classes)}' data-key='{cache.cid}-s{slot}'{style_attr}{attrs} "
+        f"<div class='{' '.join(classes)}' data-key='{cache.cid}-s{slot}'{attrs} "
         f"title='{esc_attr(tip)}'>{ptr}"
         f"<span class='svkv-meta'><span class='svkv-pos'>{pos}</span><span class='svkv-glyph'>{glyph}</span></span>"
         f"<span class='svkv-tok'>{text}</span></div>"
@@ -665,8 +623,6 @@ border-radius:6px;background:#f8fafc}}
 .svkv .svkv-free-h{{color:#374151;margin-right:.3em}}
 .svkv .svkv-fb{{display:inline-block;min-width:1.9em;text-align:center;border:2px dotted #6b7280;border-radius:5px;
 padding:0 .2em;background:#fff;font-variant-numeric:tabular-nums}}
-.svkv .svkv-fb-out{{text-decoration:line-through;opacity:0;max-width:0;padding:0;border-width:0;overflow:hidden;
-min-width:0}}
 .svkv .svkv-ov{{display:flex;flex-wrap:wrap;gap:2px;align-items:center;margin:.3em 0;font-size:max(14px,.8em);
 color:#4b5563}}
 .svkv .svkv-ov>span:first-child{{margin-right:.4em}}
@@ -711,19 +667,5 @@ border-radius:999px;border:2px solid currentColor}}
 .svkv.svkv-lecture .svkv-barrow,.svkv.svkv-lecture .svkv-dpos,.svkv.svkv-lecture .svkv-free,
 .svkv.svkv-lecture .svkv-legend,.svkv.svkv-lecture .svkv-gap,.svkv.svkv-lecture .svkv-ov{{font-size:max(18px,.8em)}}
 .svkv [data-d]{{cursor:pointer}}
-@keyframes svkv-morph{{from{{background-color:var(--from-bg);color:var(--from-fg)}}}}
-@keyframes svkv-appear{{from{{background-color:var(--from-bg);transform:scale(.45);opacity:.15}}
-70%{{transform:scale(1.07);opacity:1}}}}
-@keyframes svkv-glide{{from{{transform:translate(calc(var(--dx) * 100%),calc(var(--dy) * 100%))}}}}
-@keyframes svkv-flip{{from{{background-color:#fde68a;transform:rotateX(90deg)}}}}
-@keyframes svkv-in{{from{{transform:translateY(-.8em);opacity:0;background:#fde68a}}}}
-@keyframes svkv-out{{from{{opacity:1;max-width:3em;padding:0 .2em;border-width:2px;min-width:1.9em}}}}
-.svkv .svkv-morph{{animation:svkv-morph {ANIM_MS}ms ease-in-out both}}
-.svkv .svkv-appear{{animation:svkv-appear {ANIM_MS}ms cubic-bezier(.2,.8,.3,1) both}}
-.svkv .svkv-ptr.svkv-anim{{animation:svkv-glide {ANIM_MS}ms ease-in-out both}}
-.svkv .svkv-tagflip{{animation:svkv-flip {ANIM_MS}ms ease-out both}}
-.svkv .svkv-fb-in{{animation:svkv-in {ANIM_MS}ms ease-out both}}
-.svkv .svkv-fb-out{{animation:svkv-out {ANIM_MS}ms ease-in both}}
-@media (prefers-reduced-motion:reduce){{.svkv .svkv-anim{{animation:none!important}}}}
 {_hover_rules(k)}
 """

@@ -184,7 +184,7 @@ def _picture(tl: Timeline, step: int, tr: CycleTrace | None, phase: str, lecture
     before = snapshots(tl, step - 1) if step > 0 else None
     return kv_html.kv_stage_html(
         snapshots(tl, step), before, tl.texts, trace=tr, phase=phase, proposer=tl.proposer, lecture=lecture,
-        max_rows=max_rows, inline_css=False, keyframes=False,
+        max_rows=max_rows, inline_css=False,
     )  # fmt: skip
 
 
