@@ -80,7 +80,7 @@ ASKS = Phase("asks", 40, 100_000)
 MAIN = Phase("main", 160, 200_000)
 TURNS = Phase("turns", 128, 300_000)
 AGAIN = Phase("again", 160, 400_000)
-VAL_EVERY = 50  # prompt_index % VAL_EVERY == 0 is held out (scripts/train_feature_head.py)
+VAL_EVERY = 50  # prompt_index % VAL_EVERY == 0 is held out (phases 1-3; see `held_out`)
 N_ASKS, N_PARAGRAPH, N_TURNS = 2400, 2000, 1280
 TURN_SOURCE_SHARDS = 24  # conversations continue answers from the first main shards
 
@@ -266,6 +266,12 @@ def natural_eval(model, tok, args) -> None:
         torch.save({"rows": out, "greedy": greedy, "phase": "natural", "dtype": args.dtype}, path.with_suffix(".tmp"))
         os.replace(path.with_suffix(".tmp"), path)
         log(f"natural held-out shard {b + 1}/6 ({'greedy' if greedy else 'T=1'})")
+
+
+def held_out(row: dict) -> bool:
+    """A validation row of the training mix: every VAL_EVERY-th prompt of phases 1-3. Phase 4 repeats
+    phase 2's training prompts (its held-out ones are left out of it), so all of it is trained on."""
+    return row["prompt_index"] % VAL_EVERY == 0 and row["prompt_index"] < AGAIN.first_index
 
 
 def shard_caps() -> str:

@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT))
 
 import train_feature_head as tfh  # noqa: E402
-from feature_data import DATA, WORK  # noqa: E402
+from feature_data import DATA, WORK, held_out  # noqa: E402
 from train_draft import load_target, log  # noqa: E402
 
 from specviz.feature_head import FeatureHead  # noqa: E402
@@ -119,7 +119,7 @@ def cmd_extract(args: argparse.Namespace) -> None:
     target, _tok = load_target(torch.device("cpu"), torch.bfloat16)
     PROBE.mkdir(parents=True, exist_ok=True)
     train = [r for b in range(args.shards) for r in torch.load(DATA / f"shard-main-{b:05d}.pt")["rows"]]
-    train = [r for r in train if r["prompt_index"] % tfh.VAL_EVERY]
+    train = [r for r in train if not held_out(r)]
     natural = tfh.natural_rows()[:96]
     t0 = time.time()
     for name, rows in (("natural", natural), ("train", train)):
