@@ -122,7 +122,7 @@ function patch(slot, html) {
   }
   const holder = document.createElement('div');
   holder.innerHTML = html;
-  const changed = [];
+  const changed = [], motion = !reducedMotion();
   morphdom(slot, holder, {
     childrenOnly: true,
     getNodeKey: svKey,
@@ -133,7 +133,8 @@ function patch(slot, html) {
     // Focus stays where the keyboard left it: an element that has focus keeps its attributes.
     onBeforeElUpdated(from, to) {
       if (from.isEqualNode(to)) return false;
-      if (from.hasAttribute('data-key') && from.getAttribute('class') !== to.getAttribute('class') && fadable(from)) {
+      if (motion && from.hasAttribute('data-key') && from.getAttribute('class') !== to.getAttribute('class') &&
+          fadable(from)) {
         changed.push([from, getComputedStyle(from).backgroundColor]);
       }
       return true;
