@@ -327,10 +327,12 @@ def cmd_export(args: argparse.Namespace) -> None:
     state = torch.load(CKPT / "latest.pt", weights_only=False)
     head = init_head(target, state["vocab"])
     head.load_state_dict(state["head"])
-    shipped = args.out / "config.json"  # the card's choice of the app's proposer is kept until a card measures again
-    preferred = json.loads(shipped.read_text())["info"].get("preferred_over_draft") if shipped.exists() else None
+    # Kept from the shipped head: the card's choice of the app's proposer (until a card measures again)
+    # and the history of the runs this checkpoint continues.
+    shipped = args.out / "config.json"
+    old = json.loads(shipped.read_text())["info"] if shipped.exists() else {}
     head.info.update({
-        **({"preferred_over_draft": preferred} if preferred is not None else {}),
+        **{k: old[k] for k in ("preferred_over_draft", "continued_from") if k in old},
         "trained": True,
         "steps": state["step"],
         "train_minutes": round(state["spent"] / 60, 1),
