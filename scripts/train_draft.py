@@ -808,7 +808,7 @@ def write_card(info: dict) -> None:
             "α uses the target's cached top-2048 probabilities (the true α lies within +"
             f"{f3('alpha_tail_bound', sampled)})."
         )
-    measured = _measured_text(m, f3, table, sampled, greedy, alpha_source) if m else _quality_text()
+    measured = (_measured_text(m, f3, table, sampled, greedy, alpha_source) if m else "") + _quality_text()
     text = f"""# specviz default draft for SmolLM2-135M-Instruct
 
 A small `LlamaForCausalLM` distilled from the embedded default target (SmolLM2-135M-Instruct,
