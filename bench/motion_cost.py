@@ -63,19 +63,17 @@ def record_page(pair_name: str, cycles: int, out: Path) -> Path:
 
 
 def chromium_cpu() -> dict[str, float]:
-    """CPU seconds (user + system) of every Chromium process, by kind (browser, renderer, gpu...)."""
-    tick = os.sysconf("SC_CLK_TCK")
+    """CPU seconds (user + system) of every Chromium process, by kind (browser, renderer, gpu...),
+    read as bench.load's CpuSampler reads them (psutil)."""
+    import psutil
+
     per: dict[str, float] = {}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-            if b"chrom" not in cmd:
-                continue
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:  # a process that just ended
+    for proc in psutil.process_iter(["name", "cmdline", "cpu_times"]):
+        times, cmd = proc.info["cpu_times"], proc.info["cmdline"] or []
+        if "chrom" not in (proc.info["name"] or "") or times is None:  # not Chromium, or just ended
             continue
-        kind = next((k for k in ("renderer", "gpu-process", "utility") if f"--type={k}".encode() in cmd), "browser")
-        per[kind] = per.get(kind, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+        kind = next((k for k in ("renderer", "gpu-process", "utility") if f"--type={k}" in cmd), "browser")
+        per[kind] = per.get(kind, 0.0) + times.user + times.system
     return per
 
 

@@ -142,22 +142,6 @@ def batch_of(rows: list[dict], fused: bool):
     return ids, feats, lse, attn, mask
 
 
-def validate(head, rows: list[dict], fused: bool) -> dict:
-    head.eval()
-    torch.manual_seed(SEED)
-    sums: dict[str, float] = {}
-    total = 0
-    with torch.no_grad():
-        for i in range(0, len(rows), 24):
-            _, stats = tfh.losses(head, *batch_of(rows[i : i + 24], fused), noise=0.0, unroll=3)
-            n = stats.pop("tokens")
-            total += n
-            for k, v in stats.items():
-                sums[k] = sums.get(k, 0.0) + v * n
-    head.train()
-    return {k: round(v / total, 4) for k, v in sums.items()}
-
-
 def cmd_train(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(SEED)
@@ -177,10 +161,12 @@ def cmd_train(args: argparse.Namespace) -> None:
     curve.unlink(missing_ok=True)
 
     def record(step: int, seconds: float) -> None:
-        val = validate(head, natural, fused)
+        val = tfh.validate(head, natural, torch.device("cpu"), limit=len(natural),
+                           batch_of=lambda rows: batch_of(rows, fused))
         log(f"{args.arm} step {step}: natural " + " ".join(f"{k} {v:.3f}" for k, v in val.items() if "agree" in k))
         with open(curve, "a") as f:
-            f.write(json.dumps({"arm": args.arm, "step": step, "seconds": round(seconds), **val}) + "\n")
+            f.write(json.dumps({"arm": args.arm, "step": step, "seconds": round(seconds),
+                                **{k: round(v, 4) for k, v in val.items()}}) + "\n")
 
     record(0, 0.0)
     opt = torch.optim.AdamW(head.parameters(), lr=args.lr, weight_decay=0.0, betas=(0.9, 0.95))

@@ -271,8 +271,10 @@ def cmd_train(args: argparse.Namespace) -> None:
 
 
 @torch.no_grad()
-def validate(head: FeatureHead, val_rows: list[dict], device: torch.device, limit: int = 48) -> dict:
-    """Per-depth agreement and α on held-out rows (in batches of 24, token-weighted)."""
+def validate(head: FeatureHead, val_rows: list[dict], device: torch.device, limit: int = 48,
+             batch_of=None) -> dict:
+    """Per-depth agreement and α on held-out rows (in batches of 24, token-weighted); `batch_of`
+    builds a batch from rows (default `make_batch`)."""
     val_rows = val_rows[:limit]
     if not val_rows:
         return {}
@@ -281,7 +283,8 @@ def validate(head: FeatureHead, val_rows: list[dict], device: torch.device, limi
     sums: dict[str, float] = {}
     total = 0
     for i in range(0, len(val_rows), 24):
-        _, stats = losses(head, *make_batch(val_rows[i : i + 24], device), noise=0.0, unroll=3)
+        rows = val_rows[i : i + 24]
+        _, stats = losses(head, *(batch_of(rows) if batch_of else make_batch(rows, device)), noise=0.0, unroll=3)
         n = stats.pop("tokens")
         total += n
         for k, v in stats.items():
