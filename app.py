@@ -28,7 +28,7 @@ from typing import Any
 import pandas  # noqa: F401
 import streamlit as st
 
-from specviz import narrative, parking
+from specviz import heap, narrative, parking
 from specviz.config import MAX_K
 from specviz.errors import SpecvizError
 from specviz.prompting import encode_prompt
@@ -178,7 +178,9 @@ def main() -> None:
     ws = session.workspace()
     registry = parking.shared_registry()
     registry.touch(ws)
-    registry.sweep(settings.idle_seconds, session.park_idle)  # other sessions idle for too long free their caches
+    released = registry.sweep(settings.idle_seconds, session.park_idle)  # sessions idle too long free their caches
+    heap.settle_once()  # Streamlit's collection after each run walks only what runs made (specviz.heap)
+    heap.settle_if_sessions_left(len(registry), released)
     if ws.whatif_spent:  # before the toggle is drawn: its value can only change now
         st.session_state.whatif, ws.whatif_spent = False, False
     limit_notes = sidebar.apply_limits(settings)

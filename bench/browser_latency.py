@@ -71,7 +71,7 @@ CLICK_JS = """([key, timeoutMs, sampleMs]) => new Promise(resolve => {
   const gaps = [];
   const t0 = performance.now();
   btn.click();
-  const asked = stage.state.waiting;
+  const asked = stage.state.waiting, at = performance.timeOrigin + t0;
   function tick() {
     const now = performance.now();
     if (painted !== null) { gaps.push(now - last); }
@@ -80,8 +80,16 @@ CLICK_JS = """([key, timeoutMs, sampleMs]) => new Promise(resolve => {
     if (seenAt === null && root.dataset.title !== title0 && !stage.state.waiting) seenAt = now;
     if (painted !== null && now - t0 - painted >= sampleMs) {
       const step = stage.state.data.steps[String(stage.state.cur)] || {};
+      // An asked click's round trip, split by the stamps of the payload that answered it.
+      // The payload that brought the step: the request's answer, or one before it (e.g. the one
+      // answering the report that started computing the cycle before the click; toServer < 0 then).
+      const t = asked ? stage.state.timings.filter(x => x.done >= at && x.done <= at + painted).pop() : null;
+      const split = t ? {via: t.kind, toServer: t.event_at - at, callback: t.callback_ms,
+                         runToPayload: t.built_at - t.event_at - t.callback_ms, build: t.build_ms,
+                         transit: t.arrived - t.built_at, unpack: t.unpacked - t.arrived, render: t.done - t.unpacked,
+                         toPaint: at + painted - t.done} : null;
       resolve({painted, from: title0, to: root.dataset.title, asked, had, seqMoved: stage.state.seq !== seq0,
-               gaps, computeMs: step.compute_ms});
+               gaps, computeMs: step.compute_ms, split});
       return;
     }
     if (now - t0 > timeoutMs) { resolve({error: 'no paint within ' + timeoutMs + ' ms', from: title0}); return; }
@@ -96,7 +104,7 @@ IDLE_JS = """() => !!window.__specvizStage && !window.__specvizStage.state.waiti
 
 PREFETCHED_JS = """() => { const s = window.__specvizStage.state;
   const end = s.cur === 0 ? 0 : Math.ceil(s.cur / 5) * 5;
-  return !!s.data.steps[String(end + 1)] && !s.waiting; }"""
+  return (!!s.data.steps[String(end + 1)] || !s.data.more) && !s.waiting; }"""
 
 
 def _stats(xs: list[float]) -> dict[str, Any]:
@@ -201,6 +209,9 @@ def run(
                     click["kind"] = kind_of(click)
                     clicks.append(click)
                     extra = f" (cycle computed in {got['computeMs']:.0f} ms)" if click["kind"] == "asked" else ""
+                    if got.get("split"):
+                        extra += " — " + ", ".join(f"{k} {v:.0f}" if isinstance(v, (int, float)) else f"{k} {v}"
+                                                     for k, v in got["split"].items())
                     say(f"  {LABELS[key]:10s} {click['kind']:10s} {got['from']!r} → {got['to']!r}: painted "
                         f"{got['painted']:.0f} ms, {click['fps_median']:.0f} fps, max gap {click['max_gap_ms']:.0f} ms"
                         f"{extra}")

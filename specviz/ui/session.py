@@ -24,7 +24,7 @@ from typing import Any
 
 import streamlit as st
 
-from .. import parking
+from .. import heap, parking
 from ..errors import DecodingFinishedError, SpecvizError
 from ..gate import shared_gate
 from ..server import ServerSettings
@@ -211,6 +211,7 @@ def load_pair_cached(kind: str, target: str = "", draft: str = "", progress: Any
             while len(pairs) >= MAX_PAIRS:
                 pairs.pop(next(iter(pairs)))
             pairs[key] = pair  # errors raise before this line: failures are never cached
+            heap.settle()  # the pair (and what loading it imported) joins the frozen heap; a dropped one leaves it
         return pairs[key]
 
 

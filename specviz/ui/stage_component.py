@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import time
 from functools import cache
 from typing import Any
 
@@ -42,6 +43,7 @@ KEY = "stage"
 NAME = "specviz_stage"
 ANSWERED = "_stage_answered"  # the ids of the requests the server carried out, the latest last
 HAVE = "_stage_have"  # the step signatures the browser last said it holds (unique in the process)
+SERVED = "_stage_served"  # when the last event's callback started and ended (epoch ms; the latency bench)
 
 
 @cache
@@ -56,6 +58,15 @@ def on_event() -> None:
     event = stage_events.parse(raw)
     if event is None:
         return
+    start = time.time() * 1000
+    try:
+        _on_event(event)
+    finally:
+        st.session_state[SERVED] = {"kind": event["kind"], "req": event.get("req"), "event_at": round(start),
+                                    "callback_ms": round(time.time() * 1000 - start, 1)}
+
+
+def _on_event(event: dict[str, Any]) -> None:
     if "have" in event:
         st.session_state[HAVE] = event["have"]
     done = st.session_state.setdefault(ANSWERED, collections.deque(maxlen=64))
@@ -144,9 +155,10 @@ def intro(run: Run, proposer_label: str, lecture: bool) -> str:
 
 def payload(run: Run, ws: Workspace, *, lecture: bool, max_rows: int, proposer_label: str, suffix: str,
             compare: stage_data.Timeline | None, follow: bool) -> dict[str, Any]:
+    start = time.time() * 1000
     tl = timeline(run, proposer_label, suffix)
     steps = stage_data.window(run.view, tl)
-    return {
+    data = {
         "run": run.id,
         "seq": ws.stage_seq,
         "view": run.view,
@@ -161,6 +173,14 @@ def payload(run: Run, ws: Workspace, *, lecture: bool, max_rows: int, proposer_l
         "prefetch": can_prefetch(run, ws),
         "intro": intro(run, proposer_label, lecture),
     }
+    # Where the server's part of an event's round trip went (epoch ms: on one machine the browser's
+    # clock compares): the callback, then this payload's building. Only after an event (a run with no
+    # event sends the same data as before). Read by bench.browser_latency.
+    served = st.session_state.pop(SERVED, None)
+    if served is not None:
+        data["served"] = {**served, "built_at": round(time.time() * 1000),
+                          "build_ms": round(time.time() * 1000 - start, 1)}
+    return data
 
 
 def show(data: dict[str, Any]) -> None:

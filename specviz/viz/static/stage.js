@@ -166,8 +166,8 @@ function createStage(root, hooks) {
   const s = {
     data: null, cur: null, run: null, seq: null, queue: [], waiting: false, held: null,
     reportTimer: null, reported: null, painted: 0, prefetched: null, shown: null,
-    chain: Promise.resolve(), req: 0, pending: null, resendTimer: null, log: [],
-    bodies: new Map(), raw: null, received: {payloads: 0, steps: 0, bodies: 0, again: 0},  // held bodies; the last payload
+    chain: Promise.resolve(), req: 0, pending: null, awaited: null, superseded: null, resendTimer: null, log: [],
+    bodies: new Map(), raw: null, timings: [], received: {payloads: 0, steps: 0, bodies: 0, again: 0},  // held bodies; the last payload
   };
 
   function cycleOf(step) { return step === 0 ? -1 : Math.floor((step - 1) / PHASES); }
@@ -222,8 +222,9 @@ function createStage(root, hooks) {
 
   // Step bodies by signature, least recently used first (a Map keeps insertion order).
   const held = s.bodies;
-  // The last messages both ways, for the tests (and anyone debugging the stage in a console).
-  function note(entry) { s.log.push(entry); if (s.log.length > 80) s.log.shift(); }
+  // The last messages both ways, stamped (ms since the page opened), for the tests (and anyone
+  // debugging the stage in a console).
+  function note(entry) { s.log.push([Math.round(performance.now()), ...entry]); if (s.log.length > 80) s.log.shift(); }
 
   function send(kind, extra) {
     note(['sent', kind, s.cur, extra && extra.target, extra && extra.req]);
@@ -280,18 +281,25 @@ function createStage(root, hooks) {
     }
     if (known(target)) {
       const before = cycleOf(s.cur);
+      clearTimeout(s.reportTimer);
+      // At the edge of what the browser has, the next click would wait for the server: say where we
+      // are at once, before drawing, so that the server starts on the next cycle now (the motion may
+      // lose a frame to the script run).
+      if (!known(target + 1) && !!s.data.more) {
+        s.cur = target;
+        report('view');
+      }
       render(target);
       say(s.held === null || s.held === target ? '' : 'Quiz question skipped.');
       if (s.held !== null && s.held !== target) s.held = null;
       // A new cycle (the server adopts it and computes the next one) or a phase that the tabs or the
       // quiz below follow: say so once the motion is over (a script run meanwhile would cost frames);
-      // otherwise after a pause, so Play, Reset and the history start from the step on screen. At the
-      // edge of what the browser has, the next click would wait for the server: say so at once, so
-      // that the server starts on the next cycle now (the motion may lose a frame to the script run).
+      // otherwise after a pause, so Play, Reset and the history start from the step on screen.
       const soon = (cycleOf(target) !== before && target > 0 && kind !== 'back') || s.data.follow;
-      clearTimeout(s.reportTimer);
-      s.reportTimer = setTimeout(() => { if (s.cur !== s.reported) report('view'); },
-        atEdge() ? 0 : soon ? REPORT_AFTER_MOTION_MS : REPORT_IDLE_MS);
+      if (s.cur !== s.reported) {
+        s.reportTimer = setTimeout(() => { if (s.cur !== s.reported) report('view'); },
+          soon ? REPORT_AFTER_MOTION_MS : REPORT_IDLE_MS);
+      }
       return;
     }
     if (kind !== 'back' && !s.data.more) {
@@ -299,6 +307,7 @@ function createStage(root, hooks) {
       return;
     }
     s.waiting = true;
+    s.awaited = target;
     const c = cycleOf(target) + 1;
     say(kind === 'back' ? 'Fetching the earlier step from the server…' : `Computing cycle ${c} on the server…`);
     root.classList.add('svs-busy');
@@ -340,30 +349,59 @@ function createStage(root, hooks) {
     get state() { return s; },
     // Payloads are taken in order; each is unpacked (inflated) first.
     update(data) {
-      s.chain = s.chain.then(() => unpack(data)).then(absorb)
+      const arrived = performance.timeOrigin + performance.now();
+      s.chain = s.chain.then(() => unpack(data)).then(got => {
+        const unpacked = performance.timeOrigin + performance.now();
+        absorb(got);
+        timed(got, arrived, unpacked);
+      })
         .catch(err => say(`The stage could not read the server's data: ${err}`));
       return s.chain;
     },
     destroy() { clearTimeout(s.reportTimer); clearTimeout(s.resendTimer); },
   };
 
+  // Where a round trip's time went (the latency bench reads it): the server's stamps (`served`:
+  // its callback, the payload's building), then the payload's arrival here and its render.
+  function timed(data, arrived, unpacked) {
+    if (!data.served) return;
+    s.timings.push(Object.assign({arrived, unpacked, done: performance.timeOrigin + performance.now()}, data.served));
+    if (s.timings.length > 40) s.timings.shift();
+  }
+
   function absorb(data) {
     note(['got', data.seq, data.view, data.answered, s.cur, s.waiting, s.queue.length]);
     intro(data.intro);
     const answered = s.waiting && !!s.pending && data.answered === s.pending;
-    const fresh = s.data === null || data.run !== s.run || data.seq !== s.seq || answered;
-    s.data = data;
-    if (fresh) {  // the server moved (a new run, its own step, an answered request): follow it
-      s.run = data.run;
+    // The answer to a request this page stopped waiting for (an earlier payload brought the step):
+    // the server now stands where the browser went then; take its sequence number, do not follow it.
+    const late = !!s.superseded && data.answered === s.superseded && data.run === s.run;
+    if (late) {
+      s.superseded = null;
       s.seq = data.seq;
-      s.reported = data.view;
+    }
+    const fresh = s.data === null || data.run !== s.run || data.seq !== s.seq || answered;
+    // A payload that brings the step a click waits for, before the request's own answer (the
+    // server computed it in advance, e.g. the prefetch a report started): show it now.
+    const arrived = !fresh && s.waiting && data.run === s.run && s.awaited !== null && !!data.steps[String(s.awaited)];
+    s.data = data;
+    if (fresh || arrived) {  // the server moved (a new run, its own step, an answered request): follow it
+      if (fresh) {
+        s.run = data.run;
+        s.seq = data.seq;
+        s.reported = data.view;
+      } else {
+        s.superseded = s.pending;
+      }
       const hadRequest = s.waiting;
       s.waiting = false;
       s.pending = null;
       clearTimeout(s.resendTimer);
       root.classList.remove('svs-busy');
       const first = Object.keys(data.steps)[0];
-      if (known(data.view) || first !== undefined) render(known(data.view) ? data.view : Number(first));
+      const show = arrived ? s.awaited : known(data.view) ? data.view : first !== undefined ? Number(first) : null;
+      s.awaited = null;
+      if (show !== null) render(show);
       say(data.notice || '');
       if (hadRequest || s.queue.length) {
         const queued = s.queue;
@@ -373,8 +411,14 @@ function createStage(root, hooks) {
           if (s.waiting) { s.queue.push(...queued.slice(i + 1)); break; }  // the rest wait for this answer
         }
       }
-    } else if (known(s.cur) && !sameStep(data.steps[String(s.cur)], s.shown)) {
-      render(s.cur);  // the same step drawn otherwise (lecture mode, a compared layout): patch it
+    } else if (known(s.cur)) {
+      const d = data.steps[String(s.cur)];
+      if (sameStep(Object.assign({}, s.shown, {status: d.status}), d)) {
+        if (d.status !== s.shown.status) el.status.innerHTML = d.status;  // e.g. one more cycle computed
+        s.shown = d;
+      } else {
+        render(s.cur);  // the same step drawn otherwise (lecture mode, a compared layout): patch it
+      }
     }
     // The next cycle, asked for as soon as this one is on screen (once per state of the run).
     const mark = `${data.run}:${Object.keys(data.steps).pop()}`;
