@@ -16,8 +16,8 @@
 // module) and the standalone run page (standalone glue) both call it, so they cannot drift.
 
 const PHASES = 5;  // steps per cycle: draft, verify, accept, resolve, rollback
-const MOVE_MS = 420;
-const ENTER_MS = 380;
+const MOVE_MS = 340;
+const ENTER_MS = 280;
 const REPORT_IDLE_MS = 1200;  // a pause this long after local steps tells the server where we are
 const REPORT_AFTER_MOTION_MS = 700;  // a report that matters, sent once the step's motion has run
 const RESEND_MS = 4000;  // a request not answered by then is sent again (then after 8 s, 16 s, ...)
