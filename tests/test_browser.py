@@ -570,6 +570,93 @@ def test_the_standalone_page_steps_with_the_same_code(browser, tmp_path) -> None
     page.close()
 
 
+# The stage core alone in a page, fed payloads by hand (as the Streamlit glue feeds them): what a
+# waiting click does when the step it waits for comes in a payload other than its request's answer.
+STAGE_CORE_JS = """() => {
+  const root = document.createElement('div');
+  document.body.appendChild(root);
+  window.__sent = [];
+  window.__stage = createStage(root, {send: m => window.__sent.push(m)});
+}"""
+
+
+def _payload(seq: int, steps: range, answered: str | None = None, status: str = "s", view: int | None = None) -> dict:
+    def step(n: int) -> dict:
+        cells = "".join(f"<span data-key='c{i}' class='svkv-cell'>{i}</span>" for i in range(n + 1))
+        return {"title": f"step {n}", "cycle": max(0, (n - 1) // 5), "phase": "draft", "status": status,
+                "story": f"<p>story {n}</p>", "strip": "", "kv": [f"<div class='svkv' data-key='pic'>{cells}</div>"]}
+
+    return {"run": 1, "seq": seq, "view": steps[-1] if view is None else view, "answered": answered,
+            "steps": {str(n): step(n) for n in steps},
+            "more": True, "end": "", "follow": False, "lecture": False, "quiz": [], "prefetch": False, "intro": ""}
+
+
+def test_a_waiting_click_takes_the_first_payload_that_brings_its_step(browser) -> None:
+    from specviz.viz import stage_js
+
+    errors: list[str] = []
+    page = browser.new_page()
+    _watch_errors(page, errors, "about:blank")
+    page.set_content(f"<script>{stage_js.core_js()}</script>")
+    page.evaluate(STAGE_CORE_JS)
+    state = "() => { const s = window.__stage.state; return {cur: s.cur, seq: s.seq, waiting: s.waiting}; }"
+    page.evaluate("d => window.__stage.update(d)", _payload(1, range(0, 6)))
+    assert page.evaluate(state) == {"cur": 5, "seq": 1, "waiting": False}
+    page.evaluate("() => window.__stage.next()")  # step 6 is not here: asked for
+    asked = page.evaluate("() => window.__sent.filter(m => m.req).pop()")
+    assert asked["target"] == 6 and page.evaluate(state)["waiting"]
+    # A payload answering something else (the report that started computing the cycle) brings step 6.
+    page.evaluate("d => window.__stage.update(d)", _payload(1, range(0, 11), view=5))
+    assert page.evaluate(state) == {"cur": 6, "seq": 1, "waiting": False}
+    cell = page.evaluate_handle("() => document.querySelector('[data-key=c3]')")
+    page.evaluate("() => window.__stage.next()")  # step 7: local
+    # The request's own answer comes late (the server now at step 6, a new sequence number): the
+    # browser takes the number and stays where it went.
+    page.evaluate("d => window.__stage.update(d)", _payload(2, range(0, 11), answered=asked["req"], view=6))
+    assert page.evaluate(state) == {"cur": 7, "seq": 2, "waiting": False}
+    # Only the shown step's status line changed: that line is patched, the picture's nodes untouched.
+    page.evaluate("d => window.__stage.update(d)", _payload(2, range(0, 11), status="one more cycle", view=6))
+    assert page.inner_text(".svs-status") == "one more cycle"
+    assert page.evaluate("c => c.isConnected && c === document.querySelector('[data-key=c3]')", cell)
+    page.close()
+    assert not errors, errors
+
+
+GLUE_JS = """async ([js, data]) => {
+  const url = URL.createObjectURL(new Blob([js], {type: 'text/javascript'}));
+  const mod = await import(url);
+  const host = document.createElement('div');
+  host.innerHTML = "<div class='st-key-next_phase'><button>Next phase</button></div>";
+  document.body.appendChild(host);
+  const parentElement = document.createElement('div');
+  document.body.appendChild(parentElement);
+  const call = d => mod.default({data: d, parentElement, setTriggerValue: () => {}});
+  // Streamlit cleans up a call whose module import resolved after newer data had come, while the
+  // element stays mounted, then makes the newer call.
+  call(data)();
+  const latest = call(data);
+  await new Promise(r => setTimeout(r, 20));
+  host.querySelector('button').click();  // the page's button, answered by the stage
+  const alive = {stages: parentElement.querySelectorAll('.svs').length, cur: window.__specvizStage.state.cur};
+  parentElement.remove();  // unmounted: now the cleanup takes it down
+  latest();
+  await new Promise(r => setTimeout(r, 20));
+  return {alive, after: parentElement.querySelectorAll('.svs').length};
+}"""
+
+
+def test_the_component_survives_a_cleanup_while_mounted(browser) -> None:
+    from specviz.viz import stage_js
+
+    errors: list[str] = []
+    page = browser.new_page()
+    _watch_errors(page, errors, "about:blank")
+    got = page.evaluate(GLUE_JS, [stage_js.app_js(), _payload(1, range(0, 6), view=4)])
+    assert got == {"alive": {"stages": 1, "cur": 5}, "after": 0}, got
+    page.close()
+    assert not errors, errors
+
+
 # ---------------------------------------------------------------- click-through, export, import -
 
 

@@ -26,15 +26,21 @@ export default function (component) {
     };
     window.addEventListener('keydown', onKey, true);
     window.addEventListener('click', onClick, true);
-    entry = {stage, onKey, onClick};
+    entry = {stage, onKey, onClick, root};
     SV_STAGES.set(parentElement, entry);
     window.__specvizStage = stage;  // for the browser test and the latency bench
   }
   entry.stage.update(data);
-  return () => {
+  // Streamlit may call a cleanup while the element is still mounted: a call whose module import was
+  // still pending when the next data came is cleaned up as soon as it resolves (seen under load: the
+  // stage lost its listeners and a second stage was built beside the dead one). The stage is taken
+  // down only once its element has left the page.
+  return () => setTimeout(() => {
+    if (parentElement.isConnected || SV_STAGES.get(parentElement) !== entry) return;
     window.removeEventListener('keydown', entry.onKey, true);
     window.removeEventListener('click', entry.onClick, true);
     entry.stage.destroy();
+    entry.root.remove();
     SV_STAGES.delete(parentElement);
-  };
+  }, 0);
 }
