@@ -461,6 +461,12 @@ def test_keyboard_prefetch_and_queued_clicks(server: str, browser) -> None:
     _wait_idle(page)
     _no_exception(page, "a burst of clicks")
     assert _stage(page)["queue"] == 0 and not _stage(page)["waiting"]
+    # A payload that follows an event carries the server's stamps (what the latency bench splits a
+    # round trip by), in order: the event, its callback, the payload, its arrival here.
+    stamps = page.evaluate("() => window.__specvizStage.state.timings")
+    assert {t["kind"] for t in stamps} >= {"prefetch", "view"}, stamps
+    for t in stamps:  # one machine, one clock (a few ms of slack: the browser's and Python's rounding)
+        assert t["event_at"] + t["callback_ms"] <= t["built_at"] + 2 <= t["arrived"] + 4 <= t["done"] + 6, t
     page.screenshot(path=str(OUT / "50-after-burst.png"))
     # A step's body travels once: the payloads after the first bring only the bodies the browser lacked.
     _wait_prefetched(page)
