@@ -385,7 +385,9 @@ function createStage(root, hooks) {
     // server computed it in advance, e.g. the prefetch a report started): show it now.
     const arrived = !fresh && s.waiting && data.run === s.run && s.awaited !== null && !!data.steps[String(s.awaited)];
     s.data = data;
-    if (fresh || arrived) {  // the server moved (a new run, its own step, an answered request): follow it
+    // The server moved (a new run, its own step, an answered request): follow it. Or the step a
+    // click waits for came: show it.
+    if (fresh || arrived) {
       if (fresh) {
         s.run = data.run;
         s.seq = data.seq;
