@@ -161,7 +161,7 @@ def again_rows(main: list[dict]) -> list[dict]:
     rows = []
     for i, r in enumerate(main):
         index = MAIN.first_index + i
-        if r["source"] != "template" and index % VAL_EVERY:
+        if r["source"] != "template" and not held_out_index(index):
             rows.append({**r, "main_shard": i // BATCH})
     return rows
 
@@ -268,10 +268,16 @@ def natural_eval(model, tok, args) -> None:
         log(f"natural held-out shard {b + 1}/6 ({'greedy' if greedy else 'T=1'})")
 
 
+def held_out_index(index: int) -> bool:
+    """Whether the prompt at `index` is held out for validation: every VAL_EVERY-th prompt of phases
+    1-3. Phase 4 repeats phase 2's training prompts (its held-out ones are left out of it), so all of
+    it is trained on."""
+    return index % VAL_EVERY == 0 and index < AGAIN.first_index
+
+
 def held_out(row: dict) -> bool:
-    """A validation row of the training mix: every VAL_EVERY-th prompt of phases 1-3. Phase 4 repeats
-    phase 2's training prompts (its held-out ones are left out of it), so all of it is trained on."""
-    return row["prompt_index"] % VAL_EVERY == 0 and row["prompt_index"] < AGAIN.first_index
+    """A validation row of the training mix (`held_out_index` of its prompt)."""
+    return held_out_index(row["prompt_index"])
 
 
 def shard_caps() -> str:

@@ -178,8 +178,8 @@ def payload(run: Run, ws: Workspace, *, lecture: bool, max_rows: int, proposer_l
     # event sends the same data as before). Read by bench.browser_latency.
     served = st.session_state.pop(SERVED, None)
     if served is not None:
-        data["served"] = {**served, "built_at": round(time.time() * 1000),
-                          "build_ms": round(time.time() * 1000 - start, 1)}
+        now = time.time() * 1000
+        data["served"] = {**served, "built_at": round(now), "build_ms": round(now - start, 1)}
     return data
 
 

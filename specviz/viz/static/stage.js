@@ -285,8 +285,8 @@ function createStage(root, hooks) {
       // At the edge of what the browser has, the next click would wait for the server: say where we
       // are at once, before drawing, so that the server starts on the next cycle now (the motion may
       // lose a frame to the script run).
-      if (!known(target + 1) && !!s.data.more) {
-        s.cur = target;
+      if (atEdge(target)) {
+        s.cur = target;  // the report names the step about to be drawn
         report('view');
       }
       render(target);
@@ -335,7 +335,7 @@ function createStage(root, hooks) {
     s.resendTimer = setTimeout(again, wait);
   }
 
-  function atEdge() { return !known(s.cur + 1) && !!s.data.more; }
+  function atEdge(step = s.cur) { return !known(step + 1) && !!s.data.more; }
 
   function nextCycleTarget(step) {
     return step % PHASES === 0 ? step + PHASES : Math.ceil(step / PHASES) * PHASES;
