@@ -285,6 +285,7 @@ def stage(after: Any = None) -> None:
         if ws.whatif_spent:
             st.rerun(scope="app")  # redraw the sidebar: the what-if toggle has switched itself off
     ss._full_run = False
+    stage_component.first_cycle(ws)
     run = ws.run
     button_row(run)
     cycle, phase = view_of(run.view, run)

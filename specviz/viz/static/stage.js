@@ -24,11 +24,11 @@ const RESEND_MS = 4000;  // a request not answered by then is sent again (then a
 const MOUNT = Math.random().toString(36).slice(2, 10);  // this page's requests, told from another's
 const HOLD = 48;  // step bodies kept (a few cycles); the ones the current data names are never dropped
 
-// base64 of deflated JSON -> the object (the browser's own inflater; asynchronous).
-async function inflate(b64) {
+// base64 of zlib-deflated JSON -> the object. Synchronous (fflate, see stage_js.py): the browser's
+// DecompressionStream yields between its steps, and on a busy page every hop waited its turn.
+function inflate(b64) {
   const bytes = Uint8Array.from(atob(b64), c => c.charCodeAt(0));
-  const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream('deflate'));
-  return JSON.parse(await new Response(stream).text());
+  return JSON.parse(new TextDecoder().decode(svFflate.unzlibSync(bytes)));
 }
 
 function svKey(node) {
@@ -106,7 +106,14 @@ function fadeFrom(changed) {
 }
 
 // A node that draws its own ::before (the tree's edges) or transitions its own background keeps it.
-function fadable(el) {
+function fadable(el, seen) {
+  // Cells of one kind share the answer (it is asked of dozens of nodes per step, each a style read).
+  const kind = el.tagName + '.' + el.getAttribute('class');
+  if (!seen.has(kind)) seen.set(kind, fadableNow(el));
+  return seen.get(kind);
+}
+
+function fadableNow(el) {
   const cs = getComputedStyle(el), layer = getComputedStyle(el, '::before');
   const durations = cs.transitionDuration.split(',');
   const own = cs.transitionProperty.split(',').some(
@@ -122,7 +129,7 @@ function patch(slot, html) {
   }
   const holder = document.createElement('div');
   holder.innerHTML = html;
-  const changed = [], motion = !reducedMotion();
+  const changed = [], motion = !reducedMotion(), seen = new Map();
   morphdom(slot, holder, {
     childrenOnly: true,
     getNodeKey: svKey,
@@ -134,7 +141,7 @@ function patch(slot, html) {
     onBeforeElUpdated(from, to) {
       if (from.isEqualNode(to)) return false;
       if (motion && from.hasAttribute('data-key') && from.getAttribute('class') !== to.getAttribute('class') &&
-          fadable(from)) {
+          fadable(from, seen)) {
         changed.push([from, getComputedStyle(from).backgroundColor]);
       }
       return true;
@@ -166,7 +173,7 @@ function createStage(root, hooks) {
   const s = {
     data: null, cur: null, run: null, seq: null, queue: [], waiting: false, held: null,
     reportTimer: null, reported: null, painted: 0, prefetched: null, shown: null,
-    chain: Promise.resolve(), req: 0, pending: null, awaited: null, superseded: null, resendTimer: null, log: [],
+    req: 0, pending: null, awaited: null, superseded: null, resendTimer: null, log: [],
     bodies: new Map(), raw: null, timings: [], received: {payloads: 0, steps: 0, bodies: 0, again: 0},  // held bodies; the last payload
   };
 
@@ -241,9 +248,9 @@ function createStage(root, hooks) {
   // A packed payload's steps made whole from the bodies it brings and the ones held. A step whose
   // body is in neither (a remounted stage starts empty) is left out: the browser lacks it and asks
   // for it like any step it lacks, and the answer brings it (the shown step's body always comes).
-  async function unpack(data) {
+  function unpack(data) {
     if (data.bodies === undefined) return data;  // whole steps (the standalone page)
-    const bodies = data.bodies ? await inflate(data.bodies) : {};
+    const bodies = data.bodies ? inflate(data.bodies) : {};
     s.raw = data;
     const got = s.received;  // totals over the payloads so far
     s.received = {payloads: got.payloads + 1, steps: got.steps + Object.keys(data.steps).length,
@@ -282,24 +289,24 @@ function createStage(root, hooks) {
     if (known(target)) {
       const before = cycleOf(s.cur);
       clearTimeout(s.reportTimer);
-      // At the edge of what the browser has, the next click would wait for the server: say where we
-      // are at once, before drawing, so that the server starts on the next cycle now (the motion may
-      // lose a frame to the script run).
-      if (atEdge(target)) {
-        s.cur = target;  // the report names the step about to be drawn
-        report('view');
-      }
       render(target);
       say(s.held === null || s.held === target ? '' : 'Quiz question skipped.');
       if (s.held !== null && s.held !== target) s.held = null;
+      if (s.cur === s.reported) return;
+      if (atEdge(target)) {
+        // At the edge of what the browser has, the next click would wait for the server: say where
+        // we are the moment the motion has run, so that the server starts on the next cycle then.
+        // Not sooner: on a machine that also computes, the cycle and its payload landing mid-motion
+        // cost frames. A click that comes meanwhile asks at once (`request`).
+        whenStill(() => { if (s.cur === target && s.cur !== s.reported) report('view'); });
+        return;
+      }
       // A new cycle (the server adopts it and computes the next one) or a phase that the tabs or the
       // quiz below follow: say so once the motion is over (a script run meanwhile would cost frames);
       // otherwise after a pause, so Play, Reset and the history start from the step on screen.
       const soon = (cycleOf(target) !== before && target > 0 && kind !== 'back') || s.data.follow;
-      if (s.cur !== s.reported) {
-        s.reportTimer = setTimeout(() => { if (s.cur !== s.reported) report('view'); },
-          soon ? REPORT_AFTER_MOTION_MS : REPORT_IDLE_MS);
-      }
+      s.reportTimer = setTimeout(() => { if (s.cur !== s.reported) report('view'); },
+        soon ? REPORT_AFTER_MOTION_MS : REPORT_IDLE_MS);
       return;
     }
     if (kind !== 'back' && !s.data.more) {
@@ -335,6 +342,12 @@ function createStage(root, hooks) {
     s.resendTimer = setTimeout(again, wait);
   }
 
+  // `fn` once the picture's motion (FLIP glides, fade-ins, cross-fades) has run; at once without any.
+  function whenStill(fn) {
+    const running = root.getAnimations ? root.getAnimations({subtree: true}) : [];
+    Promise.all(running.map(a => a.finished.catch(() => null))).then(fn);
+  }
+
   function atEdge(step = s.cur) { return !known(step + 1) && !!s.data.more; }
 
   function nextCycleTarget(step) {
@@ -347,16 +360,20 @@ function createStage(root, hooks) {
     back() { if (s.data && s.cur > 0) go(s.cur - 1, 'back'); },
     seek(step) { if (s.data) go(step, 'seek'); },
     get state() { return s; },
-    // Payloads are taken in order; each is unpacked (inflated) first.
+    // A payload is unpacked (inflated) and taken at once, in the call that brings it: nothing
+    // waits for a later task, and payloads are taken in the order they come. (A promise, for the
+    // callers that await it.)
     update(data) {
       const arrived = performance.timeOrigin + performance.now();
-      s.chain = s.chain.then(() => unpack(data)).then(got => {
+      try {
+        const got = unpack(data);
         const unpacked = performance.timeOrigin + performance.now();
         absorb(got);
         timed(got, arrived, unpacked);
-      })
-        .catch(err => say(`The stage could not read the server's data: ${err}`));
-      return s.chain;
+      } catch (err) {
+        say(`The stage could not read the server's data: ${err}`);
+      }
+      return Promise.resolve();
     },
     destroy() { clearTimeout(s.reportTimer); clearTimeout(s.resendTimer); },
   };
