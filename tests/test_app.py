@@ -130,7 +130,7 @@ def kv_phase(body: str) -> str:
 
 def kv_panels(body: str) -> dict[str, str]:
     """Each cache's section of the picture, by its title ('Target cache', 'Draft model cache', …)."""
-    found = re.findall(r"<section class='svkv-cache' aria-label='([^']*)'>(.*?)</section>", body, re.S)
+    found = re.findall(r"<section class='svkv-cache'[^>]* aria-label='([^']*)'>(.*?)</section>", body, re.S)
     return {htmllib.unescape(title): inner for title, inner in found}
 
 

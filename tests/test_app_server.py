@@ -144,16 +144,18 @@ def test_a_step_on_a_busy_server_waits_with_its_place_shown(server_env):
     places = []
     message = Place.message
     server_env.setattr(Place, "message", lambda self: places.append(self) or message(self))
+    click(at, "next_cycle")  # the first cycle, computed with the page: no wait
+    assert len(shown(at).traces) == 1 and not places
     leave, holder = _hold_the_only_slot()
     timer = threading.Timer(1.5, leave.set)
     timer.start()
     try:
-        click(at, "next_phase")  # blocks until the other session's step ends
+        click(at, "next_cycle")  # the second must be computed: blocks until the other session's step ends
     finally:
         leave.set()
         holder.join(10)
     assert places and places[0].ahead == 0 and places[0].decoding == 1 and places[0].capacity == 1
-    assert len(shown(at).traces) == 1
+    assert len(shown(at).traces) == 2
     assert any("Waited" in c.value and "decodes at most 1 session(s) at once" in c.value for c in at.caption)
 
 
@@ -161,16 +163,18 @@ def test_a_step_that_waits_too_long_fails_clearly_and_the_app_keeps_working(serv
     server_env.setenv("SPECVIZ_MAX_DECODING", "1")
     server_env.setenv("SPECVIZ_BUSY_TIMEOUT", "0.5")
     at = open_app()
+    click(at, "next_cycle")  # the first cycle, computed with the page
     leave, holder = _hold_the_only_slot()
     try:
-        click(at, "next_phase")
+        click(at, "next_cycle")
         assert any("The server is busy" in e.value and "try again" in e.value for e in at.error)
-        assert shown(at).traces == ()  # nothing changed
+        assert len(shown(at).traces) == 1 and shown(at).view == 5  # nothing changed
     finally:
         leave.set()
         holder.join(10)
-    click(at, "next_phase")
-    assert len(shown(at).traces) == 1 and not at.error
+    click(at, "next_cycle")
+    assert len(shown(at).traces) == 2 and not at.error
+
 
 
 def test_an_idle_session_is_parked_and_rebuilt_exactly(server_env):

@@ -88,7 +88,8 @@ def without_style(html: str) -> str:
 
 
 def cycle_panel(html: str) -> str:
-    return html.split("<div class='svkv-cycle'>", 1)[1] if "<div class='svkv-cycle'>" in html else ""
+    opening = "<div class='svkv-cycle' data-key='cyc'>"
+    return html.split(opening, 1)[1] if opening in html else ""
 
 
 def test_one_row_per_physical_block_with_page_size_cells():
@@ -269,7 +270,7 @@ def test_prompt_lookup_draws_the_target_alone(layout):
                             phase="prefill", proposer="lookup")
     for html in [stage(tr, token_text, phase) for phase in CYCLE_PHASES] + [prefill]:
         # one cache (the target's), the words saying why there is no second one, no proposer title
-        assert len(sections(html)) == 1 and sections(html)[0].startswith("<section class='svkv-cache' aria-label="
+        assert len(sections(html)) == 1 and sections(html)[0].startswith("<section class='svkv-cache' data-key='t-cache' aria-label="
                                                                          "'Target cache'>")
         assert f"<div class='svkv-nocache'>{NO_CACHE}</div>" in html and "Prompt lookup keeps no draft cache" in html
         assert not any(title in html for title in PANEL_TITLES.values())
@@ -330,7 +331,7 @@ def test_block_table_tags_and_free_list_on_the_demo_cycle(policy):
             b: f"logical {i}" for i, b in enumerate(snap.block_table)}
         assert ("logical 3" in tags.values()) == (phase == "verify" or policy == "keep")
         assert f"block_table [{', '.join(map(str, snap.block_table))}]" in sec and f"policy {policy}" in sec
-        free = re.search(r"<div class='svkv-free'>(.*?)</div>", sec).group(1)
+        free = re.search(r"<div class='svkv-free' data-key='t-free'>(.*?)</div>", sec).group(1)
         assert f"free list ({snap.num_free_blocks} of {snap.num_blocks} blocks)" in free
         # a long free list keeps its head (handed out next) and its tail (where freed blocks return)
         shown = [int(b) for b in re.findall(r"<span class='svkv-fb'[^>]*>(\d+)</span>", free)]
@@ -344,7 +345,7 @@ def test_block_table_tags_and_free_list_on_the_demo_cycle(policy):
 def test_proposer_panel_is_captioned_by_proposer():
     token_text, (tr, *_) = run(cycles=1)
     sec = sections(stage(tr, token_text, "draft"))[1]
-    assert sec.startswith(f"<section class='svkv-cache' aria-label='{PANEL_TITLES['draft']}'>")
+    assert sec.startswith(f"<section class='svkv-cache' data-key='p-cache' aria-label='{PANEL_TITLES['draft']}'>")
     assert f"<h3 class='svkv-title'>{PANEL_TITLES['draft']} <span" in sec
     token_text, (tr, *_) = run(proposer="feature", prompt="abcabcabcab", cycles=1)
     head = tr.snapshot("draft").draft

@@ -31,6 +31,7 @@ from specviz.config import DecodeConfig
 from specviz.ui import stage_events
 from specviz.ui.state import (
     PHASES_PER_CYCLE,
+    PREFETCH_DEPTH,
     Run,
     advance_cycle,
     advance_phase,
@@ -65,16 +66,19 @@ def essence(tr) -> dict:
 
 
 @pytest.mark.parametrize("layout", ["paged", "contiguous"])
-def test_a_prefetched_cycle_is_the_cycle_computed_on_demand(pair, layout):
+def test_prefetched_cycles_are_the_cycles_computed_on_demand(pair, layout):
     plain, ahead = live(pair, cache_layout=layout), live(pair, cache_layout=layout)
+    ahead = prefetch(prefetch(ahead))  # two in hand: the second computed on a fork of the first's fork
+    assert len(ahead.ahead_cycles) == PREFETCH_DEPTH == 2
     for _ in range(4):
         plain = compute_cycle(plain)
-        ahead = prefetch(ahead)
         assert ahead.next_cycle is not None and len(ahead.traces) == len(plain.traces) - 1
-        fork = ahead.ahead.decoder
+        fork, then = ahead.ahead[0].decoder, ahead.ahead[1:]
         ahead = compute_cycle(ahead)  # adopts: the fork is now the run's decoder, nothing recomputed
-        assert ahead.dec is fork and ahead.ahead is None
+        assert ahead.dec is fork and ahead.ahead == then
         assert essence(ahead.traces[-1]) == essence(plain.traces[-1])
+        ahead = prefetch(ahead)  # one more on the last one's fork, the first untouched
+        assert ahead.ahead[: len(then)] == then and len(ahead.ahead) == PREFETCH_DEPTH
     assert ahead.dec.committed == plain.dec.committed
 
 
@@ -83,17 +87,22 @@ def test_prefetch_leaves_the_shown_run_alone_and_never_computes_twice(pair):
     before = run.dec
     run = prefetch(run)
     assert run.dec is before and run.traces == () and run.view == 0  # the run itself did not move
-    again = prefetch(run)
-    assert again.ahead is run.ahead  # one prefetched cycle at a time
-    shown = advance_phase(run)  # Next phase: the prefetched cycle is adopted and its draft shown
-    assert shown.view == 1 and shown.traces == (run.ahead.trace,) and shown.dec is run.ahead.decoder
+    twice = prefetch(run)
+    assert twice.dec is before and twice.ahead[0] is run.ahead[0] and len(twice.ahead) == 2
+    assert prefetch(twice) is twice  # PREFETCH_DEPTH cycles in hand: nothing more
+    shown = advance_phase(twice)  # Next phase: the first prefetched cycle is adopted and its draft shown
+    first = run.ahead[0]
+    assert shown.view == 1 and shown.traces == (first.trace,) and shown.dec is first.decoder
+    assert shown.ahead == twice.ahead[1:]  # the second stays in hand
 
 
-def test_a_setting_change_discards_the_prefetched_cycle(pair):
-    run = prefetch(live(pair))
-    assert run.next_cycle is not None and run.next_cycle.k == 4
+def test_a_setting_change_discards_the_prefetched_cycles(pair):
+    run = prefetch(prefetch(live(pair)))
+    assert run.next_cycle is not None and run.next_cycle.k == 4 and len(run.ahead_cycles) == 2
     run.dec.update_config(run.dec.config.replace(k=2))  # a live setting (the sidebar's sync_config)
-    assert run.next_cycle is None  # computed under K = 4: never shown
+    assert run.next_cycle is None and run.ahead_cycles == ()  # computed under K = 4: never shown
+    redone = prefetch(run)  # the stale ones are dropped, a fresh one computed under K = 2
+    assert len(redone.ahead) == 1 and redone.next_cycle is not None and redone.next_cycle.k == 2
     fresh = live(pair)
     fresh.dec.update_config(fresh.dec.config.replace(k=2))
     assert essence(compute_cycle(run).traces[-1]) == essence(compute_cycle(fresh).traces[-1])
@@ -102,10 +111,12 @@ def test_a_setting_change_discards_the_prefetched_cycle(pair):
 def test_prefetch_does_nothing_for_a_what_if_cycle_or_a_finished_text(pair):
     run = live(pair)
     run.dec.update_config(run.dec.config.replace(forced_outcomes=((1, True),)))
-    assert prefetch(run).ahead is None  # forcing applies when the cycle is asked for
+    assert prefetch(run).ahead == ()  # forcing applies when the cycle is asked for
     short = live(pair, max_new_tokens=1)
     short = compute_cycle(short)
-    assert short.finished and prefetch(short).ahead is None
+    assert short.finished and prefetch(short).ahead == ()
+    ending = prefetch(live(pair, max_new_tokens=1))  # the text ends within the prefetched cycle
+    assert ending.next_cycle.finish_reason and prefetch(ending) is ending  # nothing computed past the end
 
 
 # ---- the component's messages ------------------------------------------------------------------------
@@ -126,7 +137,7 @@ def test_a_report_moves_the_server_to_the_browsers_step_adopting_the_prefetched_
     event = stage_events.parse({"kind": "view", "run": run.id, "step": 3, "seq": 0})
     assert not stage_events.moves_server(event)
     moved = stage_events.apply(run, event)
-    assert moved.view == moved.revealed == 3 and len(moved.traces) == 1 and moved.dec is run.ahead.decoder
+    assert moved.view == moved.revealed == 3 and len(moved.traces) == 1 and moved.dec is run.ahead[0].decoder
     # A step past everything known is clamped to what exists.
     far = stage_events.apply(run, {"kind": "view", "run": run.id, "step": 40})
     assert far.view == PHASES_PER_CYCLE * len(far.traces)
@@ -152,20 +163,20 @@ def test_a_request_moves_first_then_steps_like_the_buttons(pair):
 
 
 def timeline_of(run: Run) -> stage_data.Timeline:
-    nxt = run.next_cycle
     return stage_data.Timeline(
-        prompt_ids=run.prompt_ids, prefill=run.prefill, traces=(*run.traces, *((nxt,) if nxt else ())),
+        prompt_ids=run.prompt_ids, prefill=run.prefill, traces=(*run.traces, *run.ahead_cycles),
         texts=run.texts, proposer=run.proposer, proposer_label="draft model", real=len(run.traces),
     )
 
 
-def test_the_window_holds_the_shown_cycle_the_step_before_and_the_next_cycle(pair):
-    run = prefetch(compute_cycle(compute_cycle(live(pair))))  # two cycles adopted, a third in hand
+def test_the_window_holds_the_shown_cycle_the_step_before_and_the_next_cycles(pair):
+    run = prefetch(prefetch(compute_cycle(compute_cycle(live(pair)))))  # two cycles adopted, two in hand
     tl = timeline_of(run)
-    assert tl.last_step == 15
-    assert list(stage_data.window(7, tl)) == list(range(5, 16))  # cycle 2, its start, cycle 3
-    assert list(stage_data.window(0, tl)) == list(range(0, 11))
-    assert list(stage_data.window(12, tl)) == list(range(10, 16))  # nothing known past cycle 3
+    assert tl.last_step == 20
+    assert list(stage_data.window(7, tl)) == list(range(5, 21))  # cycle 2, its start, cycles 3 and 4
+    assert list(stage_data.window(0, tl)) == list(range(0, 16))  # the start, cycles 1 to 3
+    assert list(stage_data.window(2, tl)) == list(range(0, 16))
+    assert list(stage_data.window(12, tl)) == list(range(10, 21))  # nothing known past cycle 4
 
 
 def test_each_step_carries_its_picture_words_and_hooks(pair):
@@ -245,6 +256,9 @@ def test_one_script_for_the_app_and_the_standalone_page():
     assert "export default morphdom" not in app and app.count("export default") == 1  # the glue's only
     assert stage_js.core_js() in app and "function createStage" in stage_js.core_js()
     assert (ROOT / "specviz/viz/static/morphdom.LICENSE").read_text().startswith("The MIT License")
+    # fflate's UMD build runs in a closure that hands back its exports: no global is set.
+    assert "const svFflate = (function () { const self = {};" in app and "svFflate.unzlibSync" in app
+    assert (ROOT / "specviz/viz/static/fflate.LICENSE").read_text().startswith("MIT License")
 
 
 def test_the_first_screen_names_both_models_and_what_to_press():

@@ -147,7 +147,7 @@ def park_idle(ws: Workspace) -> bool:
     run = ws.run
     if run is None or run.dec is None or ws.playing:
         return False
-    _swap(ws, dataclasses.replace(run, dec=None, parked=parking.park(run.dec), ahead=None, parked_idle=True))
+    _swap(ws, dataclasses.replace(run, dec=None, parked=parking.park(run.dec), ahead=(), parked_idle=True))
     return True
 
 
@@ -235,6 +235,14 @@ def load_pair_with_progress(kind: str, target: str, draft: str, dtype: str = "fl
         return None
     bar.empty()
     return pair
+
+
+@contextmanager
+def free_slot() -> Iterator[None]:
+    """A decoding slot only if one is free now: `ServerBusyError` at once otherwise. For work that
+    is worth doing only when it delays no one (the first cycle computed with a new page)."""
+    with shared_gate(server_settings().max_decoding).slot(timeout=0.0):
+        yield
 
 
 def callback_slot() -> AbstractContextManager[None]:

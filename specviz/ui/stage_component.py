@@ -4,22 +4,23 @@ Every phase of a cycle is known the moment the cycle is computed, so a server ro
 phase (a script run, a sanitised `st.html` re-inserted) is waste. The component is mounted once,
 with a fixed key, straight into the page (`isolate_styles=False`: the page's KV stylesheet applies
 and tests find `.svkv` with a plain query). It receives the steps around the one shown
-(`viz.stage_data.window`: the shown cycle, the step before it and the prefetched next cycle) and
+(`viz.stage_data.window`: the shown cycle, the step before it and the prefetched next cycles) and
 steps through them itself — on the page's Next phase / Next cycle / Back buttons and the arrow
 keys — patching the picture in place so the nodes transition and glide (`viz/static/stage.js`).
 
 It tells the server where it is only when that matters (`stage_events`): when it enters another
-cycle (the server adopts the prefetched cycle and computes the following one), after every step
+cycle (the server adopts the prefetched cycle and computes one more), after every step
 when something below the picture follows the phase (the quiz, an open tab), once when stepping
 pauses (so Play, Reset and the history start from the step on screen), and when it needs a step it
 does not have. The server's own moves bump `Workspace.stage_seq`, and the component follows them.
 
-Prefetch: when the payload says the server could compute the next cycle and has not
-(`can_prefetch`), the component asks for it at once (`{"kind": "prefetch"}`); the callback computes
-it (`state.prefetch`, on a fork, under a decoding slot like any model run) and the fragment run
-that follows sends it. The browser keeps stepping meanwhile. Asked by the browser rather than
-computed at the end of every script run: the page is drawn first, and a page that nobody looks
-at (a test harness, a closed tab) computes nothing ahead.
+Prefetch: when the payload says the server could compute one more cycle ahead (`can_prefetch`:
+fewer than `state.PREFETCH_DEPTH` in hand), the component asks for it (`{"kind": "prefetch"}`);
+the callback computes it (`state.prefetch`, on a fork, under a decoding slot like any model run)
+and the fragment run that follows sends it. The browser keeps stepping meanwhile. Asked by the
+browser rather than computed at the end of every script run: a page that nobody looks at (a test
+harness, a closed tab) computes nothing ahead. The one exception is a run's very first cycle,
+computed with the page (`first_cycle`), so that the first click is as quick as the others.
 """
 
 from __future__ import annotations
@@ -33,11 +34,12 @@ from typing import Any
 import streamlit as st
 
 from ..errors import SpecvizError
+from ..gate import ServerBusyError
 from ..trace import CYCLE_PHASES
 from ..viz import stage_data, stage_js
 from . import stage_events
-from .session import act, callback_slot, wake_note, workspace
-from .state import PHASES_PER_CYCLE, Run, Workspace, prefetch
+from .session import act, callback_slot, free_slot, wake_note, workspace
+from .state import PHASES_PER_CYCLE, Run, Workspace, can_compute_ahead, prefetch
 
 KEY = "stage"
 NAME = "specviz_stage"
@@ -83,15 +85,15 @@ def _on_event(event: dict[str, Any]) -> None:
 
 
 def timeline(run: Run, proposer_label: str, suffix: str) -> stage_data.Timeline:
-    """The run's steps as the browser may show them (with the prefetched cycle), built once per
+    """The run's steps as the browser may show them (with the prefetched cycles), built once per
     run state and kept in the session: the steps it renders are memoised inside it."""
-    nxt = run.next_cycle
-    key = (run.id, run.source, len(run.traces), id(run.traces[-1]) if run.traces else 0, id(nxt), suffix)
+    ahead = run.ahead_cycles
+    key = (run.id, run.source, len(run.traces), id(run.traces[-1]) if run.traces else 0, tuple(map(id, ahead)), suffix)
     memo = st.session_state.get("_stage_timeline")
     if memo is None or memo[0] != key:
         parts = memo[1].memo if memo is not None and memo[0][0] == run.id else {}  # the run's rendered steps
         tl = stage_data.Timeline(
-            prompt_ids=run.prompt_ids, prefill=run.prefill, traces=(*run.traces, *((nxt,) if nxt else ())),
+            prompt_ids=run.prompt_ids, prefill=run.prefill, traces=(*run.traces, *ahead),
             texts=run.texts, proposer=run.proposer, proposer_label=proposer_label, real=len(run.traces),
             status_suffix=suffix, memo=parts,
         )  # fmt: skip
@@ -101,29 +103,40 @@ def timeline(run: Run, proposer_label: str, suffix: str) -> stage_data.Timeline:
 
 
 def can_prefetch(run: Run, ws: Workspace) -> bool:
-    """Whether the next cycle could be computed in advance now (see `prefetch_next`). A parked run
+    """Whether one more cycle could be computed in advance now (see `prefetch_next`). A parked run
     (idle, or shown again from the run list) can: its decoder is rebuilt first, in the background."""
-    if not run.live or (run.dec is None and run.parked is None) or run.next_cycle is not None or run.finished:
+    if not run.live or run.finished:
+        return False
+    if run.dec is not None and not can_compute_ahead(run):
+        return False
+    if run.dec is None and run.parked is None:
         return False
     config = run.dec.config if run.dec is not None else run.parked.config
     if config.forced_outcomes:
         return False  # a what-if cycle is computed when it is asked for
-    return ws.prefetch_failed != (run.id, len(run.traces), config)
+    return ws.prefetch_failed != _prefetch_mark(run)
+
+
+def _prefetch_mark(run: Run) -> tuple:
+    """The run state a failed prefetch is remembered for (not retried until it changes)."""
+    config = run.dec.config if run.dec is not None else run.parked.config
+    return (run.id, len(run.traces), len(run.ahead_cycles), config)
 
 
 def can_grow(run: Run) -> bool:
     """Whether the server can compute beyond the steps it has."""
     if not run.live:
         return False
-    nxt = run.next_cycle
-    if nxt is not None:
-        return not nxt.finish_reason
+    ahead = run.ahead_cycles
+    if ahead:
+        return not ahead[-1].finish_reason
     return not run.finished
 
 
 def end_text(run: Run) -> str:
     if run.live:
-        reason = (run.next_cycle or (run.traces[-1] if run.traces else None))
+        last = (*run.traces, *run.ahead_cycles)
+        reason = last[-1] if last else None
         why = f" ({reason.finish_reason})" if reason is not None and reason.finish_reason else ""
         return f"Generation has finished{why}. Press Reset or change the prompt to start again."
     return (f"This run is a recording with {len(run.traces)} cycle(s) and they are all shown. "
@@ -136,7 +149,7 @@ def quiz_steps(run: Run, steps: range) -> list[int]:
         return []
     answered = {q.cycle for q in run.quiz}
     verify = CYCLE_PHASES.index("verify")
-    traces = (*run.traces, *((run.next_cycle,) if run.next_cycle is not None else ()))  # the prefetched one too
+    traces = (*run.traces, *run.ahead_cycles)  # the prefetched ones too
     out = []
     for s in steps:
         c, p = divmod(s - 1, PHASES_PER_CYCLE)
@@ -191,20 +204,22 @@ def first_cycle(ws: Workspace) -> None:
     """A run at its very start has its first cycle computed with the page (before the stage is
     drawn), so the first Next phase is a local step like the others. Asked by the browser instead,
     it came a round trip after the page: with eight pages opening at once on one server, each
-    page's first click waited 3.5-7.4 s for it (bench.load)."""
+    page's first click waited 3.5-7.4 s for it (bench.load). Only when a decoding slot is free at
+    once: a page never waits for one to open (the browser asks for the cycle later, as for any)."""
     run = ws.run
-    if run is not None and not run.traces and run.view == 0 and can_prefetch(run, ws):
-        prefetch_next(ws, run.id)
+    if run is not None and run.dec is not None and not run.traces and run.view == 0 and can_prefetch(run, ws):
+        prefetch_next(ws, run.id, free_slot)
 
 
-def prefetch_next(ws: Workspace, run_id: int) -> bool:
-    """Compute the shown run's next cycle if it has none in hand; True when one was added. A
-    failure is remembered (not retried for this run state) and left for the click that asks for
-    the cycle to report, with the usual words."""
+def prefetch_next(ws: Workspace, run_id: int, slot: Any = callback_slot) -> bool:
+    """Compute one more cycle ahead of the shown run, if it has fewer than `PREFETCH_DEPTH` in hand;
+    True when one was added. A failure is remembered (not retried for this run state) and left for
+    the click that asks for the cycle to report, with the usual words; a busy server is not a
+    failure of the run (asked again, it may have a slot)."""
     run = ws.run
     if run is None or run.id != run_id or not can_prefetch(run, ws):
         return False
-    mark = (run.id, len(run.traces), run.dec.config if run.dec is not None else run.parked.config)
+    mark = _prefetch_mark(run)
     with ws.lock:
         if ws.run is not run:  # another action got there first
             return False
@@ -214,7 +229,9 @@ def prefetch_next(ws: Workspace, run_id: int) -> bool:
             note = wake_note(ws)
             if note:
                 ws.run = run = dataclasses.replace(ws.run, notices=(note, *ws.run.notices))
-            new = prefetch(run, callback_slot)
+            new = prefetch(run, slot)
+        except ServerBusyError:
+            return False
         except SpecvizError:
             ws.prefetch_failed = mark
             return False

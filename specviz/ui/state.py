@@ -13,13 +13,16 @@ run is a timeline of steps::
 (live runs only). `before` is the step shown before the last move, so the picture can animate
 from it.
 
-**Prefetch.** The browser steps through a cycle's phases by itself, so the next cycle is best
-computed before anyone asks for it: `prefetch` runs it on a *fork* of the decoder (caches and
+**Prefetch.** The browser steps through a cycle's phases by itself, so the next cycles are best
+computed before anyone asks for them: `prefetch` runs one on a *fork* of the decoder (caches and
 random streams copied, so the trace is the one the decoder itself would produce next) and keeps
-it beside the run as `Run.ahead`. `adopt` makes it the run's next cycle when the run reaches it;
-`compute_cycle` adopts instead of computing when it can, so a cycle is never computed twice. A
-live setting change (K, temperature, what-if, …) changes the decoder's config, and a prefetched
-cycle computed under another config is dropped, never shown.
+it beside the run in `Run.ahead`; called again, it runs the cycle after on a fork of that fork,
+up to `PREFETCH_DEPTH` cycles. Two, because Next cycle jumps over a whole cycle to the end of the
+next: with one cycle in hand, the click after that jump always waited for a computation. `adopt`
+makes the first one the run's next cycle when the run reaches it; `compute_cycle` adopts instead
+of computing when it can, so a cycle is never computed twice. A live setting change (K,
+temperature, what-if, …) changes the decoder's config, and prefetched cycles computed under
+another config are dropped, never shown.
 
 Runs come from three sources: **live** (a decoder, possibly parked while idle), **imported**
 (a run file: no model at all) and **replay** (a live or imported run's committed token stream
@@ -53,6 +56,9 @@ MAX_RUNS = 8  # runs kept per browser session; the oldest is dropped first
 
 class RecordingEndError(SpecvizError):
     """A recorded (imported or replayed) run has no more cycles to show."""
+
+
+PREFETCH_DEPTH = 2  # cycles computed ahead of the run (see the module docstring)
 
 
 @dataclass(frozen=True)
@@ -96,7 +102,7 @@ class Run:
     lab: Any = None  # specviz.lab.LabResult of the last exactness lab
     notices: tuple[str, ...] = ()
     quiz: tuple[Any, ...] = ()  # specviz.ui.quiz.QuizResult per answered cycle
-    ahead: Ahead | None = None  # the next cycle, prefetched (not yet part of `traces`)
+    ahead: tuple[Ahead, ...] = ()  # the next cycles, prefetched in order (not yet part of `traces`)
     parked_idle: bool = False  # parked by the idle sweep (not because another run was shown)
 
     @property
@@ -117,10 +123,17 @@ class Run:
         return True
 
     @property
+    def ahead_cycles(self) -> tuple[CycleTrace, ...]:
+        """The prefetched cycles, in order, if they still match the decoder's settings."""
+        if not self.ahead or self.dec is None or self.dec.config != self.ahead[0].config:
+            return ()
+        return tuple(a.trace for a in self.ahead)
+
+    @property
     def next_cycle(self) -> CycleTrace | None:
         """The prefetched next cycle, if it still matches the decoder's settings."""
-        a = self.ahead
-        return a.trace if a is not None and self.dec is not None and self.dec.config == a.config else None
+        cycles = self.ahead_cycles
+        return cycles[0] if cycles else None
 
     @property
     def cycles_shown(self) -> int:
@@ -247,31 +260,47 @@ def compute_cycle(run: Run, slot: Slot = nullcontext) -> Run:
     step = PHASES_PER_CYCLE * (len(traces) - 1) + 1
     notices = whatif.notices(result, forced) if forced else ()
     return dataclasses.replace(
-        run, dec=result.decoder, traces=traces, revealed=step, before=run.view, view=step, notices=notices, ahead=None
+        run, dec=result.decoder, traces=traces, revealed=step, before=run.view, view=step, notices=notices, ahead=()
     )
 
 
 def prefetch(run: Run, slot: Slot = nullcontext) -> Run:
-    """Compute the next cycle on a fork of the decoder, without showing it (`Run.ahead`). Nothing
-    to do for a recording, a finished or parked run, a run that already has it, or a what-if cycle
-    (forcing is asked for one cycle at the moment it runs). Errors propagate; the run is unchanged."""
+    """Compute one more cycle ahead, on a fork of the decoder that computed the last one (the run's
+    own, or the last prefetched one's), without showing it (`Run.ahead`). Nothing to do for a
+    recording, a finished or parked run, a run with `PREFETCH_DEPTH` cycles in hand or whose text
+    ends within them, or a what-if cycle (forcing is asked for one cycle at the moment it runs).
+    Cycles computed under other settings are dropped first. Errors propagate; the run is unchanged."""
     dec = run.dec
-    if not run.live or dec is None or dec.finished or run.next_cycle is not None or dec.config.forced_outcomes:
+    if not run.live or dec is None or dec.config.forced_outcomes or not can_compute_ahead(run):
         return run
-    twin = dec.fork()  # caches and random streams copied: the same cycle `dec.step()` would give
+    ahead = run.ahead if run.ahead_cycles else ()
+    last = ahead[-1].decoder if ahead else dec
+    twin = last.fork()  # caches and random streams copied: the same cycle `last.step()` would give
     with slot():
         trace = twin.step()
-    return dataclasses.replace(run, ahead=Ahead(trace, twin, dec.config))
+    return dataclasses.replace(run, ahead=(*ahead, Ahead(trace, twin, dec.config)))
+
+
+def can_compute_ahead(run: Run) -> bool:
+    """Whether `prefetch` would compute a cycle: fewer than `PREFETCH_DEPTH` in hand, the text not
+    ended (the run's decoder, or the last prefetched cycle's)."""
+    if run.dec is None:
+        return False
+    cycles = run.ahead_cycles
+    if len(cycles) >= PREFETCH_DEPTH:
+        return False
+    return not (cycles[-1].finish_reason if cycles else run.dec.finished)
 
 
 def adopt(run: Run) -> Run:
-    """The prefetched cycle becomes the run's next one (the view does not move); one computed
-    under other settings is dropped."""
-    if run.ahead is None:
+    """The first prefetched cycle becomes the run's next one (the view does not move); cycles
+    computed under other settings are dropped."""
+    if not run.ahead:
         return run
     if run.next_cycle is None:
-        return dataclasses.replace(run, ahead=None)
-    return dataclasses.replace(run, dec=run.ahead.decoder, traces=(*run.traces, run.ahead.trace), ahead=None)
+        return dataclasses.replace(run, ahead=())
+    first, *rest = run.ahead
+    return dataclasses.replace(run, dec=first.decoder, traces=(*run.traces, first.trace), ahead=tuple(rest))
 
 
 def show_step(run: Run, step: int) -> Run:
@@ -342,7 +371,7 @@ def park(run: Run) -> Run:
     """Release a live run's decoder (its KV caches); the history stays."""
     if run.dec is None:
         return run
-    return dataclasses.replace(run, dec=None, parked=parking.park(run.dec), ahead=None)
+    return dataclasses.replace(run, dec=None, parked=parking.park(run.dec), ahead=())
 
 
 def wake(run: Run, slot: Slot = nullcontext) -> Run:

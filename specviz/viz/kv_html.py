@@ -244,7 +244,10 @@ def _cache_html(cache: _Cache, token_text: TokenText, cap: int, lecture: bool) -
     hot |= {p[0] for p in (ptr, was_ptr) if p is not None}
     rows = _window(cache, n_rows, hot, cap)
 
-    parts = [f"<section class='svkv-cache' aria-label='{esc_attr(cache.title)}'>", _heading(cache, lecture)]
+    # The cache, its free list and its grid are keyed too: when one of them moves as a whole (the
+    # cache above grew a row), it glides as one node and carries its rows and chips (stage.js `flip`).
+    parts = [f"<section class='svkv-cache' data-key='{cache.cid}-cache' aria-label='{esc_attr(cache.title)}'>",
+             _heading(cache, lecture)]
     if snap.layout == "paged":
         parts.append(_free_list_html(cache))
     if len(rows) < n_rows:
@@ -252,7 +255,7 @@ def _cache_html(cache: _Cache, token_text: TokenText, cap: int, lecture: bool) -
     # Wide rows (a 16-token page) leave each cell a few characters: a smaller (still ≥ 14 px)
     # token font keeps a long token to two or three lines instead of a tower.
     dense = " svkv-dense" if width >= DENSE_COLS else ""
-    parts.append(f"<div class='svkv-grid{dense}' style='--cols:{width}'>")
+    parts.append(f"<div class='svkv-grid{dense}' data-key='{cache.cid}-grid' style='--cols:{width}'>")
     last = -1
     for row in rows:
         if row > last + 1:
@@ -316,7 +319,7 @@ def _free_list_html(cache: _Cache) -> str:
                 chips.append(f"<span class='svkv-fb-more'>… {skipped} more …</span>")
             continue
         chips.append(f"<span class='svkv-fb' data-key='{cache.cid}-fb{b}'>{b}</span>")
-    return (f"<div class='svkv-free'><span class='svkv-free-h'>free list ({snap.num_free_blocks} of "
+    return (f"<div class='svkv-free' data-key='{cache.cid}-free'><span class='svkv-free-h'>free list ({snap.num_free_blocks} of "
             f"{snap.num_blocks} blocks) →</span>{''.join(chips) or '<span>empty</span>'}</div>")
 
 
@@ -402,7 +405,7 @@ def _cycle_html(trace: CycleTrace, phase: str) -> str:
     step = _step(phase)
     if not trace.drafts:
         note = trace.proposer_note or "the proposer proposed nothing: the target took one plain step"
-        return f"<div class='svkv-cycle'><h3 class='svkv-title'>This cycle</h3><p>{esc_attr(note)}</p></div>"
+        return f"<div class='svkv-cycle' data-key='cyc'><h3 class='svkv-title'>This cycle</h3><p>{esc_attr(note)}</p></div>"
     greedy = trace.temperature == 0
     intro = ("temperature 0: q and p are one-hot — q(d) = 1 for every draft (it is the draft's argmax), and a "
              "draft passes iff it is also the target's argmax" if greedy
@@ -413,7 +416,7 @@ def _cycle_html(trace: CycleTrace, phase: str) -> str:
         cols.append(_result_column(trace))
     n = len(cols)
     return (
-        "<div class='svkv-cycle'><h3 class='svkv-title'>This cycle's drafts</h3>"
+        "<div class='svkv-cycle' data-key='cyc'><h3 class='svkv-title'>This cycle's drafts</h3>"
         f"<p class='svkv-sub2'>{esc_attr(intro)}</p>"
         f"<div class='svkv-drafts' style='--n:{n}'>{''.join(cols)}</div></div>"
     )

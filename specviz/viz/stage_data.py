@@ -119,12 +119,16 @@ def intro_html(target: str, proposer: str) -> str:
     return _MD.render(text)
 
 
+AHEAD = 2  # cycles after the shown one that the browser gets once computed (ui/state.py PREFETCH_DEPTH)
+
+
 def window(view: int, tl: Timeline) -> range:
     """The steps sent with the page: the shown cycle's phases, the step before it (the previous
-    cycle's rollback) and the next cycle's, when computed — a sliding window, not the whole run."""
+    cycle's rollback) and the next `AHEAD` cycles', when computed — a sliding window, not the whole
+    run."""
     cycle = 0 if view == 0 else (view - 1) // PHASES_PER_CYCLE
     lo = max(0, PHASES_PER_CYCLE * cycle)
-    hi = min(tl.last_step, PHASES_PER_CYCLE * (cycle + 2))
+    hi = min(tl.last_step, PHASES_PER_CYCLE * (cycle + 1 + AHEAD))
     return range(lo, max(lo, hi) + 1)
 
 

@@ -129,12 +129,18 @@ function patch(slot, html) {
   }
   const holder = document.createElement('div');
   holder.innerHTML = html;
-  const changed = [], motion = !reducedMotion(), seen = new Map();
+  const changed = [], motion = !reducedMotion(), seen = new Map(), added = new Set();
   morphdom(slot, holder, {
     childrenOnly: true,
     getNodeKey: svKey,
+    // A new keyed node fades in; the keyed nodes inside it come with it (a new cache row is one
+    // animation, not one per slot: dozens of them at once cost a software-rendered page frames).
     onNodeAdded(node) {
-      if (node.nodeType === 1 && node.hasAttribute('data-key')) enter(node);
+      if (node.nodeType === 1 && node.hasAttribute('data-key')) {
+        const up = node.parentElement && node.parentElement.closest('[data-key]');
+        if (!up || !added.has(up)) enter(node);
+        added.add(node);
+      }
       return node;
     },
     // Focus stays where the keyboard left it: an element that has focus keeps its attributes.
