@@ -143,6 +143,18 @@ def test_a_report_moves_the_server_to_the_browsers_step_adopting_the_prefetched_
     assert far.view == PHASES_PER_CYCLE * len(far.traces)
 
 
+def test_a_browser_two_cycles_on_moves_the_server_through_both(pair):
+    """The browser holds two prefetched cycles and may reach the second before the server heard of the
+    first (its report still on the way, or never sent in a burst of clicks): a request from there
+    adopts both, then steps; it must not pull the browser back a cycle."""
+    run = prefetch(prefetch(live(pair)))
+    second = run.ahead[1]
+    got = stage_events.apply(run, {"kind": "next_phase", "run": run.id, "step": 10, "target": 11, "req": "m:1"})
+    assert len(got.traces) >= 3 and got.traces[1] is second.trace and (got.before, got.view) == (10, 11)
+    seen = stage_events.apply(run, {"kind": "view", "run": run.id, "step": 9})
+    assert seen.view == 9 and len(seen.traces) == 2 and seen.dec is second.decoder
+
+
 def test_a_request_moves_first_then_steps_like_the_buttons(pair):
     run = prefetch(live(pair))
     browser_at = 5  # the browser showed cycle 1 to its rollback without telling the server

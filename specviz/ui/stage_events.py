@@ -20,7 +20,7 @@ browser that lacks a body it was not sent (a remounted stage starts empty) lacks
 asks for it like any other.
 
 `step` is always the step the browser shows. The run first moves there (adopting the prefetched
-cycle if the step lies in it), then does what was asked, with the same state-machine functions the
+cycles up to the one the step lies in), then does what was asked, with the same state-machine functions the
 page's buttons use, so a click answered by the server and one answered locally cannot disagree.
 A message from a page that shows another run is ignored.
 """

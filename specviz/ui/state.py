@@ -305,8 +305,9 @@ def adopt(run: Run) -> Run:
 
 def show_step(run: Run, step: int) -> Run:
     """Show a step the browser already showed (it steps locally and says where it is): adopt the
-    prefetched cycle if the step lies in it, reveal up to it."""
-    if step > PHASES_PER_CYCLE * len(run.traces):
+    prefetched cycles up to the one the step lies in (the browser may be two cycles on, its report
+    of the first one still on its way or never sent), reveal up to it."""
+    while step > PHASES_PER_CYCLE * len(run.traces) and run.next_cycle is not None:
         run = adopt(run)
     step = max(0, min(step, PHASES_PER_CYCLE * len(run.traces)))
     return dataclasses.replace(run, before=run.view, view=step, revealed=max(run.revealed, step))

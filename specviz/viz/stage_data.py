@@ -31,6 +31,7 @@ disabled (token texts inside the narrative are not ours). No Streamlit, no torch
 from __future__ import annotations
 
 import base64
+import functools
 import itertools
 import json
 import zlib
@@ -176,12 +177,18 @@ def step_payload(
         "cycle": cycle,
         "phase": phase,
         "kv": pictures,
-        "status": _MD.render(status + tl.status_suffix),
+        "status": _status_html(status + tl.status_suffix),
         "story": story,
         "strip": strip,
         # What computing this step's cycle took on the server (the latency bench compares with it).
         "compute_ms": round(sum(tr.timings_ms.values()), 1) if tr is not None else None,
     }
+
+
+@functools.lru_cache(maxsize=2048)
+def _status_html(text: str) -> str:
+    """A status line rendered (every step of every payload has one, and most recur unchanged)."""
+    return _MD.render(text)
 
 
 def _picture(tl: Timeline, step: int, tr: CycleTrace | None, phase: str, lecture: bool, max_rows: int | None) -> str:
