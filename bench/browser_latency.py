@@ -23,7 +23,11 @@ page's own `.click()` on the stage button (no Playwright round trip in the numbe
 `requestAnimationFrame` loop checks every frame that the stage's title (`.svs[data-title]`) has
 changed and no request is pending; *painted* is the first frame after the one that saw it (a rAF
 callback runs before its frame is painted, so the next callback marks the paint). The loop then
-keeps sampling for 400 ms: the gaps between frames give the frame rate during the transition.
+keeps sampling for 400 ms. The frames that began before the step's animations (glides, fade-ins,
+cross-fades: `getAnimations`, all `finished`) ended are the transition: their gaps give its frame
+rate and its worst gap (the bounds). The worst gap over the whole 400 ms is reported beside it: a
+report to the server is sent the moment the motion has run, and the frame that sends it moves
+nothing on screen.
 
 Goals (the issue's bounds): Next phase median ≤ 50 ms and p95 ≤ 120 ms; Next cycle (prefetched)
 median ≤ 120 ms; not prefetched, the cycle's compute time + ≤ 150 ms; ≥ 50 fps median during a
@@ -67,16 +71,24 @@ CLICK_JS = """([key, timeoutMs, sampleMs]) => new Promise(resolve => {
   const target = key === 'next_phase' ? stage.state.cur + 1
     : (stage.state.cur % 5 === 0 ? stage.state.cur + 5 : Math.ceil(stage.state.cur / 5) * 5);
   const had = !!stage.state.data.steps[String(target)];
-  let seenAt = null, painted = null, last = null;
-  const gaps = [], gapEnds = [];
+  let seenAt = null, painted = null, last = null, motionEnd = null;
+  const gaps = [], gapEnds = [], moving = [];
   const t0 = performance.now();
   btn.click();
   const asked = stage.state.waiting, at = performance.timeOrigin + t0;
   function tick() {
     const now = performance.now();
-    if (painted !== null) { gaps.push(now - last); gapEnds.push(Math.round(now - t0)); }
+    if (painted !== null) {
+      gaps.push(now - last); gapEnds.push(Math.round(now - t0));
+      moving.push(motionEnd === null || last < motionEnd);  // the frame began while the step's motion ran
+    }
     last = now;
-    if (seenAt !== null && painted === null) painted = now - t0;
+    if (seenAt !== null && painted === null) {
+      painted = now - t0;
+      // The transition: until every animation the step started (glides, fade-ins, cross-fades) is done.
+      const anims = root.getAnimations ? root.getAnimations({subtree: true}) : [];
+      Promise.all(anims.map(a => a.finished.catch(() => null))).then(() => { motionEnd = performance.now(); });
+    }
     if (seenAt === null && root.dataset.title !== title0 && !stage.state.waiting) seenAt = now;
     if (painted !== null && now - t0 - painted >= sampleMs) {
       const step = stage.state.data.steps[String(stage.state.cur)] || {};
@@ -91,7 +103,7 @@ CLICK_JS = """([key, timeoutMs, sampleMs]) => new Promise(resolve => {
       // The stage's own messages meanwhile (ms since the click): what a long frame gap fell on.
       const events = stage.state.log.filter(e => e[0] >= t0).map(e => [Math.round(e[0] - t0), ...e.slice(1, 3)]);
       resolve({painted, from: title0, to: root.dataset.title, asked, had, seqMoved: stage.state.seq !== seq0,
-               gaps, gapEnds, computeMs: step.compute_ms, split, events});
+               gaps, gapEnds, moving, computeMs: step.compute_ms, split, events});
       return;
     }
     if (now - t0 > timeoutMs) { resolve({error: 'no paint within ' + timeoutMs + ' ms', from: title0}); return; }
@@ -221,9 +233,11 @@ def run(
                         errors.append(f"{LABELS[key]} #{i + 1}: {got['error']}")
                         continue
                     gaps, ends, events = got.pop("gaps"), got.pop("gapEnds"), got.pop("events")
+                    motion = [g for g, m in zip(gaps, got.pop("moving"), strict=True) if m]
                     click = {"button": key, "cold": cold, **got,
-                             "fps_median": 1000 / statistics.median(gaps) if gaps else None,
-                             "max_gap_ms": max(gaps) if gaps else None}
+                             "fps_median": 1000 / statistics.median(motion) if motion else None,
+                             "max_gap_ms": max(motion) if motion else None,
+                             "window_max_gap_ms": max(gaps) if gaps else None}
                     click["kind"] = kind_of(click)
                     clicks.append(click)
                     extra = f" (cycle computed in {got['computeMs']:.0f} ms)" if click["kind"] == "asked" else ""
@@ -234,8 +248,8 @@ def run(
                         worst = gaps.index(max(gaps))
                         extra += f" — the long frame ended {ends[worst]} ms after the click; stage: {events}"
                     say(f"  {LABELS[key]:10s} {click['kind']:10s} {got['from']!r} → {got['to']!r}: painted "
-                        f"{got['painted']:.0f} ms, {click['fps_median']:.0f} fps, max gap {click['max_gap_ms']:.0f} ms"
-                        f"{extra}")
+                        f"{got['painted']:.0f} ms, {_fps(click['fps_median'])}, max gap {_ms(click['max_gap_ms'])} "
+                        f"in motion, {_ms(click['window_max_gap_ms'])} in {SAMPLE_MS} ms{extra}")
             browser.close()
     finally:
         stop_server(proc)
@@ -282,17 +296,26 @@ def rows_of(clicks: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def frames_of(clicks: list[dict[str, Any]]) -> dict[str, Any]:
-    """Frame rate during the transitions: median of the per-click medians, the worst gap."""
+    """Frame rate during the transitions (the frames that began while the step's animations ran):
+    median of the per-click medians, the worst gap; and the worst gap in the whole sampled window
+    (after the motion too: a long frame then moves nothing on screen, but it is reported)."""
     fps = [c["fps_median"] for c in clicks if c.get("fps_median")]
     gaps = [c["max_gap_ms"] for c in clicks if c.get("max_gap_ms") is not None]
+    window = [c["window_max_gap_ms"] for c in clicks if c.get("window_max_gap_ms") is not None]
     med = statistics.median(fps) if fps else None
     worst = max(gaps) if gaps else None
     return {"fps_median": med, "max_gap_ms": worst, "clicks_over_gap": sum(g > GAP_GOAL_MS for g in gaps),
+            "window_max_gap_ms": max(window) if window else None,
+            "window_clicks_over_gap": sum(g > GAP_GOAL_MS for g in window),
             "goal_met": med is not None and med >= FPS_GOAL and worst is not None and worst <= GAP_GOAL_MS}
 
 
 def _ms(x: float | None) -> str:
     return "—" if x is None else f"{x:.0f} ms"
+
+
+def _fps(x: float | None) -> str:
+    return "no motion" if x is None else f"{x:.0f} fps"
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -320,9 +343,11 @@ def markdown(result: dict[str, Any]) -> str:
     f = result["frames"]
     lines += [
         "",
-        f"Frames during the {SAMPLE_MS} ms after each paint: median {f['fps_median'] or 0:.0f} fps (goal ≥ "
-        f"{FPS_GOAL:.0f}), worst gap {_ms(f['max_gap_ms'])} (goal ≤ {GAP_GOAL_MS:.0f} ms; {f['clicks_over_gap']} "
-        f"click(s) over it): {'met' if f['goal_met'] else 'not met'}.",
+        f"Frames during the transitions (from the paint until the step's animations end): median "
+        f"{f['fps_median'] or 0:.0f} fps (goal ≥ {FPS_GOAL:.0f}), worst gap {_ms(f['max_gap_ms'])} (goal ≤ "
+        f"{GAP_GOAL_MS:.0f} ms; {f['clicks_over_gap']} click(s) over it): {'met' if f['goal_met'] else 'not met'}. "
+        f"Over the whole {SAMPLE_MS} ms after each paint, motion or not, the worst gap was "
+        f"{_ms(f.get('window_max_gap_ms'))} ({f.get('window_clicks_over_gap', 0)} click(s) over {GAP_GOAL_MS:.0f} ms).",
         "",
         "Every click (painted, ms):",
         "",

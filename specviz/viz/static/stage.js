@@ -449,7 +449,12 @@ function createStage(root, hooks) {
     const mark = `${data.run}:${Object.keys(data.steps).pop()}`;
     if (data.prefetch && !s.waiting && s.prefetched !== mark) {
       s.prefetched = mark;  // after the motion of the step just shown (the script run costs frames),
-      setTimeout(() => send('prefetch'), atEdge() ? 0 : REPORT_AFTER_MOTION_MS);  // or now at the edge
+      setTimeout(() => {  // or now at the edge
+        // Not while a request is out: its script run would be cut short by this one, and the asked
+        // step would come only after this cycle's compute too. The answer's payload asks again.
+        if (s.waiting) s.prefetched = null;
+        else send('prefetch');
+      }, atEdge() ? 0 : REPORT_AFTER_MOTION_MS);
     }
   }
   return api;
