@@ -123,9 +123,10 @@ KNOWN_JS = """(key) => { const s = window.__specvizStage.state;
   return !!s.data.steps[String(target)] && !s.waiting; }"""
 COLD_LEAD_MAX = 4  # quick clicks at most before a cold one (a text ends within a few cycles)
 
+# At rest: every cycle the server computes ahead (two) has arrived, or the text ends before.
 PREFETCHED_JS = """() => { const s = window.__specvizStage.state;
-  const end = s.cur === 0 ? 0 : Math.ceil(s.cur / 5) * 5;
-  return (!!s.data.steps[String(end + 1)] || !s.data.more) && !s.waiting; }"""
+  const end = s.cur === 0 ? 0 : Math.ceil(s.cur / 5) * 5, has = n => !!s.data.steps[String(n)];
+  return ((has(end + 1) && has(end + 6)) || !s.data.more) && !s.waiting; }"""
 
 
 def _stats(xs: list[float]) -> dict[str, Any]:

@@ -287,24 +287,28 @@ def stage(after: Any = None) -> None:
     ss._full_run = False
     stage_component.first_cycle(ws)
     run = ws.run
-    button_row(run)
     cycle, phase = view_of(run.view, run)
     lecture = bool(ss.get("lecture"))
     compare = compare_settings()
-    # One container, always drawn, for what may or may not be there: the component after it keeps
-    # its place in the page (a shifted component was remounted, its steps lost).
-    with st.container():
-        if ws.reset_asked is run:
-            reset_question(run)
-        messages(ws)
-        if compare and run.traces:
-            st.markdown(compare_title(compare) + " — the second picture")
+    # The buttons and the notes above the stage go into a container that is drawn first and filled
+    # after the stage: the stage's data is then the run's first message, which the browser applies
+    # before it redraws the buttons (each message is a render of the page there; an asked step
+    # came 50-180 ms after its payload was built). The container is always drawn, so the component
+    # keeps its place in the page (a shifted component was remounted, its steps lost).
+    top = st.container()
     stage_component.show(stage_component.payload(
         run, ws, lecture=lecture, max_rows=LECTURE_ROWS if lecture else STAGE_ROWS,
         proposer_label=proposer_label(run), suffix=status_suffix(run),
         compare=compare_timeline(run, compare) if compare else None,
         follow=bool(ss.get("quiz")) or (bool(ss.get("more")) and not lecture),
     ))  # fmt: skip
+    with top:
+        button_row(run)
+        if ws.reset_asked is run:
+            reset_question(run)
+        messages(ws)
+        if compare and run.traces:
+            st.markdown(compare_title(compare) + " — the second picture")
     if ss.get("quiz"):
         quiz_box(run, cycle, phase)
     history_slider(run)

@@ -348,10 +348,13 @@ function createStage(root, hooks) {
     s.resendTimer = setTimeout(again, wait);
   }
 
-  // `fn` once the picture's motion (FLIP glides, fade-ins, cross-fades) has run; at once without any.
+  // `fn` once the picture's motion (FLIP glides, fade-ins, cross-fades) has run. Asked a frame on:
+  // a cross-fade is a CSS transition, which exists only once the next style update has run.
   function whenStill(fn) {
-    const running = root.getAnimations ? root.getAnimations({subtree: true}) : [];
-    Promise.all(running.map(a => a.finished.catch(() => null))).then(fn);
+    requestAnimationFrame(() => {
+      const running = root.getAnimations ? root.getAnimations({subtree: true}) : [];
+      Promise.all(running.map(a => a.finished.catch(() => null))).then(fn);
+    });
   }
 
   function atEdge(step = s.cur) { return !known(step + 1) && !!s.data.more; }
@@ -449,12 +452,14 @@ function createStage(root, hooks) {
     const mark = `${data.run}:${Object.keys(data.steps).pop()}`;
     if (data.prefetch && !s.waiting && s.prefetched !== mark) {
       s.prefetched = mark;  // after the motion of the step just shown (the script run costs frames),
-      setTimeout(() => {  // or now at the edge
+      const ask = () => {  // or at the edge, the moment the motion has run
         // Not while a request is out: its script run would be cut short by this one, and the asked
         // step would come only after this cycle's compute too. The answer's payload asks again.
         if (s.waiting) s.prefetched = null;
         else send('prefetch');
-      }, atEdge() ? 0 : REPORT_AFTER_MOTION_MS);
+      };
+      if (atEdge()) whenStill(ask);
+      else setTimeout(ask, REPORT_AFTER_MOTION_MS);
     }
   }
   return api;
