@@ -19,7 +19,7 @@ const PHASES = 5;  // steps per cycle: draft, verify, accept, resolve, rollback
 const MOVE_MS = 340;
 const ENTER_MS = 280;
 const REPORT_IDLE_MS = 1200;  // a pause this long after local steps tells the server where we are
-const REPORT_AFTER_MOTION_MS = 700;  // a report that matters, sent once the step's motion has run
+const SEND_GAP_MS = 80;  // between two messages to the server (see `send`)
 const RESEND_MS = 4000;  // a request not answered by then is sent again (then after 8 s, 16 s, ...)
 const MOUNT = Math.random().toString(36).slice(2, 10);  // this page's requests, told from another's
 const HOLD = 48;  // step bodies kept (a few cycles); the ones the current data names are never dropped
@@ -239,9 +239,17 @@ function createStage(root, hooks) {
   // debugging the stage in a console).
   function note(entry) { s.log.push([Math.round(performance.now()), ...entry]); if (s.log.length > 80) s.log.shift(); }
 
+  // Messages leave at least SEND_GAP_MS apart: two trigger values set in one moment travel as one,
+  // and a report and a prefetch both wait for the same motion to end.
+  let nextSendAt = 0;
   function send(kind, extra) {
     note(['sent', kind, s.cur, extra && extra.target, extra && extra.req]);
-    if (hooks.send) hooks.send(Object.assign({kind, step: s.cur, run: s.run, seq: s.seq, have: [...held.keys()].map(Number)}, extra || {}));
+    if (!hooks.send) return;
+    const message = Object.assign({kind, step: s.cur, run: s.run, seq: s.seq, have: [...held.keys()].map(Number)}, extra || {});
+    const now = performance.now(), at = Math.max(now, nextSendAt);
+    nextSendAt = at + SEND_GAP_MS;
+    if (at <= now) hooks.send(message);
+    else setTimeout(() => hooks.send(message), at - now);
   }
 
   function report(kind, extra) {
@@ -299,20 +307,16 @@ function createStage(root, hooks) {
       say(s.held === null || s.held === target ? '' : 'Quiz question skipped.');
       if (s.held !== null && s.held !== target) s.held = null;
       if (s.cur === s.reported) return;
-      if (atEdge(target)) {
-        // At the edge of what the browser has, the next click would wait for the server: say where
-        // we are the moment the motion has run, so that the server starts on the next cycle then.
-        // Not sooner: on a machine that also computes, the cycle and its payload landing mid-motion
-        // cost frames. A click that comes meanwhile asks at once (`request`).
-        whenStill(() => { if (s.cur === target && s.cur !== s.reported) report('view'); });
-        return;
-      }
-      // A new cycle (the server adopts it and computes the next one) or a phase that the tabs or the
-      // quiz below follow: say so once the motion is over (a script run meanwhile would cost frames);
-      // otherwise after a pause, so Play, Reset and the history start from the step on screen.
-      const soon = (cycleOf(target) !== before && target > 0 && kind !== 'back') || s.data.follow;
-      s.reportTimer = setTimeout(() => { if (s.cur !== s.reported) report('view'); },
-        soon ? REPORT_AFTER_MOTION_MS : REPORT_IDLE_MS);
+      // At the edge of what the browser has (the next click would wait for the server), in a new
+      // cycle (the server adopts it and computes one more) or at a phase that the tabs or the quiz
+      // below follow: say where we are the moment the step's motion has run, if the browser is
+      // still there. Not sooner: on a machine that also computes, the script run and its payload
+      // landing mid-motion cost frames. (A click that comes meanwhile and needs the server asks at
+      // once: `request`.) Otherwise after a pause, so Play, Reset and the history start from the
+      // step on screen.
+      const soon = atEdge(target) || (cycleOf(target) !== before && target > 0 && kind !== 'back') || s.data.follow;
+      if (soon) whenStill(() => { if (s.cur === target && s.cur !== s.reported) report('view'); });
+      else s.reportTimer = setTimeout(() => { if (s.cur !== s.reported) report('view'); }, REPORT_IDLE_MS);
       return;
     }
     if (kind !== 'back' && !s.data.more) {
@@ -452,14 +456,12 @@ function createStage(root, hooks) {
     const mark = `${data.run}:${Object.keys(data.steps).pop()}`;
     if (data.prefetch && !s.waiting && s.prefetched !== mark) {
       s.prefetched = mark;  // after the motion of the step just shown (the script run costs frames),
-      const ask = () => {  // or at the edge, the moment the motion has run
+      whenStill(() => {
         // Not while a request is out: its script run would be cut short by this one, and the asked
         // step would come only after this cycle's compute too. The answer's payload asks again.
         if (s.waiting) s.prefetched = null;
         else send('prefetch');
-      };
-      if (atEdge()) whenStill(ask);
-      else setTimeout(ask, REPORT_AFTER_MOTION_MS);
+      });
     }
   }
   return api;
