@@ -315,8 +315,10 @@ function createStage(root, hooks) {
       // once: `request`.) Otherwise after a pause, so Play, Reset and the history start from the
       // step on screen.
       const soon = atEdge(target) || (cycleOf(target) !== before && target > 0 && kind !== 'back') || s.data.follow;
-      if (soon) whenStill(() => { if (s.cur === target && s.cur !== s.reported) report('view'); });
-      else s.reportTimer = setTimeout(() => { if (s.cur !== s.reported) report('view'); }, REPORT_IDLE_MS);
+      // Never while a request is out (see the prefetch below): the request tells the server the step.
+      const due = () => !s.waiting && s.cur === target && s.cur !== s.reported;
+      if (soon) whenStill(() => { if (due()) report('view'); });
+      else s.reportTimer = setTimeout(() => { if (due()) report('view'); }, REPORT_IDLE_MS);
       return;
     }
     if (kind !== 'back' && !s.data.more) {
