@@ -285,17 +285,19 @@ def stage(after: Any = None) -> None:
         if ws.whatif_spent:
             st.rerun(scope="app")  # redraw the sidebar: the what-if toggle has switched itself off
     ss._full_run = False
-    stage_component.first_cycle(ws)
-    run = ws.run
-    cycle, phase = view_of(run.view, run)
-    lecture = bool(ss.get("lecture"))
-    compare = compare_settings()
     # The buttons and the notes above the stage go into a container that is drawn first and filled
     # after the stage: the stage's data is then the run's first message, which the browser applies
     # before it redraws the buttons (each message is a render of the page there; an asked step
     # came 50-180 ms after its payload was built). The container is always drawn, so the component
-    # keeps its place in the page (a shifted component was remounted, its steps lost).
+    # keeps its place in the page (a shifted component was remounted, its steps lost). A new run's
+    # first cycle is computed first, its wait for a decoding slot shown in that container.
     top = st.container()
+    with top:
+        stage_component.first_cycle(ws)
+    run = ws.run
+    cycle, phase = view_of(run.view, run)
+    lecture = bool(ss.get("lecture"))
+    compare = compare_settings()
     stage_component.show(stage_component.payload(
         run, ws, lecture=lecture, max_rows=LECTURE_ROWS if lecture else STAGE_ROWS,
         proposer_label=proposer_label(run), suffix=status_suffix(run),
