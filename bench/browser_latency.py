@@ -329,8 +329,9 @@ def markdown(result: dict[str, Any]) -> str:
         f"{result['pair']} pair with its default proposer ({result['proposer']}), clicks one at a time after a "
         "warm-up, the page at rest between clicks (the next cycles prefetched, except for the *cold* Next "
         "cycle clicks, made in a row until one lands past what the server computed ahead). Timed in the page "
-        "from just before the click to the first animation frame after the stage shows the new step (*painted*). *local*: the step was in the browser; "
-        "*prefetched*: a Next cycle whose cycle had arrived in advance; *asked*: the browser had to ask the "
+        "from just before the click to the first animation frame after the stage shows the new step "
+        "(*painted*). *local*: the step was in the browser; *prefetched*: a Next cycle whose cycle had arrived "
+        "in advance; *asked*: the browser had to ask the "
         f"server. {result['cores']} cores, load average at the start {load}; {result['chromium']}.",
         "",
         "| button | kind | clicks | painted median | p95 | max | goal | met |",

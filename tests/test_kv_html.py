@@ -270,8 +270,8 @@ def test_prompt_lookup_draws_the_target_alone(layout):
                             phase="prefill", proposer="lookup")
     for html in [stage(tr, token_text, phase) for phase in CYCLE_PHASES] + [prefill]:
         # one cache (the target's), the words saying why there is no second one, no proposer title
-        assert len(sections(html)) == 1 and sections(html)[0].startswith("<section class='svkv-cache' data-key='t-cache' aria-label="
-                                                                         "'Target cache'>")
+        opening = "<section class='svkv-cache' data-key='t-cache' aria-label='Target cache'>"
+        assert len(sections(html)) == 1 and sections(html)[0].startswith(opening)
         assert f"<div class='svkv-nocache'>{NO_CACHE}</div>" in html and "Prompt lookup keeps no draft cache" in html
         assert not any(title in html for title in PANEL_TITLES.values())
         assert "target only" in html and "Prompt lookup keeps no draft cache." in html  # aria-label, description

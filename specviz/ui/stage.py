@@ -289,11 +289,9 @@ def stage(after: Any = None) -> None:
     # after the stage: the stage's data is then the run's first message, which the browser applies
     # before it redraws the buttons (each message is a render of the page there; an asked step
     # came 50-180 ms after its payload was built). The container is always drawn, so the component
-    # keeps its place in the page (a shifted component was remounted, its steps lost). A new run's
-    # first cycle is computed first, its wait for a decoding slot shown in that container.
+    # keeps its place in the page (a shifted component was remounted, its steps lost).
     top = st.container()
-    with top:
-        stage_component.first_cycle(ws)
+    stage_component.first_cycle(ws)
     run = ws.run
     cycle, phase = view_of(run.view, run)
     lecture = bool(ss.get("lecture"))

@@ -38,7 +38,7 @@ from ..gate import ServerBusyError
 from ..trace import CYCLE_PHASES
 from ..viz import stage_data, stage_js
 from . import stage_events
-from .session import act, callback_slot, decoding_slot, wake_note, workspace
+from .session import act, callback_slot, free_slot, wake_note, workspace
 from .state import PHASES_PER_CYCLE, Run, Workspace, can_compute_ahead, prefetch
 
 KEY = "stage"
@@ -204,13 +204,14 @@ def first_cycle(ws: Workspace) -> None:
     """A run at its very start has its first cycle computed with the page (before the stage is
     drawn), so the first Next phase is a local step like the others. Asked by the browser instead,
     it came a round trip after the page: with eight pages opening at once on one server, each
-    page's first click waited 3.5-7.4 s for it (bench.load). Taken only when a decoding slot is
-    free at once, it was still missing for most of those pages (their neighbours' prefills held
-    the slots): so the page waits its turn for it like for its prefill, with its place in the
-    queue shown where it is drawn (the caller's container, above the stage)."""
+    page's first click waited 3.5-7.4 s for it (bench.load). Only when a decoding slot is free at
+    once: a page that waited its turn for one (as for its prefill) held its place in the queue ahead
+    of the sessions already stepping, and with eight pages opening together their prefetches
+    stalled for seconds (bench.load: Next cycle 2.5-6 s, the Next phase after it 11-15 s). A page
+    that finds the slots taken gets the cycle the usual way: the browser asks for it."""
     run = ws.run
     if run is not None and run.dec is not None and not run.traces and run.view == 0 and can_prefetch(run, ws):
-        prefetch_next(ws, run.id, decoding_slot)
+        prefetch_next(ws, run.id, free_slot)
 
 
 def prefetch_next(ws: Workspace, run_id: int, slot: Any = callback_slot) -> bool:

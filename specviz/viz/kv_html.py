@@ -319,8 +319,9 @@ def _free_list_html(cache: _Cache) -> str:
                 chips.append(f"<span class='svkv-fb-more'>… {skipped} more …</span>")
             continue
         chips.append(f"<span class='svkv-fb' data-key='{cache.cid}-fb{b}'>{b}</span>")
-    return (f"<div class='svkv-free' data-key='{cache.cid}-free'><span class='svkv-free-h'>free list ({snap.num_free_blocks} of "
-            f"{snap.num_blocks} blocks) →</span>{''.join(chips) or '<span>empty</span>'}</div>")
+    head = f"free list ({snap.num_free_blocks} of {snap.num_blocks} blocks) →"
+    return (f"<div class='svkv-free' data-key='{cache.cid}-free'><span class='svkv-free-h'>{head}</span>"
+            f"{''.join(chips) or '<span>empty</span>'}</div>")
 
 
 def _overview_html(cells: Sequence[Sequence[_Slot]], shown: Sequence[int]) -> str:
@@ -405,7 +406,8 @@ def _cycle_html(trace: CycleTrace, phase: str) -> str:
     step = _step(phase)
     if not trace.drafts:
         note = trace.proposer_note or "the proposer proposed nothing: the target took one plain step"
-        return f"<div class='svkv-cycle' data-key='cyc'><h3 class='svkv-title'>This cycle</h3><p>{esc_attr(note)}</p></div>"
+        return (f"<div class='svkv-cycle' data-key='cyc'><h3 class='svkv-title'>This cycle</h3>"
+                f"<p>{esc_attr(note)}</p></div>")
     greedy = trace.temperature == 0
     intro = ("temperature 0: q and p are one-hot — q(d) = 1 for every draft (it is the draft's argmax), and a "
              "draft passes iff it is also the target's argmax" if greedy
