@@ -120,24 +120,6 @@ def test_timeout_raises_a_clear_error_and_leaves_the_queue():
         assert waited < 0.5
 
 
-def test_a_zero_timeout_takes_a_free_slot_or_fails_at_once():
-    """What a new page's first cycle asks for (`session.free_slot`): never a wait."""
-    gate = DecodingGate(1)
-    with gate.slot(timeout=0.0) as waited:
-        assert waited < 0.5
-    entered, leave = threading.Event(), threading.Event()
-    holder = hold_slot(gate, entered, leave)
-    try:
-        t0 = time.monotonic()
-        with pytest.raises(ServerBusyError):
-            with gate.slot(timeout=0.0, poll=5.0):
-                pytest.fail("must not get a slot")
-        assert time.monotonic() - t0 < 1.0 and gate.status() == (1, 0)
-    finally:
-        leave.set()
-        holder.join(10)
-
-
 def test_slots_are_reentrant_within_one_thread_and_free_is_immediate():
     gate = DecodingGate(1)
     calls: list[Place] = []

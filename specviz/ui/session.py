@@ -237,14 +237,6 @@ def load_pair_with_progress(kind: str, target: str, draft: str, dtype: str = "fl
     return pair
 
 
-@contextmanager
-def free_slot() -> Iterator[None]:
-    """A decoding slot only if one is free now, else `ServerBusyError` at once: for work worth doing
-    only when it delays no one (the first cycle computed with a new page)."""
-    with shared_gate(server_settings().max_decoding).slot(timeout=0.0):
-        yield
-
-
 def callback_slot() -> AbstractContextManager[None]:
     """`decoding_slot` for the stage component's callbacks: it waits without drawing. An element
     drawn in a callback lands at the top of the page and shifts everything after it, and a shifted

@@ -291,7 +291,6 @@ def stage(after: Any = None) -> None:
     # came 50-180 ms after its payload was built). The container is always drawn, so the component
     # keeps its place in the page (a shifted component was remounted, its steps lost).
     top = st.container()
-    stage_component.first_cycle(ws)
     run = ws.run
     cycle, phase = view_of(run.view, run)
     lecture = bool(ss.get("lecture"))

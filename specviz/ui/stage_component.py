@@ -19,8 +19,9 @@ fewer than `state.PREFETCH_DEPTH` in hand), the component asks for it (`{"kind":
 the callback computes it (`state.prefetch`, on a fork, under a decoding slot like any model run)
 and the fragment run that follows sends it. The browser keeps stepping meanwhile. Asked by the
 browser rather than computed at the end of every script run: a page that nobody looks at (a test
-harness, a closed tab) computes nothing ahead. The one exception is a run's very first cycle,
-computed with the page (`first_cycle`), so that the first click is as quick as the others.
+harness, a closed tab) computes nothing ahead. The one exception is a new run's first cycle,
+computed with its prefill (app.py `first_cycle_ahead`), so that the first click is as quick as
+the others.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from ..gate import ServerBusyError
 from ..trace import CYCLE_PHASES
 from ..viz import stage_data, stage_js
 from . import stage_events
-from .session import act, callback_slot, free_slot, wake_note, workspace
+from .session import act, callback_slot, wake_note, workspace
 from .state import PHASES_PER_CYCLE, Run, Workspace, can_compute_ahead, prefetch
 
 KEY = "stage"
@@ -200,21 +201,7 @@ def show(data: dict[str, Any]) -> None:
     _component()(key=KEY, data=data, on_event_change=on_event)
 
 
-def first_cycle(ws: Workspace) -> None:
-    """A run at its very start has its first cycle computed with the page (before the stage is
-    drawn), so the first Next phase is a local step like the others. Asked by the browser instead,
-    it came a round trip after the page: with eight pages opening at once on one server, each
-    page's first click waited 3.5-7.4 s for it (bench.load). Only when a decoding slot is free at
-    once: a page that waited its turn for one (as for its prefill) held its place in the queue ahead
-    of the sessions already stepping, and with eight pages opening together their prefetches
-    stalled for seconds (bench.load: Next cycle 2.5-6 s, the Next phase after it 11-15 s). A page
-    that finds the slots taken gets the cycle the usual way: the browser asks for it."""
-    run = ws.run
-    if run is not None and run.dec is not None and not run.traces and run.view == 0 and can_prefetch(run, ws):
-        prefetch_next(ws, run.id, free_slot)
-
-
-def prefetch_next(ws: Workspace, run_id: int, slot: Any = callback_slot) -> bool:
+def prefetch_next(ws: Workspace, run_id: int) -> bool:
     """Compute one more cycle ahead of the shown run, if it has fewer than `PREFETCH_DEPTH` in hand;
     True when one was added. A failure is remembered (not retried for this run state) and left for
     the click that asks for the cycle to report, with the usual words; a busy server is not a
@@ -232,7 +219,7 @@ def prefetch_next(ws: Workspace, run_id: int, slot: Any = callback_slot) -> bool
             note = wake_note(ws)
             if note:
                 ws.run = run = dataclasses.replace(ws.run, notices=(note, *ws.run.notices))
-            new = prefetch(run, slot)
+            new = prefetch(run, callback_slot)
         except ServerBusyError:
             return False
         except SpecvizError:
