@@ -61,15 +61,20 @@ FPS_GOAL, GAP_GOAL_MS = 50.0, 100.0
 VIEWPORT = {"width": 1920, "height": 1080}
 SAMPLE_MS = 400  # frames sampled after the paint: the transitions run 300 ms, FLIP moves 340 ms (+ a margin)
 
+# The step a button shows from step `cur` (stage.js `nextCycleTarget`: Next cycle ends the cycle, or
+# the next one at a cycle's end).
+TARGET_JS = """const svTarget = (key, cur) => key === 'next_phase' ? cur + 1
+  : (cur % 5 === 0 ? cur + 5 : Math.ceil(cur / 5) * 5);"""
+
 # One click, timed in the page (see the module docstring).
 CLICK_JS = """([key, timeoutMs, sampleMs]) => new Promise(resolve => {
+  """ + TARGET_JS + """
   const stage = window.__specvizStage;
   const root = document.querySelector('.svs');
   const btn = document.querySelector('.st-key-' + key + ' button');
   if (!stage || !root || !btn) { resolve({error: 'no stage or no button ' + key}); return; }
   const title0 = root.dataset.title, seq0 = stage.state.seq;
-  const target = key === 'next_phase' ? stage.state.cur + 1
-    : (stage.state.cur % 5 === 0 ? stage.state.cur + 5 : Math.ceil(stage.state.cur / 5) * 5);
+  const target = svTarget(key, stage.state.cur);
   const had = !!stage.state.data.steps[String(target)];
   let seenAt = null, painted = null, last = null, motionEnd = null;
   const gaps = [], gapEnds = [], moving = [];
@@ -118,9 +123,8 @@ IDLE_JS = """() => !!window.__specvizStage && !window.__specvizStage.state.waiti
 
 # Whether the step the button would show is already in the browser (the cold clicks run up to the
 # first one that is not: the server keeps two cycles computed ahead).
-KNOWN_JS = """(key) => { const s = window.__specvizStage.state;
-  const target = key === 'next_phase' ? s.cur + 1 : (s.cur % 5 === 0 ? s.cur + 5 : Math.ceil(s.cur / 5) * 5);
-  return !!s.data.steps[String(target)] && !s.waiting; }"""
+KNOWN_JS = """(key) => { const s = window.__specvizStage.state; """ + TARGET_JS + """
+  return !!s.data.steps[String(svTarget(key, s.cur))] && !s.waiting; }"""
 COLD_LEAD_MAX = 4  # quick clicks at most before a cold one (a text ends within a few cycles)
 
 # At rest: every cycle the server computes ahead (two) has arrived, or the text ends before.

@@ -185,16 +185,16 @@ def test_the_window_holds_the_shown_cycle_the_step_before_and_the_next_cycles(pa
     run = prefetch(prefetch(compute_cycle(compute_cycle(live(pair)))))  # two cycles adopted, two in hand
     tl = timeline_of(run)
     assert tl.last_step == 20
-    assert list(stage_data.window(7, tl)) == list(range(5, 21))  # cycle 2, its start, cycles 3 and 4
-    assert list(stage_data.window(0, tl)) == list(range(0, 16))  # the start, cycles 1 to 3
-    assert list(stage_data.window(2, tl)) == list(range(0, 16))
-    assert list(stage_data.window(12, tl)) == list(range(10, 21))  # nothing known past cycle 4
+    assert list(stage_data.window(7, tl, PREFETCH_DEPTH)) == list(range(5, 21))  # cycle 2, its start, cycles 3 and 4
+    assert list(stage_data.window(0, tl, PREFETCH_DEPTH)) == list(range(0, 16))  # the start, cycles 1 to 3
+    assert list(stage_data.window(2, tl, PREFETCH_DEPTH)) == list(range(0, 16))
+    assert list(stage_data.window(12, tl, PREFETCH_DEPTH)) == list(range(10, 21))  # nothing known past cycle 4
 
 
 def test_each_step_carries_its_picture_words_and_hooks(pair):
     run = prefetch(live(pair))
     tl = timeline_of(run)
-    steps = stage_data.steps_payload(tl, stage_data.window(0, tl), lecture=True, max_rows=3)
+    steps = stage_data.steps_payload(tl, stage_data.window(0, tl, PREFETCH_DEPTH), lecture=True, max_rows=3)
     assert list(steps) == [str(s) for s in range(6)]
     assert steps["0"]["title"] == "Prefill" and steps["0"]["cycle"] is None  # before adoption: the prefill
     tr = tl.traces[0]
@@ -220,8 +220,8 @@ def test_each_step_carries_its_picture_words_and_hooks(pair):
 def test_a_steps_body_travels_once_and_comes_back_whole(pair):
     run = prefetch(compute_cycle(live(pair)))
     tl = timeline_of(run)
-    steps = stage_data.steps_payload(tl, stage_data.window(3, tl), lecture=False, max_rows=None)
-    again = stage_data.steps_payload(tl, stage_data.window(3, tl), lecture=False, max_rows=None)
+    steps = stage_data.steps_payload(tl, stage_data.window(3, tl, PREFETCH_DEPTH), lecture=False, max_rows=None)
+    again = stage_data.steps_payload(tl, stage_data.window(3, tl, PREFETCH_DEPTH), lecture=False, max_rows=None)
     assert [d["sig"] for d in steps.values()] == [d["sig"] for d in again.values()]  # the same body, the same sig
     assert len({d["sig"] for d in steps.values()}) == len(steps)
     whole = stage_data.pack(steps)

@@ -40,7 +40,7 @@ from ..trace import CYCLE_PHASES
 from ..viz import stage_data, stage_js
 from . import stage_events
 from .session import act, callback_slot, wake_note, workspace
-from .state import PHASES_PER_CYCLE, Run, Workspace, can_compute_ahead, prefetch
+from .state import PHASES_PER_CYCLE, PREFETCH_DEPTH, Run, Workspace, can_compute_ahead, prefetch
 
 KEY = "stage"
 NAME = "specviz_stage"
@@ -171,7 +171,7 @@ def payload(run: Run, ws: Workspace, *, lecture: bool, max_rows: int, proposer_l
             compare: stage_data.Timeline | None, follow: bool) -> dict[str, Any]:
     start = time.time() * 1000
     tl = timeline(run, proposer_label, suffix)
-    steps = stage_data.window(run.view, tl)
+    steps = stage_data.window(run.view, tl, PREFETCH_DEPTH)
     data = {
         "run": run.id,
         "seq": ws.stage_seq,

@@ -120,16 +120,13 @@ def intro_html(target: str, proposer: str) -> str:
     return _MD.render(text)
 
 
-AHEAD = 2  # cycles after the shown one that the browser gets once computed (ui/state.py PREFETCH_DEPTH)
-
-
-def window(view: int, tl: Timeline) -> range:
+def window(view: int, tl: Timeline, ahead: int) -> range:
     """The steps sent with the page: the shown cycle's phases, the step before it (the previous
-    cycle's rollback) and the next `AHEAD` cycles', when computed — a sliding window, not the whole
-    run."""
+    cycle's rollback) and the next `ahead` cycles' (the server computes that many in advance:
+    ui/state.py `PREFETCH_DEPTH`), when computed — a sliding window, not the whole run."""
     cycle = 0 if view == 0 else (view - 1) // PHASES_PER_CYCLE
     lo = max(0, PHASES_PER_CYCLE * cycle)
-    hi = min(tl.last_step, PHASES_PER_CYCLE * (cycle + 1 + AHEAD))
+    hi = min(tl.last_step, PHASES_PER_CYCLE * (cycle + 1 + ahead))
     return range(lo, max(lo, hi) + 1)
 
 

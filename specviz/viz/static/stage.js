@@ -376,8 +376,7 @@ function createStage(root, hooks) {
     seek(step) { if (s.data) go(step, 'seek'); },
     get state() { return s; },
     // A payload is unpacked (inflated) and taken at once, in the call that brings it: nothing
-    // waits for a later task, and payloads are taken in the order they come. (A promise, for the
-    // callers that await it.)
+    // waits for a later task, and payloads are taken in the order they come.
     update(data) {
       const arrived = performance.timeOrigin + performance.now();
       try {
@@ -388,7 +387,6 @@ function createStage(root, hooks) {
       } catch (err) {
         say(`The stage could not read the server's data: ${err}`);
       }
-      return Promise.resolve();
     },
     destroy() { clearTimeout(s.reportTimer); clearTimeout(s.resendTimer); },
   };
