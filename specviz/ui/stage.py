@@ -4,9 +4,9 @@ Top to bottom: the step buttons, then the stage component (`stage_component`: th
 KV-cache picture — both caches and the cycle's drafts with their p, q and acceptance bars, linked
 on hover — the narrative of the phase beside it, the token strip), the quiz when it is on, and the
 history slider. The component steps through the phases it has in the browser; the buttons' own
-callbacks are the server path (what a harness without JavaScript clicks, and what the component
-falls back to). The stage runs as a Streamlit fragment, so a server step re-runs only this part of
-the page; once a cycle is on screen, the component asks for the next one in advance (prefetch).
+callbacks are the server path (what a harness without JavaScript clicks). Below the buttons the
+stage runs as a Streamlit fragment, so what the component asks of the server re-runs only that part
+of the page; once a cycle is on screen, the component asks for the next one in advance (prefetch).
 
 Keyboard: → next phase, Shift+→ next cycle, ← back (answered by the component), P play/pause
 (a Streamlit button shortcut); every control is a real button or widget, so Tab reaches it.
@@ -269,7 +269,7 @@ def messages(ws: Any) -> None:
 
 
 def stage(after: Any = None) -> None:
-    """The fragment body: buttons, status, picture, narrative, strip, quiz, history; then `after`
+    """The fragment body: notes, status, picture, narrative, strip, quiz, history; then `after`
     (the tabs, which follow the phase shown)."""
     ss = st.session_state
     ws = workspace()
@@ -285,11 +285,11 @@ def stage(after: Any = None) -> None:
         if ws.whatif_spent:
             st.rerun(scope="app")  # redraw the sidebar: the what-if toggle has switched itself off
     ss._full_run = False
-    # The buttons and the notes above the stage go into a container that is drawn first and filled
-    # after the stage: the stage's data is then the run's first message, which the browser applies
-    # before it redraws the buttons (each message is a render of the page there; an asked step
-    # came 50-180 ms after its payload was built). The container is always drawn, so the component
-    # keeps its place in the page (a shifted component was remounted, its steps lost).
+    # The notes above the stage go into a container that is drawn first and filled after the stage:
+    # the stage's data is then the run's first message, which the browser applies before it draws
+    # the rest (each message is a render of the page there; an asked step came 50-180 ms after its
+    # payload was built). The container is always drawn, so the component keeps its place in the
+    # page (a shifted component was remounted, its steps lost).
     top = st.container()
     run = ws.run
     cycle, phase = view_of(run.view, run)
@@ -302,7 +302,6 @@ def stage(after: Any = None) -> None:
         follow=bool(ss.get("quiz")) or (bool(ss.get("more")) and not lecture),
     ))  # fmt: skip
     with top:
-        button_row(run)
         if ws.reset_asked is run:
             reset_question(run)
         messages(ws)
@@ -316,7 +315,14 @@ def stage(after: Any = None) -> None:
 
 
 def run_stage(after: Any = None) -> None:
-    """The stage as a fragment; while playing it re-runs itself on a timer."""
+    """The buttons, then the stage as a fragment; while playing it re-runs itself on a timer.
+
+    The buttons stay out of the fragment: they change only with a whole-page run (Play, Reset, a
+    new run), and a fragment run re-sends every element it draws. Each payload the stage receives
+    is a fragment run, and on a software-rendered page the buttons' redraw after it cost the
+    browser frames and CPU (bench.browser_latency, bench.load). In a browser the stage answers
+    Next phase, Next cycle and Back itself; their callbacks are the path without JavaScript."""
+    button_row(workspace().run)
     ss = st.session_state
     ss._full_run = True
     run_every = SPEEDS.get(ss.get("speed"), 1.0) if workspace().playing else None
