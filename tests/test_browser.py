@@ -420,6 +420,11 @@ def _check_colour_blind_rendering(page, cvd, slot_colors: dict[str, str]) -> Non
 # ---------------------------------------------------------------- the stage in the browser ------
 
 
+# Whether the history slider on the page was drawn for `step` (its key: history-run-view-seq).
+HISTORY_AT_JS = """(step) => [...document.querySelectorAll("[class*='st-key-history-']")].some(el =>
+  [...el.classList].some(c => c.startsWith('st-key-history-') && c.split('-')[4] === String(step)))"""
+
+
 def test_keyboard_prefetch_and_queued_clicks(server: str, browser) -> None:
     """→ / Shift+→ / ← step locally; Next cycle on a prefetched cycle asks the server nothing; a burst
     of clicks past what the browser has is queued and every click is carried out."""
@@ -439,6 +444,11 @@ def test_keyboard_prefetch_and_queued_clicks(server: str, browser) -> None:
     page.keyboard.press("ArrowLeft")
     page.wait_for_function("() => window.__specvizStage.state.cur === 4", timeout=5_000)
     page.keyboard.press("ArrowRight")
+    # Stepping pauses: the server hears where the browser is and draws the page around the stage
+    # again, so the history slider (outside the stage's fragment; its key names the step it was
+    # drawn for, `stage.history_slider`) reaches the step on screen. The server itself did not move.
+    page.wait_for_function(HISTORY_AT_JS, arg=5, timeout=60_000)
+    assert _stage(page)["seq"] == seq and _stage(page)["cur"] == 5
     # Next cycle on a prefetched cycle: local, painted at once.
     _wait_prefetched(page)
     seen = _sampled(page, lambda: page.keyboard.press("Shift+ArrowRight"), ms=200)

@@ -127,6 +127,9 @@ def test_malformed_or_foreign_messages_are_ignored(pair):
     assert stage_events.parse({"kind": "explode", "run": 1, "step": 0}) is None
     assert stage_events.parse({"kind": "view", "run": "x", "step": 0}) is None
     assert stage_events.parse({"kind": "view", "run": 1}) is None
+    # A pause is said with `pause: true` and nothing else (a stray value is not a pause).
+    assert stage_events.parse({"kind": "view", "run": 1, "step": 2, "pause": True})["pause"] is True
+    assert "pause" not in stage_events.parse({"kind": "view", "run": 1, "step": 2, "pause": "yes"})
     run = prefetch(live(pair))
     other = stage_events.parse({"kind": "view", "run": run.id + 1, "step": 3})
     assert stage_events.apply(run, other) is run

@@ -2,8 +2,8 @@
 
 Top to bottom: the step buttons, then the stage component (`stage_component`: the status line, the
 KV-cache picture — both caches and the cycle's drafts with their p, q and acceptance bars, linked
-on hover — the narrative of the phase beside it, the token strip), the quiz when it is on, and the
-history slider. The component steps through the phases it has in the browser; the buttons' own
+on hover — the narrative of the phase beside it, the token strip), the quiz when it is on, the
+tabs, and the history slider. The component steps through the phases it has in the browser; the buttons' own
 callbacks are the server path (what a harness without JavaScript clicks). Below the buttons the
 stage runs as a Streamlit fragment, so what the component asks of the server re-runs only that part
 of the page; once a cycle is on screen, the component asks for the next one in advance (prefetch).
@@ -269,13 +269,14 @@ def messages(ws: Any) -> None:
 
 
 def stage(after: Any = None) -> None:
-    """The fragment body: notes, status, picture, narrative, strip, quiz, history; then `after`
-    (the tabs, which follow the phase shown)."""
+    """The fragment body: notes, status, picture, narrative, strip, quiz; then `after` (the tabs,
+    which follow the phase shown)."""
     ss = st.session_state
     ws = workspace()
     if take_full_run_request() or ws.run is None:
         st.rerun(scope="app")
-    if ws.playing and not ss.get("_full_run"):
+    page = bool(ss.get("_full_run"))  # this run draws the whole page (the history slider too)
+    if ws.playing and not page:
         on_next_phase()
         run = ws.run
         done = run.finished and run.view == run.revealed == PHASES_PER_CYCLE * len(run.traces)
@@ -299,7 +300,7 @@ def stage(after: Any = None) -> None:
         run, ws, lecture=lecture, max_rows=LECTURE_ROWS if lecture else STAGE_ROWS,
         proposer_label=proposer_label(run), suffix=status_suffix(run),
         compare=compare_timeline(run, compare) if compare else None,
-        follow=bool(ss.get("quiz")) or (bool(ss.get("more")) and not lecture),
+        follow=bool(ss.get("quiz")) or (bool(ss.get("more")) and not lecture), page=page,
     ))  # fmt: skip
     with top:
         if ws.reset_asked is run:
@@ -309,21 +310,27 @@ def stage(after: Any = None) -> None:
             st.markdown(compare_title(compare) + " — the second picture")
     if ss.get("quiz"):
         quiz_box(run, cycle, phase)
-    history_slider(run)
     if after is not None:
         after(run, cycle, phase)
 
 
 def run_stage(after: Any = None) -> None:
-    """The buttons, then the stage as a fragment; while playing it re-runs itself on a timer.
+    """The buttons, the stage as a fragment (while playing it re-runs itself on a timer), then the
+    history slider.
 
-    The buttons stay out of the fragment: they change only with a whole-page run (Play, Reset, a
-    new run), and a fragment run re-sends every element it draws. Each payload the stage receives
-    is a fragment run, and on a software-rendered page the buttons' redraw after it cost the
-    browser frames and CPU (bench.browser_latency, bench.load). In a browser the stage answers
-    Next phase, Next cycle and Back itself; their callbacks are the path without JavaScript."""
-    button_row(workspace().run)
+    The buttons and the slider stay out of the fragment. A fragment run re-sends every element it
+    draws, and each payload the stage receives is a fragment run: on a software-rendered page the
+    buttons' redraw and the slider's remount (a new key per step shown, see `history_slider`) after
+    it cost the browser frames and CPU (bench.browser_latency, bench.load). The buttons change only
+    with a whole-page run (Play, Reset, a new run); in a browser the stage answers Next phase, Next
+    cycle and Back itself, and their callbacks are the path without JavaScript. The slider is drawn
+    again by every whole-page run, and the stage asks for one when stepping pauses
+    (`stage_component`: a report with `pause`), so the history reaches the step on screen without a
+    redraw per step."""
+    ws = workspace()
+    button_row(ws.run)
     ss = st.session_state
     ss._full_run = True
-    run_every = SPEEDS.get(ss.get("speed"), 1.0) if workspace().playing else None
+    run_every = SPEEDS.get(ss.get("speed"), 1.0) if ws.playing else None
     st.fragment(run_every=run_every)(stage)(after)
+    history_slider(workspace().run)

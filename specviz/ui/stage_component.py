@@ -11,8 +11,9 @@ keys — patching the picture in place so the nodes transition and glide (`viz/s
 It tells the server where it is only when that matters (`stage_events`): when it enters another
 cycle (the server adopts the prefetched cycle and computes one more), after every step
 when something below the picture follows the phase (the quiz, an open tab), once when stepping
-pauses (so Play, Reset and the history start from the step on screen), and when it needs a step it
-does not have. The server's own moves bump `Workspace.stage_seq`, and the component follows them.
+pauses (so Play, Reset and the history start from the step on screen; that report re-runs the
+whole page, for the history slider outside the fragment), and when it needs a step it does not
+have. The server's own moves bump `Workspace.stage_seq`, and the component follows them.
 
 Prefetch: when the payload says the server could compute one more cycle ahead (`can_prefetch`:
 fewer than `state.PREFETCH_DEPTH` in hand), the component asks for it (`{"kind": "prefetch"}`);
@@ -39,7 +40,7 @@ from ..gate import ServerBusyError
 from ..trace import CYCLE_PHASES
 from ..viz import stage_data, stage_js
 from . import stage_events
-from .session import act, callback_slot, wake_note, workspace
+from .session import act, callback_slot, request_full_run, wake_note, workspace
 from .state import PHASES_PER_CYCLE, PREFETCH_DEPTH, Run, Workspace, can_compute_ahead, prefetch
 
 KEY = "stage"
@@ -83,6 +84,8 @@ def _on_event(event: dict[str, Any]) -> None:
         done.append(event["req"])  # the payload that follows answers it
     if event["kind"] == "view":  # the browser moved on (a new cycle, a pause): the next cycle, in the same run
         prefetch_next(workspace(), event["run"])
+    if event.get("pause"):  # the history slider, outside the fragment, follows the step on screen
+        request_full_run()
 
 
 def timeline(run: Run, proposer_label: str, suffix: str) -> stage_data.Timeline:
@@ -168,7 +171,7 @@ def intro(run: Run, proposer_label: str, lecture: bool) -> str:
 
 
 def payload(run: Run, ws: Workspace, *, lecture: bool, max_rows: int, proposer_label: str, suffix: str,
-            compare: stage_data.Timeline | None, follow: bool) -> dict[str, Any]:
+            compare: stage_data.Timeline | None, follow: bool, page: bool = False) -> dict[str, Any]:
     start = time.time() * 1000
     tl = timeline(run, proposer_label, suffix)
     steps = stage_data.window(run.view, tl, PREFETCH_DEPTH)
@@ -186,6 +189,7 @@ def payload(run: Run, ws: Workspace, *, lecture: bool, max_rows: int, proposer_l
         "quiz": quiz_steps(run, steps),
         "prefetch": can_prefetch(run, ws),
         "intro": intro(run, proposer_label, lecture),
+        "page": page,  # a whole-page run: the history slider below is drawn for `view`
     }
     # Where the server's part of an event's round trip went (epoch ms: on one machine the browser's
     # clock compares): the callback, then this payload's building. Only after an event (a run with no

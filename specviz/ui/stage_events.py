@@ -5,6 +5,7 @@ The browser steps through the phases it has by itself and tells the server only 
 trigger:
 
     {"kind": "view", "run": 3, "step": 7}                     # where the browser is now
+    {"kind": "view", "run": 3, "step": 7, "pause": true}      # ... and stepping has paused
     {"kind": "prefetch", "run": 3, "step": 7}                 # compute the next cycle in advance
     {"kind": "next_phase" | "next_cycle" | "back" | "seek",   # a step the browser does not have
      "run": 3, "step": 10, "target": 11}
@@ -47,6 +48,8 @@ def parse(event: Any) -> dict[str, Any] | None:
             out["target"] = int(event["target"])
         if "req" in event:
             out["req"] = str(event["req"])[:40]
+        if event.get("pause") is True:
+            out["pause"] = True
         if "have" in event:
             out["have"] = frozenset(int(h) for h in list(event["have"])[:MAX_HAVE])
     except (KeyError, TypeError, ValueError):

@@ -178,7 +178,7 @@ function createStage(root, hooks) {
   };
   const s = {
     data: null, cur: null, run: null, seq: null, queue: [], waiting: false, held: null,
-    reportTimer: null, reported: null, painted: 0, prefetched: null, shown: null,
+    reportTimer: null, reported: null, pausedAt: null, painted: 0, prefetched: null, shown: null,
     req: 0, pending: null, awaited: null, superseded: null, resendTimer: null, log: [],
     bodies: new Map(), raw: null, timings: [], received: {payloads: 0, steps: 0, bodies: 0, again: 0},  // held bodies; the last payload
   };
@@ -302,23 +302,20 @@ function createStage(root, hooks) {
     }
     if (known(target)) {
       const before = cycleOf(s.cur);
-      clearTimeout(s.reportTimer);
       render(target);
       say(s.held === null || s.held === target ? '' : 'Quiz question skipped.');
       if (s.held !== null && s.held !== target) s.held = null;
+      pauseLater();
       if (s.cur === s.reported) return;
       // At the edge of what the browser has (the next click would wait for the server), in a new
       // cycle (the server adopts it and computes one more) or at a phase that the tabs or the quiz
       // below follow: say where we are the moment the step's motion has run, if the browser is
       // still there. Not sooner: on a machine that also computes, the script run and its payload
       // landing mid-motion cost frames. (A click that comes meanwhile and needs the server asks at
-      // once: `request`.) Otherwise after a pause, so Play, Reset and the history start from the
-      // step on screen.
+      // once: `request`.) Otherwise after a pause (`pauseLater`).
       const soon = atEdge(target) || (cycleOf(target) !== before && target > 0 && kind !== 'back') || s.data.follow;
       // Never while a request is out (see the prefetch below): the request tells the server the step.
-      const due = () => !s.waiting && s.cur === target && s.cur !== s.reported;
-      if (soon) whenStill(() => { if (due()) report('view'); });
-      else s.reportTimer = setTimeout(() => { if (due()) report('view'); }, REPORT_IDLE_MS);
+      if (soon) whenStill(() => { if (!s.waiting && s.cur === target && s.cur !== s.reported) report('view'); });
       return;
     }
     if (kind !== 'back' && !s.data.more) {
@@ -352,6 +349,20 @@ function createStage(root, hooks) {
     s.pending = id;
     clearTimeout(s.resendTimer);
     s.resendTimer = setTimeout(again, wait);
+  }
+
+  // Once stepping pauses on a step, the server hears it (once per step, with `pause`): Play, Reset
+  // and the history start from the step on screen, and the server draws the page around the stage
+  // again (the history slider, which a payload's fragment run leaves as it was). A payload drawn
+  // with the whole page (`page`) already did that for its step.
+  function pauseLater() {
+    clearTimeout(s.reportTimer);
+    const at = s.cur;
+    s.reportTimer = setTimeout(() => {
+      if (s.waiting || s.cur !== at || s.pausedAt === at) return;
+      s.pausedAt = at;
+      report('view', {pause: true});
+    }, REPORT_IDLE_MS);
   }
 
   // `fn` once the picture's motion (FLIP glides, fade-ins, cross-fades) has run. Asked a frame on:
@@ -402,6 +413,7 @@ function createStage(root, hooks) {
   function absorb(data) {
     note(['got', data.seq, data.view, data.answered, s.cur, s.waiting, s.queue.length]);
     intro(data.intro);
+    if (data.page) s.pausedAt = data.view;  // the whole page was drawn for the server's step
     const answered = s.waiting && !!s.pending && data.answered === s.pending;
     // The answer to a request this page stopped waiting for (an earlier payload brought the step):
     // the server now stands where the browser went then; take its sequence number, do not follow it.
@@ -433,7 +445,10 @@ function createStage(root, hooks) {
       const first = Object.keys(data.steps)[0];
       const show = arrived ? s.awaited : known(data.view) ? data.view : first !== undefined ? Number(first) : null;
       s.awaited = null;
-      if (show !== null) render(show);
+      if (show !== null) {
+        render(show);
+        pauseLater();
+      }
       say(data.notice || '');
       if (hadRequest || s.queue.length) {
         const queued = s.queue;
