@@ -212,37 +212,47 @@ def main() -> None:
 
 
 def page(settings: Any, controls: sidebar.Controls | None, limit_notes: list[str]) -> None:
-    """The main column: the header, then the run the sidebar asks for (or a recording)."""
+    """The main column: the header, then the run the sidebar asks for (or a recording).
+
+    Everything above the stage goes into one container, `head`, however many elements it holds
+    this run (notes, a wait for a decoding slot, errors): the stage is then always the same child
+    of the page. A component that moves to another place in the page is mounted afresh, its steps
+    lost — under load, a whole-page run without the first run's wait box did exactly that."""
     ws = session.workspace()
-    st.html((LECTURE_PAGE if st.session_state.get("lecture") else COMPACT_PAGE) + kv_html.stylesheet(MAX_K))
-    if not st.session_state.get("lecture"):  # lecture mode: the stage alone, on one screen
-        st.caption(
-            "**Speculative decoding, exactly** — a proposer guesses K tokens, the target checks them in one pass, "
-            "and a rejection test keeps the output exactly the target's. Keys: → phase · Shift+→ cycle · ← back · "
-            "P play"
-        )
-    for note in limit_notes:
-        st.warning(note, icon=":material/school:")
+    head = st.container()
+    with head:
+        st.html((LECTURE_PAGE if st.session_state.get("lecture") else COMPACT_PAGE) + kv_html.stylesheet(MAX_K))
+        if not st.session_state.get("lecture"):  # lecture mode: the stage alone, on one screen
+            st.caption(
+                "**Speculative decoding, exactly** — a proposer guesses K tokens, the target checks them in one "
+                "pass, and a rejection test keeps the output exactly the target's. Keys: → phase · Shift+→ cycle "
+                "· ← back · P play"
+            )
+        for note in limit_notes:
+            st.warning(note, icon=":material/school:")
     if showing_recording(controls):
-        _show(ws)
+        _show(ws, head)
         return
-    pair = _pair_for(settings, controls)
+    with head:
+        pair = _pair_for(settings, controls)
     if pair is None:
         stage.button_row(None)
         return
     with controls.proposer_slot:
         proposer = sidebar.proposer_control(pair)
     controls = dataclasses.replace(controls, config=controls.config.replace(proposer=proposer))
-    with ws.lock:
-        if not ensure_run(controls, pair):
-            stage.button_row(None)
-            return
-    _show(ws)
+    with ws.lock, head:
+        started = ensure_run(controls, pair)
+    if not started:
+        stage.button_row(None)
+        return
+    _show(ws, head)
 
 
-def _show(ws: Any) -> None:
-    for note in ws.run.notices:
-        st.info(note, icon=":material/info:")
+def _show(ws: Any, head: Any) -> None:
+    with head:
+        for note in ws.run.notices:
+            st.info(note, icon=":material/info:")
     stage.run_stage(after=more_views)
 
 

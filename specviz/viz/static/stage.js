@@ -19,6 +19,7 @@ const PHASES = 5;  // steps per cycle: draft, verify, accept, resolve, rollback
 const MOVE_MS = 340;
 const ENTER_MS = 280;
 const REPORT_IDLE_MS = 1200;  // a pause this long after local steps tells the server where we are
+const PAGE_IDLE_MS = 4000;  // ... and this long, the page around the stage is drawn again (`pauseLater`)
 const SEND_GAP_MS = 80;  // between two messages to the server (see `send`)
 const RESEND_MS = 4000;  // a request not answered by then is sent again (then after 8 s, 16 s, ...)
 const MOUNT = Math.random().toString(36).slice(2, 10);  // this page's requests, told from another's
@@ -178,7 +179,7 @@ function createStage(root, hooks) {
   };
   const s = {
     data: null, cur: null, run: null, seq: null, queue: [], waiting: false, held: null,
-    reportTimer: null, reported: null, pausedAt: null, painted: 0, prefetched: null, shown: null,
+    reportTimer: null, reported: null, pauseTimer: null, pausedAt: null, painted: 0, prefetched: null, shown: null,
     req: 0, pending: null, awaited: null, superseded: null, resendTimer: null, log: [],
     bodies: new Map(), raw: null, timings: [], received: {payloads: 0, steps: 0, bodies: 0, again: 0},  // held bodies; the last payload
   };
@@ -306,16 +307,20 @@ function createStage(root, hooks) {
       say(s.held === null || s.held === target ? '' : 'Quiz question skipped.');
       if (s.held !== null && s.held !== target) s.held = null;
       pauseLater();
+      clearTimeout(s.reportTimer);
       if (s.cur === s.reported) return;
       // At the edge of what the browser has (the next click would wait for the server), in a new
       // cycle (the server adopts it and computes one more) or at a phase that the tabs or the quiz
       // below follow: say where we are the moment the step's motion has run, if the browser is
       // still there. Not sooner: on a machine that also computes, the script run and its payload
       // landing mid-motion cost frames. (A click that comes meanwhile and needs the server asks at
-      // once: `request`.) Otherwise after a pause (`pauseLater`).
+      // once: `request`.) Otherwise after a pause, so Play, Reset and the history start from the
+      // step on screen.
       const soon = atEdge(target) || (cycleOf(target) !== before && target > 0 && kind !== 'back') || s.data.follow;
       // Never while a request is out (see the prefetch below): the request tells the server the step.
-      if (soon) whenStill(() => { if (!s.waiting && s.cur === target && s.cur !== s.reported) report('view'); });
+      const due = () => !s.waiting && s.cur === target && s.cur !== s.reported;
+      if (soon) whenStill(() => { if (due()) report('view'); });
+      else s.reportTimer = setTimeout(() => { if (due()) report('view'); }, REPORT_IDLE_MS);
       return;
     }
     if (kind !== 'back' && !s.data.more) {
@@ -351,18 +356,20 @@ function createStage(root, hooks) {
     s.resendTimer = setTimeout(again, wait);
   }
 
-  // Once stepping pauses on a step, the server hears it (once per step, with `pause`): Play, Reset
-  // and the history start from the step on screen, and the server draws the page around the stage
-  // again (the history slider, which a payload's fragment run leaves as it was). A payload drawn
-  // with the whole page (`page`) already did that for its step.
+  // Once stepping has stopped on a step for a while (someone reads, or reaches for the history),
+  // the server draws the page around the stage again for it (a report with `pause`; once per step):
+  // the history slider, which the payloads' fragment runs leave as it was. Not at every short
+  // pause: a whole-page run costs the browser several times a payload's redraw, and on a busy
+  // classroom server (bench.load) clicks often come more than a second apart. A payload drawn with
+  // the whole page (`page`) already did it for its step.
   function pauseLater() {
-    clearTimeout(s.reportTimer);
+    clearTimeout(s.pauseTimer);
     const at = s.cur;
-    s.reportTimer = setTimeout(() => {
+    s.pauseTimer = setTimeout(() => {
       if (s.waiting || s.cur !== at || s.pausedAt === at) return;
       s.pausedAt = at;
       report('view', {pause: true});
-    }, REPORT_IDLE_MS);
+    }, PAGE_IDLE_MS);
   }
 
   // `fn` once the picture's motion (FLIP glides, fade-ins, cross-fades) has run. Asked a frame on:
@@ -399,7 +406,7 @@ function createStage(root, hooks) {
         say(`The stage could not read the server's data: ${err}`);
       }
     },
-    destroy() { clearTimeout(s.reportTimer); clearTimeout(s.resendTimer); },
+    destroy() { clearTimeout(s.reportTimer); clearTimeout(s.pauseTimer); clearTimeout(s.resendTimer); },
   };
 
   // Where a round trip's time went (the latency bench reads it): the server's stamps (`served`:
