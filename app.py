@@ -55,8 +55,12 @@ MYTHS_INTRO = "The classic walkthrough of the cache bookkeeping gets these wrong
 
 # The stage must sit above the fold at 1440x900: Streamlit's default top padding (6 rem) is halved.
 # In lecture mode (no caption above the buttons) the buttons start just below Streamlit's header.
-COMPACT_PAGE = "<style>.stMainBlockContainer { padding-top: 2.5rem; }</style>"
-LECTURE_PAGE = "<style>.stMainBlockContainer { padding-top: 3.9rem; }</style>"
+# The container of everything above the stage (`page`) lays its elements out as if they were the
+# page's own (no box of its own, so no gap when it shows nothing).
+HEAD = "page_head"
+_HEAD_CSS = f"div:has(> .st-key-{HEAD}), .st-key-{HEAD} {{ display: contents; }}"  # and Streamlit's wrapper
+COMPACT_PAGE = f"<style>.stMainBlockContainer {{ padding-top: 2.5rem; }} {_HEAD_CSS}</style>"
+LECTURE_PAGE = f"<style>.stMainBlockContainer {{ padding-top: 3.9rem; }} {_HEAD_CSS}</style>"
 
 st.set_page_config(
     page_title="specviz — speculative decoding, exactly", page_icon=":material/visibility:", layout="wide"
@@ -214,14 +218,14 @@ def main() -> None:
 def page(settings: Any, controls: sidebar.Controls | None, limit_notes: list[str]) -> None:
     """The main column: the header, then the run the sidebar asks for (or a recording).
 
-    Everything above the stage goes into one container, `head`, however many elements it holds
-    this run (notes, a wait for a decoding slot, errors): the stage is then always the same child
-    of the page. A component that moves to another place in the page is mounted afresh, its steps
+    Everything above the stage that varies goes into one container, `head`, however many elements
+    it holds this run (notes, a wait for a decoding slot, errors): the stage is then always the same
+    child of the page. A component that moves to another place in the page is mounted afresh, its steps
     lost — under load, a whole-page run without the first run's wait box did exactly that."""
     ws = session.workspace()
-    head = st.container()
+    st.html((LECTURE_PAGE if st.session_state.get("lecture") else COMPACT_PAGE) + kv_html.stylesheet(MAX_K))
+    head = st.container(key=HEAD)
     with head:
-        st.html((LECTURE_PAGE if st.session_state.get("lecture") else COMPACT_PAGE) + kv_html.stylesheet(MAX_K))
         if not st.session_state.get("lecture"):  # lecture mode: the stage alone, on one screen
             st.caption(
                 "**Speculative decoding, exactly** — a proposer guesses K tokens, the target checks them in one "

@@ -79,6 +79,7 @@ class Options:
 class SessionLog:
     open_s: float | None = None
     clicks: list[tuple[str, float]] = field(default_factory=list)  # (button, seconds)
+    asked: list[bool] = field(default_factory=list)  # per click (browser client): it waited for the server
     errors: list[str] = field(default_factory=list)
     busy_clicks: int = 0
 
@@ -354,6 +355,7 @@ async def _browser_session(browser: Any, url: str, opts: Options, rng: random.Ra
                 raise TimeoutError(got["error"])
             busy = bool(await page.get_by_text(BUSY_TEXT).count())
             log.clicks.append((button, got["painted"] / 1000))
+            log.asked.append(bool(got["asked"]))
             log.busy_clicks += busy
             if await page.locator("[data-testid='stException']").count():
                 log.errors.append("exception on the page")
@@ -386,9 +388,10 @@ PAINT_JS = """([key, timeoutMs]) => new Promise(resolve => {
   let seen = false;
   const t0 = performance.now();
   btn.click();
+  const asked = stage.state.waiting;  // the step was not in the browser: the click waits for the server
   function tick() {
     const now = performance.now();
-    if (seen) { resolve({painted: now - t0}); return; }
+    if (seen) { resolve({painted: now - t0, asked}); return; }
     seen = root.dataset.title !== title0 && !stage.state.waiting;
     if (now - t0 > timeoutMs) { resolve({error: 'no paint within ' + timeoutMs + ' ms'}); return; }
     requestAnimationFrame(tick);
@@ -443,8 +446,13 @@ def run_n(n: int, opts: Options, client: str, say: Any = print) -> dict[str, Any
     finally:
         stop_server(proc)
     row = summarize(n, logs, wall)
-    row.update(rss_after_start_mb=rss_idle, rss_peak_mb=sampler.peak_mb, rss_end_mb=rss_end,
-               server_cores=cpu.seconds("server") / wall, browser_cores=cpu.seconds("chromium") / wall)
+    row.update(
+        rss_after_start_mb=rss_idle,
+        rss_peak_mb=sampler.peak_mb,
+        rss_end_mb=rss_end,
+        server_cores=cpu.seconds("server") / wall,
+        browser_cores=cpu.seconds("chromium") / wall,
+    )
     say(
         f"N={n}: next phase p50 {_fmt(row['next_phase']['p50_s'])} p95 {_fmt(row['next_phase']['p95_s'])}, "
         f"next cycle p50 {_fmt(row['next_cycle']['p50_s'])}, errors {row['errors']}, "
@@ -476,10 +484,19 @@ def summarize(n: int, logs: list[SessionLog], wall_s: float) -> dict[str, Any]:
         return {"n": len(xs), "p50_s": statistics.median(xs), "p95_s": _quantile(xs, 0.95), "max_s": xs[-1]}
 
     clicks = [c for log in logs for c in log.clicks]
+    asked = [a for log in logs for a in log.asked]  # the browser client's clicks (none for ws)
+    local = [s for (b, s), a in zip(clicks, asked, strict=False) if b == NEXT_PHASE and not a]
     return {
         "sessions": n,
         "open": stats([log.open_s for log in logs if log.open_s is not None]),
         "next_phase": stats([s for b, s in clicks if b == NEXT_PHASE]),
+        # Next phase clicks the browser answered itself (the step was there), and how many waited for
+        # the server (the prefetch had not kept up): the p95 above is over all of them.
+        "next_phase_local": stats(local),
+        "asked": {
+            b: sum(1 for (bb, _), a in zip(clicks, asked, strict=False) if bb == b and a)
+            for b in (NEXT_PHASE, NEXT_CYCLE)
+        },
         "next_cycle": stats([s for b, s in clicks if b == NEXT_CYCLE]),
         "clicks": len(clicks),
         "every_click_s": [(b, round(t, 3)) for b, t in clicks],
@@ -547,11 +564,24 @@ def markdown(result: dict[str, Any]) -> str:
             f"{r['errors']} | {r['busy_clicks']} / {r['clicks']} | {r['rss_after_start_mb']:.0f} MB | "
             f"{r['rss_peak_mb']:.0f} MB | {r.get('server_cores', 0):.2f} | {r.get('browser_cores', 0):.2f} |"
         )
+    if any(r.get("next_phase_local", {}).get("n") for r in result["rows"]):
+        lines += [
+            "",
+            "Next phase clicks the browser answered itself (the step was there) and the clicks that "
+            "waited for the server (its prefetch had not kept up):",
+            "",
+        ]
+        lines += [
+            f"- N = {r['sessions']}: local Next phase p50 {_fmt(r['next_phase_local']['p50_s'])}, p95 "
+            f"{_fmt(r['next_phase_local']['p95_s'])}, max {_fmt(r['next_phase_local']['max_s'])} "
+            f"({r['next_phase_local']['n']} clicks); waited for the server: {r['asked'][NEXT_PHASE]} Next phase, "
+            f"{r['asked'][NEXT_CYCLE]} Next cycle"
+            for r in result["rows"]
+            if r.get("next_phase_local")
+        ]
     if result["server_env"]:
         lines += ["", "Server settings: " + ", ".join(f"`{k}={v}`" for k, v in result["server_env"].items()) + "."]
     return "\n".join(lines) + "\n"
-
-
 
 
 def main(argv: list[str] | None = None) -> int:
