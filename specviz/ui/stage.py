@@ -3,10 +3,11 @@
 Top to bottom: the step buttons, then the stage component (`stage_component`: the status line, the
 KV-cache picture — both caches and the cycle's drafts with their p, q and acceptance bars, linked
 on hover — the narrative of the phase beside it, the token strip), the quiz when it is on, the
-tabs, and the history slider. The component steps through the phases it has in the browser; the buttons' own
-callbacks are the server path (what a harness without JavaScript clicks). Below the buttons the
-stage runs as a Streamlit fragment, so what the component asks of the server re-runs only that part
-of the page; once a cycle is on screen, the component asks for the next one in advance (prefetch).
+tabs, and the history slider. The component steps through the phases it has in the browser; the
+buttons' own callbacks are the server path (what a harness without JavaScript clicks). Below the
+buttons the stage runs as a Streamlit fragment, so what the component asks of the server re-runs
+only that part of the page; once a cycle is on screen, the component asks for the next one in
+advance (prefetch).
 
 Keyboard: → next phase, Shift+→ next cycle, ← back (answered by the component), P play/pause
 (a Streamlit button shortcut); every control is a real button or widget, so Tab reaches it.
@@ -324,9 +325,9 @@ def run_stage(after: Any = None) -> None:
     it cost the browser frames and CPU (bench.browser_latency, bench.load). The buttons change only
     with a whole-page run (Play, Reset, a new run); in a browser the stage answers Next phase, Next
     cycle and Back itself, and their callbacks are the path without JavaScript. The slider is drawn
-    again by every whole-page run, and the stage asks for one when stepping pauses
-    (`stage_component`: a report with `pause`), so the history reaches the step on screen without a
-    redraw per step."""
+    again by every whole-page run, and the stage asks for one once stepping has stopped for a few
+    seconds (`stage_component`: a report with `pause`), so the history reaches the step on screen
+    without a redraw per step."""
     ws = workspace()
     button_row(ws.run)
     ss = st.session_state

@@ -11,9 +11,10 @@ keys — patching the picture in place so the nodes transition and glide (`viz/s
 It tells the server where it is only when that matters (`stage_events`): when it enters another
 cycle (the server adopts the prefetched cycle and computes one more), after every step
 when something below the picture follows the phase (the quiz, an open tab), once when stepping
-pauses (so Play, Reset and the history start from the step on screen; that report re-runs the
-whole page, for the history slider outside the fragment), and when it needs a step it does not
-have. The server's own moves bump `Workspace.stage_seq`, and the component follows them.
+pauses (so Play and Reset start from the step on screen), once more when it has stopped for a few
+seconds (`pause`: the server re-runs the whole page, for the history slider outside the fragment),
+and when it needs a step it does not have. The server's own moves bump `Workspace.stage_seq`, and
+the component follows them.
 
 Prefetch: when the payload says the server could compute one more cycle ahead (`can_prefetch`:
 fewer than `state.PREFETCH_DEPTH` in hand), the component asks for it (`{"kind": "prefetch"}`);
