@@ -269,9 +269,8 @@ def messages(ws: Any) -> None:
         st.warning(ws.finished_note, icon=":material/flag:")
 
 
-def stage(after: Any = None) -> None:
-    """The fragment body: notes, status, picture, narrative, strip, quiz; then `after` (the tabs,
-    which follow the phase shown)."""
+def stage() -> None:
+    """The fragment body: notes, status, picture, narrative, strip, quiz."""
     ss = st.session_state
     ws = workspace()
     if take_full_run_request() or ws.run is None:
@@ -286,6 +285,8 @@ def stage(after: Any = None) -> None:
             st.rerun(scope="app")
         if ws.whatif_spent:
             st.rerun(scope="app")  # redraw the sidebar: the what-if toggle has switched itself off
+        if stage_component.tabs_follow():
+            st.rerun(scope="app")  # the open tabs, outside the fragment, follow the step
     ss._full_run = False
     # The notes above the stage go into a container that is drawn first and filled after the stage:
     # the stage's data is then the run's first message, which the browser applies before it draws
@@ -301,7 +302,7 @@ def stage(after: Any = None) -> None:
         run, ws, lecture=lecture, max_rows=LECTURE_ROWS if lecture else STAGE_ROWS,
         proposer_label=proposer_label(run), suffix=status_suffix(run),
         compare=compare_timeline(run, compare) if compare else None,
-        follow=bool(ss.get("quiz")) or (bool(ss.get("more")) and not lecture), page=page,
+        follow=bool(ss.get("quiz")) or stage_component.tabs_follow(), page=page,
     ))  # fmt: skip
     with top:
         if ws.reset_asked is run:
@@ -311,27 +312,30 @@ def stage(after: Any = None) -> None:
             st.markdown(compare_title(compare) + " — the second picture")
     if ss.get("quiz"):
         quiz_box(run, cycle, phase)
-    if after is not None:
-        after(run, cycle, phase)
 
 
 def run_stage(after: Any = None) -> None:
-    """The buttons, the stage as a fragment (while playing it re-runs itself on a timer), then the
-    history slider.
+    """The buttons, the stage as a fragment (while playing it re-runs itself on a timer), the
+    history slider, then `after` (the tabs, which follow the phase shown).
 
-    The buttons and the slider stay out of the fragment. A fragment run re-sends every element it
-    draws, and each payload the stage receives is a fragment run: on a software-rendered page the
-    buttons' redraw and the slider's remount (a new key per step shown, see `history_slider`) after
-    it cost the browser frames and CPU (bench.browser_latency, bench.load). The buttons change only
-    with a whole-page run (Play, Reset, a new run); in a browser the stage answers Next phase, Next
-    cycle and Back itself, and their callbacks are the path without JavaScript. The slider is drawn
+    Only the stage is in the fragment. A fragment run re-sends every element it draws, and each
+    payload the stage receives is a fragment run: on a software-rendered page the buttons' redraw
+    and the slider's remount (a new key per step shown, see `history_slider`) after it cost the
+    browser frames and CPU (bench.browser_latency, bench.load). The buttons change only with a
+    whole-page run (Play, Reset, a new run); in a browser the stage answers Next phase, Next cycle
+    and Back itself, and their callbacks are the path without JavaScript. The slider is drawn
     again by every whole-page run, and the stage asks for one once stepping has stopped for a few
     seconds (`stage_component`: a report with `pause`), so the history reaches the step on screen
-    without a redraw per step."""
+    without a redraw per step. The tabs, when open, follow every step: the stage reports each one
+    and the server draws the whole page (`stage_component.tabs_follow`)."""
     ws = workspace()
     button_row(ws.run)
     ss = st.session_state
     ss._full_run = True
     run_every = SPEEDS.get(ss.get("speed"), 1.0) if ws.playing else None
-    st.fragment(run_every=run_every)(stage)(after)
-    history_slider(workspace().run)
+    st.fragment(run_every=run_every)(stage)()
+    run = workspace().run
+    history_slider(run)
+    if after is not None:
+        cycle, phase = view_of(run.view, run)
+        after(run, cycle, phase)

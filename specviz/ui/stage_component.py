@@ -85,8 +85,15 @@ def _on_event(event: dict[str, Any]) -> None:
         done.append(event["req"])  # the payload that follows answers it
     if event["kind"] == "view":  # the browser moved on (a new cycle, a pause): the next cycle, in the same run
         prefetch_next(workspace(), event["run"])
-    if event.get("pause"):  # the history slider, outside the fragment, follows the step on screen
+    if event.get("pause") or tabs_follow():  # the slider and the tabs are outside the fragment
         request_full_run()
+
+
+def tabs_follow() -> bool:
+    """Whether the tabs below the stage are open (not in lecture mode, which has none): they follow
+    the phase shown, so the stage reports every step and each report re-runs the whole page."""
+    ss = st.session_state
+    return bool(ss.get("more")) and not ss.get("lecture")
 
 
 def timeline(run: Run, proposer_label: str, suffix: str) -> stage_data.Timeline:
