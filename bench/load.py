@@ -484,19 +484,17 @@ def summarize(n: int, logs: list[SessionLog], wall_s: float) -> dict[str, Any]:
         return {"n": len(xs), "p50_s": statistics.median(xs), "p95_s": _quantile(xs, 0.95), "max_s": xs[-1]}
 
     clicks = [c for log in logs for c in log.clicks]
-    asked = [a for log in logs for a in log.asked]  # the browser client's clicks (none for ws)
-    local = [s for (b, s), a in zip(clicks, asked, strict=False) if b == NEXT_PHASE and not a]
+    # (button, seconds, waited for the server), paired within each session: the browser client's
+    # clicks (the ws client records no `asked`).
+    timed = [(b, s, a) for log in logs for (b, s), a in zip(log.clicks, log.asked, strict=False)]
     return {
         "sessions": n,
         "open": stats([log.open_s for log in logs if log.open_s is not None]),
         "next_phase": stats([s for b, s in clicks if b == NEXT_PHASE]),
         # Next phase clicks the browser answered itself (the step was there), and how many waited for
         # the server (the prefetch had not kept up): the p95 above is over all of them.
-        "next_phase_local": stats(local),
-        "asked": {
-            b: sum(1 for (bb, _), a in zip(clicks, asked, strict=False) if bb == b and a)
-            for b in (NEXT_PHASE, NEXT_CYCLE)
-        },
+        "next_phase_local": stats([s for b, s, a in timed if b == NEXT_PHASE and not a]),
+        "asked": {button: sum(1 for b, _, a in timed if b == button and a) for button in (NEXT_PHASE, NEXT_CYCLE)},
         "next_cycle": stats([s for b, s in clicks if b == NEXT_CYCLE]),
         "clicks": len(clicks),
         "every_click_s": [(b, round(t, 3)) for b, t in clicks],
