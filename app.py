@@ -32,7 +32,7 @@ from specviz import heap, narrative, parking
 from specviz.config import MAX_K
 from specviz.errors import SpecvizError
 from specviz.prompting import encode_prompt
-from specviz.ui import session, sidebar, stage
+from specviz.ui import session, sidebar, stage, stage_route
 from specviz.ui.runs import runs_panel, take_pending_scenario
 from specviz.ui.state import Run, prefetch, run_to_cycle, start_live_run, sync_config
 from specviz.ui.tab_charts import charts_tab
@@ -277,3 +277,7 @@ def _pair_for(settings: Any, controls: sidebar.Controls | None) -> Any:
 
 if __name__ == "__main__":  # streamlit runs the script as __main__; importing it (tests) runs nothing
     main()
+else:
+    # `streamlit run app.py` finds this st.App and serves it: this file as the page, plus the stage's
+    # own route (specviz.ui.stage_route: the browser fetches cycles without a script run).
+    app = st.App(__file__, routes=stage_route.routes())

@@ -28,7 +28,7 @@ from .. import heap, parking
 from ..errors import DecodingFinishedError, SpecvizError
 from ..gate import shared_gate
 from ..server import ServerSettings
-from .state import Run, Workspace, wake
+from .state import Run, Slot, Workspace, wake
 
 
 def server_settings() -> ServerSettings:
@@ -67,10 +67,11 @@ def take_full_run_request() -> bool:
 
 
 @contextmanager
-def decoding_slot(show_wait: bool = True) -> Iterator[None]:
+def decoding_slot(show_wait: bool = True, ws: Workspace | None = None) -> Iterator[None]:
     """Hold one of the server's decoding slots while a model runs (`specviz.gate`). While the
     slots are taken the page says so, with the session's place in the queue, instead of freezing;
-    after `busy_timeout` the action fails with a clear message and nothing changes."""
+    after `busy_timeout` the action fails with a clear message and nothing changes. With `ws`
+    given and `show_wait` off it touches no Streamlit state (the stage's route, `stage_route`)."""
     settings = server_settings()
     box: Any = None
 
@@ -86,33 +87,41 @@ def decoding_slot(show_wait: bool = True) -> Iterator[None]:
         if box is not None:
             box.empty()
         if waited >= 1.0:
-            workspace().waited_note = (
+            (ws or workspace()).waited_note = (
                 f"Waited {waited:.0f} s for a free decoding slot: this server decodes at most "
                 f"{settings.max_decoding} session(s) at once."
             )
         yield
 
 
-def act(fn: Callable[[Run], Run], moved: bool = True) -> None:
+def quiet_slot(ws: Workspace) -> Slot:
+    """A decoding slot that waits without drawing and without Streamlit (the stage's route)."""
+    return lambda: decoding_slot(show_wait=False, ws=ws)
+
+
+def act(fn: Callable[[Run], Run], moved: bool = True, ws: Workspace | None = None) -> None:
     """Run an action on the shown run; assign the result only if it succeeded. `moved=False`: the
     browser already shows the result (the stage component said where it is), so it is not told to
-    follow (`Workspace.stage_seq`)."""
-    ws = workspace()  # fetched before the (possibly slow) action: see Workspace
+    follow (`Workspace.stage_seq`). `ws` given: outside a script run (the stage's route), where a
+    parked decoder is rebuilt under a `quiet_slot`."""
+    slot = decoding_slot if ws is None else quiet_slot(ws)
+    ws = ws or workspace()  # fetched before the (possibly slow) action: see Workspace
     parking.shared_registry().touch(ws)
     try:
-        _act(ws, fn)
+        _act(ws, fn, slot)
     finally:
+        ws.stage_version += 1  # whatever it did: payloads built before it are out of date
         if moved:  # also after an error: the stage stops waiting and shows where the server is
             ws.stage_seq += 1
 
 
-def _act(ws: Workspace, fn: Callable[[Run], Run]) -> None:
+def _act(ws: Workspace, fn: Callable[[Run], Run], slot: Slot) -> None:
     with ws.lock:
         if ws.run is None:
             return
         ws.waited_note = None
         try:
-            woke = wake_note(ws)  # a parked (idle) run's decoder is rebuilt first
+            woke = wake_note(ws, slot)  # a parked (idle) run's decoder is rebuilt first
             forcing = ws.run.dec is not None and bool(ws.run.dec.config.forced_outcomes)
             new = fn(ws.run)
         except DecodingFinishedError as exc:  # not a failure: the text is complete
@@ -151,12 +160,12 @@ def park_idle(ws: Workspace) -> bool:
     return True
 
 
-def wake_note(ws: Workspace) -> str | None:
+def wake_note(ws: Workspace, slot: Slot = decoding_slot) -> str | None:
     """Rebuild a parked run's decoder, exactly where it was; returns a note saying so."""
     run = ws.run
     if run is None or run.parked is None:
         return None
-    _swap(ws, dataclasses.replace(wake(run, decoding_slot), parked_idle=False))
+    _swap(ws, dataclasses.replace(wake(run, slot), parked_idle=False))
     away = time.time() - run.parked.parked_at
     # Parked by the idle sweep: it had been idle for the timeout before; parked because another run
     # was shown: only the time since.

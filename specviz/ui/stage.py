@@ -298,12 +298,13 @@ def stage() -> None:
     cycle, phase = view_of(run.view, run)
     lecture = bool(ss.get("lecture"))
     compare = compare_settings()
-    stage_component.show(stage_component.payload(
-        run, ws, lecture=lecture, max_rows=LECTURE_ROWS if lecture else STAGE_ROWS,
-        proposer_label=proposer_label(run), suffix=status_suffix(run),
-        compare=compare_timeline(run, compare) if compare else None,
-        follow=bool(ss.get("quiz")) or stage_component.tabs_follow(), page=page,
-    ))  # fmt: skip
+    tabs = stage_component.tabs_follow()
+    view = stage_component.PageView(
+        lecture=lecture, max_rows=LECTURE_ROWS if lecture else STAGE_ROWS, proposer_label=proposer_label(run),
+        suffix=status_suffix(run), compare=compare_timeline(run, compare) if compare else None,
+        follow=bool(ss.get("quiz")) or tabs, quiz=bool(ss.get("quiz")), tabs=tabs,
+    )  # fmt: skip
+    stage_component.show(stage_component.page_payload(view, page))
     with top:
         if ws.reset_asked is run:
             reset_question(run)

@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import secrets
+import threading
 import time
 from functools import cache
 from typing import Any
@@ -40,20 +42,58 @@ from ..errors import SpecvizError
 from ..gate import ServerBusyError
 from ..trace import CYCLE_PHASES
 from ..viz import stage_data, stage_js
-from . import stage_events
+from . import stage_events, stage_route
 from .session import act, callback_slot, request_full_run, wake_note, workspace
-from .state import PHASES_PER_CYCLE, PREFETCH_DEPTH, Run, Workspace, can_compute_ahead, prefetch
+from .state import PHASES_PER_CYCLE, PREFETCH_DEPTH, Run, Slot, Workspace, can_compute_ahead, prefetch
 
 KEY = "stage"
 NAME = "specviz_stage"
-ANSWERED = "_stage_answered"  # the ids of the requests the server carried out, the latest last
-HAVE = "_stage_have"  # the step signatures the browser last said it holds (unique in the process)
+CHANNEL = "_stage_channel"  # the session's `Channel`
 SERVED = "_stage_served"  # when the last event's callback started and ended (epoch ms; the latency bench)
 
 
 @cache
 def _component() -> Any:
     return st.components.v2.component(NAME, css=stage_js.stage_css(), js=stage_js.app_js(), isolate_styles=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class PageView:
+    """What the page decided about the stage on its last script run: the stage's route builds its
+    payloads with it (a route call runs no script)."""
+
+    lecture: bool
+    max_rows: int
+    proposer_label: str
+    suffix: str
+    compare: stage_data.Timeline | None  # the second picture's steps ("Compare side by side")
+    follow: bool  # something below the picture follows every step (the quiz, an open tab)
+    quiz: bool
+    tabs: bool  # the tabs under "More views" are open (`tabs_follow`)
+
+
+@dataclasses.dataclass(eq=False)
+class Channel:
+    """One browser session's stage on the server, reachable from its script runs (session state)
+    and from the stage's route (`stage_route`, by `token`): the workspace, the page's last
+    `PageView`, the step bodies the browser holds, the requests answered, the built steps."""
+
+    ws: Workspace
+    token: str = dataclasses.field(default_factory=lambda: secrets.token_urlsafe(18))
+    view: PageView | None = None
+    have: frozenset[int] = frozenset()  # step signatures the browser last said it holds
+    answered: collections.deque = dataclasses.field(default_factory=lambda: collections.deque(maxlen=64))
+    memo: tuple | None = None  # (run state, Timeline): see `timeline`
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)  # around a payload's building
+
+
+def channel() -> Channel:
+    """This session's channel (made on first use, and then reachable by the route)."""
+    ch = st.session_state.get(CHANNEL)
+    if ch is None:
+        ch = st.session_state[CHANNEL] = Channel(workspace())
+        stage_route.register(ch)
+    return ch
 
 
 def on_event() -> None:
@@ -67,26 +107,36 @@ def on_event() -> None:
     try:
         _on_event(event)
     finally:
-        st.session_state[SERVED] = {"kind": event["kind"], "req": event.get("req"), "event_at": round(start),
-                                    "callback_ms": round(time.time() * 1000 - start, 1)}
+        st.session_state[SERVED] = served_stamp(event, start)
+
+
+def served_stamp(event: dict[str, Any], start: float) -> dict[str, Any]:
+    return {"kind": event["kind"], "req": event.get("req"), "event_at": round(start),
+            "callback_ms": round(time.time() * 1000 - start, 1)}
 
 
 def _on_event(event: dict[str, Any]) -> None:
-    if "have" in event:
-        st.session_state[HAVE] = event["have"]
-    done = st.session_state.setdefault(ANSWERED, collections.deque(maxlen=64))
-    if event.get("req") in done:  # a request sent again that had arrived after all: done already
-        return
-    if event["kind"] == "prefetch":
-        prefetch_next(workspace(), event["run"])
-        return
-    act(lambda r: stage_events.apply(r, event, callback_slot), moved=stage_events.moves_server(event))
-    if "req" in event:
-        done.append(event["req"])  # the payload that follows answers it
-    if event["kind"] == "view":  # the browser moved on (a new cycle, a pause): the next cycle, in the same run
-        prefetch_next(workspace(), event["run"])
-    if event.get("pause") or tabs_follow():  # the slider and the tabs are outside the fragment
+    if handle(channel(), event, callback_slot):
         request_full_run()
+
+
+def handle(ch: Channel, event: dict[str, Any], slot: Slot, ws: Workspace | None = None) -> bool:
+    """Carry out a parsed event for the session of `ch`, from a script run's callback (`ws` None)
+    or from the stage's route (`ws` given: no Streamlit state is touched). True when the whole page
+    should be drawn again (the history slider and the open tabs are outside the fragment)."""
+    if "have" in event:
+        ch.have = event["have"]
+    if event.get("req") in ch.answered:  # a request sent again that had arrived after all: done already
+        return False
+    if event["kind"] == "prefetch":
+        prefetch_next(ch.ws, event["run"], slot)
+        return False
+    act(lambda r: stage_events.apply(r, event, slot), moved=stage_events.moves_server(event), ws=ws)
+    if "req" in event:
+        ch.answered.append(event["req"])  # the payload that follows answers it
+    if event["kind"] == "view":  # the browser moved on (a new cycle, a pause): the next cycle, in the same run
+        prefetch_next(ch.ws, event["run"], slot)
+    return bool(event.get("pause")) or (ch.view is not None and ch.view.tabs)
 
 
 def tabs_follow() -> bool:
@@ -96,21 +146,22 @@ def tabs_follow() -> bool:
     return bool(ss.get("more")) and not ss.get("lecture")
 
 
-def timeline(run: Run, proposer_label: str, suffix: str) -> stage_data.Timeline:
+def timeline(ch: Channel, run: Run) -> stage_data.Timeline:
     """The run's steps as the browser may show them (with the prefetched cycles), built once per
-    run state and kept in the session: the steps it renders are memoised inside it."""
+    run state and kept in the channel: the steps it renders are memoised inside it."""
+    view = ch.view
     ahead = run.ahead_cycles
-    key = (run.id, run.source, len(run.traces), id(run.traces[-1]) if run.traces else 0, tuple(map(id, ahead)), suffix)
-    memo = st.session_state.get("_stage_timeline")
+    key = (run.id, run.source, len(run.traces), id(run.traces[-1]) if run.traces else 0, tuple(map(id, ahead)),
+           view.suffix, view.proposer_label)
+    memo = ch.memo
     if memo is None or memo[0] != key:
         parts = memo[1].memo if memo is not None and memo[0][0] == run.id else {}  # the run's rendered steps
         tl = stage_data.Timeline(
             prompt_ids=run.prompt_ids, prefill=run.prefill, traces=(*run.traces, *ahead),
-            texts=run.texts, proposer=run.proposer, proposer_label=proposer_label, real=len(run.traces),
-            status_suffix=suffix, memo=parts,
+            texts=run.texts, proposer=run.proposer, proposer_label=view.proposer_label, real=len(run.traces),
+            status_suffix=view.suffix, memo=parts,
         )  # fmt: skip
-        memo = (key, tl)
-        st.session_state._stage_timeline = memo
+        memo = ch.memo = (key, tl)
     return memo[1]
 
 
@@ -155,9 +206,9 @@ def end_text(run: Run) -> str:
             "Start a live run (change a setting, or Reset) to decode further.")
 
 
-def quiz_steps(run: Run, steps: range) -> list[int]:
+def quiz_steps(run: Run, steps: range, quiz: bool) -> list[int]:
     """Verify steps of unanswered quiz questions: the browser holds there once before skipping."""
-    if not st.session_state.get("quiz"):
+    if not quiz:
         return []
     answered = {q.cycle for q in run.quiz}
     verify = CYCLE_PHASES.index("verify")
@@ -178,42 +229,59 @@ def intro(run: Run, proposer_label: str, lecture: bool) -> str:
     return stage_data.intro_html(target, proposer_label)
 
 
-def payload(run: Run, ws: Workspace, *, lecture: bool, max_rows: int, proposer_label: str, suffix: str,
-            compare: stage_data.Timeline | None, follow: bool, page: bool = False) -> dict[str, Any]:
+def payload(ch: Channel, *, page: bool = False, served: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What the component is sent: the steps around the one shown, for the page's last `view`."""
     start = time.time() * 1000
-    tl = timeline(run, proposer_label, suffix)
-    steps = stage_data.window(run.view, tl, PREFETCH_DEPTH)
+    ws, view = ch.ws, ch.view
+    with ch.lock:
+        version = ws.stage_version  # read before the run: a payload is never newer than it says
+        run = ws.run
+        tl = timeline(ch, run)
+        steps = stage_data.window(run.view, tl, PREFETCH_DEPTH)
+        packed = stage_data.pack(
+            stage_data.steps_payload(tl, steps, lecture=view.lecture, max_rows=view.max_rows, compare=view.compare),
+            have=ch.have, shown=run.view)
     data = {
         "run": run.id,
         "seq": ws.stage_seq,
+        "version": version,
         "view": run.view,
-        "answered": (st.session_state.get(ANSWERED) or [None])[-1],
-        **stage_data.pack(stage_data.steps_payload(tl, steps, lecture=lecture, max_rows=max_rows, compare=compare),
-                          have=st.session_state.get(HAVE, frozenset()), shown=run.view),
+        "answered": ch.answered[-1] if ch.answered else None,
+        **packed,
         "more": can_grow(run),
         "end": end_text(run),
-        "follow": follow,
-        "lecture": lecture,
-        "quiz": quiz_steps(run, steps),
+        "follow": view.follow,
+        "lecture": view.lecture,
+        "quiz": quiz_steps(run, steps, view.quiz),
         "prefetch": can_prefetch(run, ws),
-        "intro": intro(run, proposer_label, lecture),
+        "intro": intro(run, view.proposer_label, view.lecture),
         "page": page,  # a whole-page run: the history slider below is drawn for `view`
+        # The stage's own route, which answers without a script run (None: the page's trigger only),
+        # and the channel's token: the route's key, and what `version` counts within.
+        "route": stage_route.address() if view.compare is None else None,
+        "channel": ch.token,
     }
     # Where the server's part of an event's round trip went (epoch ms: on one machine the browser's
     # clock compares): the callback, then this payload's building. Only after an event (a run with no
     # event sends the same data as before). Read by bench.browser_latency.
-    served = st.session_state.pop(SERVED, None)
     if served is not None:
         now = time.time() * 1000
         data["served"] = {**served, "built_at": round(now), "build_ms": round(now - start, 1)}
     return data
 
 
+def page_payload(view: PageView, page: bool) -> dict[str, Any]:
+    """The payload of a script run, for the page's current `view`."""
+    ch = channel()
+    ch.view = view
+    return payload(ch, page=page, served=st.session_state.pop(SERVED, None))
+
+
 def show(data: dict[str, Any]) -> None:
     _component()(key=KEY, data=data, on_event_change=on_event)
 
 
-def prefetch_next(ws: Workspace, run_id: int) -> bool:
+def prefetch_next(ws: Workspace, run_id: int, slot: Slot) -> bool:
     """Compute one more cycle ahead of the shown run, if it has fewer than `PREFETCH_DEPTH` in hand;
     True when one was added. A failure is remembered (not retried for this run state) and left for
     the click that asks for the cycle to report, with the usual words; a busy server is not a
@@ -228,10 +296,10 @@ def prefetch_next(ws: Workspace, run_id: int) -> bool:
         try:
             # A parked decoder is rebuilt here, not on the click that needs it (re-prefilling a long
             # context took seconds on that click).
-            note = wake_note(ws)
+            note = wake_note(ws, slot)
             if note:
                 ws.run = run = dataclasses.replace(ws.run, notices=(note, *ws.run.notices))
-            new = prefetch(run, callback_slot)
+            new = prefetch(run, slot)
         except ServerBusyError:
             return False
         except SpecvizError:
@@ -241,5 +309,6 @@ def prefetch_next(ws: Workspace, run_id: int) -> bool:
             ws.prefetch_failed = mark
             return False
         ws.run = dataclasses.replace(ws.run, ahead=new.ahead)
+        ws.stage_version += 1
     return True
 

@@ -412,6 +412,10 @@ class Workspace:
     # Bumped by every move the server makes on its own (a button, Play, the history, an answered
     # request): the stage component then follows the server's step instead of its own.
     stage_seq: int = 0
+    # Bumped by every action and every cycle computed ahead: a payload carries the version it was
+    # built at, and the browser ignores one older than the last it took (the stage hears from two
+    # channels, the page's script runs and its route, and their answers can cross).
+    stage_version: int = 0
     prefetch_failed: Any = None  # (run id, cycles, config) whose prefetch failed: not retried
 
     def new_id(self) -> int:

@@ -397,6 +397,11 @@ function createStage(root, hooks) {
     // waits for a later task, and payloads are taken in the order they come.
     update(data) {
       const arrived = performance.timeOrigin + performance.now();
+      // Built before one already taken (the page's script run and the route can cross): stale.
+      if (s.data && data.channel === s.data.channel && data.version < s.data.version) {
+        note(['stale', data.version, s.data.version]);
+        return;
+      }
       try {
         const got = unpack(data);
         const unpacked = performance.timeOrigin + performance.now();

@@ -3,9 +3,36 @@
 // The page's own Next phase / Next cycle / Back buttons stay the server path (and what a test
 // harness without JavaScript clicks); this glue answers their clicks and the arrow keys locally
 // whenever the step is already here, so the server is asked only for what the browser lacks.
+//
+// What it must ask goes to the stage's own route when the payload names one (`route`,
+// specviz/ui/stage_route.py): a POST answered with the payload itself, applied in place, with no
+// script run and no React render of the page. The page's trigger stays the path for what the page
+// around the stage must follow (a pause: the history slider; a quiz or open tabs: every step) and
+// the fallback whenever the route fails.
 
 const SV_STAGES = new WeakMap();
 const SV_BUTTONS = {next_phase: 'next', next_cycle: 'nextCycle', back: 'back'};
+
+function svSend(entry, value) {
+  const page = () => entry.trigger('event', value);
+  const data = entry.stage.state.data, url = data && data.route, token = data && data.channel;
+  if (!url || entry.deadRoute === token || value.pause || (value.kind !== 'prefetch' && data.follow)) {
+    page();
+    return;
+  }
+  fetch(url, {method: 'POST', headers: {'Content-Type': 'application/json'}, body: JSON.stringify({token, event: value})})
+    .then(r => {
+      if (r.ok) return r.json();
+      if (r.status === 404 || r.status === 405 || r.status === 410) entry.deadRoute = token;  // not for this page
+      throw new Error(`the stage route answered ${r.status}`);
+    })
+    .then(answer => {
+      entry.stage.update(answer);
+      // The action left something for the page to say (an error, the end of the text): draw it.
+      if (answer.redraw) entry.trigger('event', {kind: 'view', run: answer.run, step: entry.stage.state.cur, pause: true});
+    })
+    .catch(page);
+}
 
 export default function (component) {
   const {data, parentElement, setTriggerValue} = component;
@@ -13,7 +40,8 @@ export default function (component) {
   if (!entry) {
     const root = document.createElement('div');
     parentElement.appendChild(root);
-    const stage = createStage(root, {send: value => setTriggerValue('event', value)});
+    const sender = {};
+    const stage = createStage(root, {send: value => svSend(sender, value)});
     const onKey = stageKeys(stage);
     // Capture phase on window: runs before Streamlit's own handlers, which then never see the event.
     const onClick = e => {
@@ -26,10 +54,11 @@ export default function (component) {
     };
     window.addEventListener('keydown', onKey, true);
     window.addEventListener('click', onClick, true);
-    entry = {stage, onKey, onClick, root};
+    entry = Object.assign(sender, {stage, onKey, onClick, root, deadRoute: null});
     SV_STAGES.set(parentElement, entry);
     window.__specvizStage = stage;  // for the browser test and the latency bench
   }
+  entry.trigger = setTriggerValue;
   entry.stage.update(data);
   // Streamlit may call a cleanup while the element is still mounted: a call whose module import was
   // still pending when the next data came is cleaned up as soon as it resolves (seen under load: the

@@ -1,0 +1,106 @@
+"""The stage's own HTTP route: the browser asks for cycles without a Streamlit script run.
+
+The stage component talks to the server through its trigger value (`stage_component`): each
+message starts a run of the stage fragment, and the payload comes back as a new element over the
+websocket. That costs more than the message: the fragment run re-sends what it draws, and the
+browser's Streamlit frontend spends 50-90 ms in React before the component sees the data (a
+Chromium trace, docs/benchmarks.md, "Sixth pass") — on every asked cycle, every prefetched one,
+and on every page of a classroom that shares the server's two cores.
+
+So the page is served as an `st.App` (app.py) with one more route, `POST /api/specviz/stage`:
+the component posts the same message it would set as its trigger, `{"token": ..., "event": {...}}`,
+and gets the same payload back as JSON, which it applies in place. Nothing else changes: the
+event is carried out by the same `stage_component.handle` under the same workspace lock and
+decoding slots (a `quiet_slot`: it waits without drawing), and the payload is built by the same
+`stage_component.payload`, for the page's last `PageView`.
+
+The token names one browser session's `Channel`; it is random (unguessable), held only by that
+page, and dies with the session (the registry holds weak references). What the route does not do
+stays with the page: a report that stepping paused (the history slider is redrawn by a whole-page
+run), the steps of a stage whose quiz or open tabs follow each step, and anything a failed call
+leaves — the component then sends the message as its trigger, exactly as without the route
+(`410`: the session is gone; `4xx`/`5xx`, a network error: the page's path). An answer whose
+action left something for the page to say (an error, the end of the text) carries `redraw`, and
+the component asks for a whole-page run to show it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from . import stage_events
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
+    from starlette.responses import Response
+
+    from .stage_component import Channel
+
+PATH = "/api/specviz/stage"
+MAX_BODY = 64 * 1024  # a message is a few hundred bytes (its `have` list at most a few kB)
+_LOG = logging.getLogger(__name__)
+_channels: weakref.WeakValueDictionary[str, Channel] = weakref.WeakValueDictionary()
+_serving = False  # the process serves the route (app.py built its st.App): payloads name it
+
+
+def register(channel: Channel) -> None:
+    _channels[channel.token] = channel
+
+
+def address() -> str | None:
+    """Where the component posts its messages, or None when this process serves no route (AppTest)."""
+    return PATH if _serving else None
+
+
+def routes() -> list[Any]:
+    """The route, for `st.App(..., routes=routes())`; from then on payloads name it."""
+    from starlette.routing import Route
+
+    global _serving
+    _serving = True
+    return [Route(PATH, _endpoint, methods=["POST"])]
+
+
+def answer(channel: Channel, event: dict[str, Any]) -> dict[str, Any]:
+    """Carry out a parsed event for the channel's session and return the payload that answers it
+    (no Streamlit state is touched: this runs in a worker thread of the web server)."""
+    import time
+
+    from .session import quiet_slot
+    from .stage_component import handle, payload, served_stamp
+
+    start = time.time() * 1000
+    ws = channel.ws
+    redraw = handle(channel, event, quiet_slot(ws), ws=ws)
+    data = payload(channel, served=served_stamp(event, start))
+    data["redraw"] = redraw or bool(ws.error or ws.finished_note)
+    return data
+
+
+async def _endpoint(request: Request) -> Response:
+    from starlette.concurrency import run_in_threadpool
+    from starlette.responses import JSONResponse, Response
+
+    body = await request.body()
+    if len(body) > MAX_BODY:
+        return JSONResponse({"error": "message too large"}, status_code=413)
+    try:
+        message = json.loads(body)
+        token = str(message["token"])
+        event = stage_events.parse(message.get("event"))
+    except (ValueError, KeyError, TypeError):
+        return JSONResponse({"error": "not a stage message"}, status_code=400)
+    if event is None:
+        return JSONResponse({"error": "not a stage event"}, status_code=400)
+    channel = _channels.get(token)
+    if channel is None or channel.view is None:
+        return JSONResponse({"error": "no such session (it ended, or the server restarted)"}, status_code=410)
+    try:
+        data = await run_in_threadpool(answer, channel, event)
+    except Exception:  # the page's own path reports it, with the usual words
+        _LOG.exception("the stage route failed on %s", event["kind"])
+        return JSONResponse({"error": "the server could not answer"}, status_code=500)
+    return Response(json.dumps(data, separators=(",", ":")), media_type="application/json")
