@@ -15,7 +15,7 @@ is on screen. So a click is one of three kinds, and each is reported on its own:
 * **prefetched** — a Next cycle whose cycle had arrived in advance (a local step too);
 * **asked** — the browser had to ask the server (a cycle not yet there): the click waits for the
   server's answer. The *cold* clicks are Next cycle clicks made in a row, each the moment the one
-  before painted, until one lands past the two cycles the server keeps computed ahead; their
+  before painted, until one lands past the cycles the server keeps computed ahead (`PREFETCH_DEPTH`); their
   server-side compute time (the cycle's `timings_ms`, sent with the step) is reported beside them.
 
 What "painted" means here: timed inside the page with `performance.now()` from just before the
@@ -122,7 +122,7 @@ IDLE_JS = """() => !!window.__specvizStage && !window.__specvizStage.state.waiti
   && document.querySelector('.svs').getAnimations({subtree: true}).every(a => a.playState !== 'running')"""
 
 # Whether the step the button would show is already in the browser (the cold clicks run up to the
-# first one that is not: the server keeps two cycles computed ahead).
+# first one that is not: the server keeps `PREFETCH_DEPTH` cycles computed ahead).
 KNOWN_JS = """(key) => { const s = window.__specvizStage.state; """ + TARGET_JS + """
   return !!s.data.steps[String(svTarget(key, s.cur))] && !s.waiting; }"""
 COLD_LEAD_MAX = 4  # quick clicks at most before a cold one (a text ends within a few cycles)

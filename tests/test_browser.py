@@ -42,6 +42,7 @@ ARTIFACTS = ROOT / "test-artifacts"
 OUT = ARTIFACTS / "browser"
 EXCEPTION = "[data-testid='stException']"
 STATUS = "[data-testid='stStatusWidget']"
+ROUTE = "/api/specviz/stage"  # the stage's own route (specviz.ui.stage_route.PATH)
 STATUS_LINE = "committed before this cycle"  # words of the stage's status line (narrative.status_markdown)
 MIN_DELTA_E = 20.0  # specviz.viz.cvd: "ΔE ≥ 20 is a difference one names" — the palette's bar
 SLOT_STATES = ("committed", "provisional", "stale")
@@ -425,11 +426,24 @@ HISTORY_AT_JS = """(step) => [...document.querySelectorAll("[class*='st-key-hist
   [...el.classList].some(c => c.startsWith('st-key-history-') && c.split('-')[4] === String(step)))"""
 
 
+def _route_messages(page) -> list[dict]:
+    """The messages the stage posts to its route (specviz.ui.stage_route), as they leave."""
+    sent: list[dict] = []
+
+    def seen(request) -> None:
+        if request.url.endswith(ROUTE) and request.method == "POST":
+            sent.append(json.loads(request.post_data)["event"])
+
+    page.on("request", seen)
+    return sent
+
+
 def test_keyboard_prefetch_and_queued_clicks(server: str, browser) -> None:
     """→ / Shift+→ / ← step locally; Next cycle on a prefetched cycle asks the server nothing; a burst
     of clicks past what the browser has is queued and every click is carried out."""
     errors: list[str] = []
     page = _open(browser, server, errors)
+    routed = _route_messages(page)
     # Someone alone gets a short guided start at the top of the stage, until they dismiss it.
     intro = page.locator(".svs .svs-intro")
     assert intro.is_visible() and "Next phase" in intro.inner_text() and intro.bounding_box()["y"] < 400
@@ -471,6 +485,8 @@ def test_keyboard_prefetch_and_queued_clicks(server: str, browser) -> None:
     _wait_idle(page)
     _no_exception(page, "a burst of clicks")
     assert _stage(page)["queue"] == 0 and not _stage(page)["waiting"]
+    # What the burst asked went to the stage's own route (no script run), and so did the prefetches.
+    assert {"next_phase", "prefetch"} <= {m["kind"] for m in routed}, routed
     # A payload that follows an event carries the server's stamps (what the latency bench splits a
     # round trip by), in order: the event, its callback, the payload, its arrival here.
     stamps = page.evaluate("() => window.__specvizStage.state.timings")
@@ -498,6 +514,39 @@ def test_keyboard_prefetch_and_queued_clicks(server: str, browser) -> None:
     assert page.locator(".svs .svs-intro").is_hidden()
     page.close()
     assert not errors, errors
+
+
+def test_the_page_answers_when_the_route_fails(server: str, browser) -> None:
+    """A route that fails (here: every call answered 500, as by a proxy that does not pass it) costs
+    nothing but time: each message goes to the page's trigger instead, and cycles past what the
+    browser holds still come."""
+    errors: list[str] = []
+    page = browser.new_page(viewport={"width": 1920, "height": 1080})
+    page.set_default_timeout(120_000)
+    failed: list[str] = []
+
+    def fail(route) -> None:
+        failed.append(json.loads(route.request.post_data)["event"]["kind"])
+        route.fulfill(status=500, body="{}", content_type="application/json")
+
+    page.route("**" + ROUTE, fail)
+    _watch_errors(page, errors, server)
+    page.goto(server, wait_until="domcontentloaded")
+    _button(page, "next_phase").wait_for(timeout=90_000)
+    _wait_idle(page)
+    _wait_prefetched(page)  # the prefetch failed on the route and went through the page
+    for cycle in range(1, 9):  # Next cycle in a row, until one lands past what was computed ahead
+        page.keyboard.press("Shift+ArrowRight")
+        page.wait_for_function(f"() => window.__specvizStage.state.cur === {5 * cycle}", timeout=120_000)
+        if "next_cycle" in failed:
+            break
+    _wait_idle(page)
+    _no_exception(page, "the route failing")
+    assert "prefetch" in failed and "next_cycle" in failed, failed  # asked, and answered by the page
+    assert not _stage(page)["waiting"] and f"Cycle {cycle} · 5" in _phase_title(page)
+    page.close()
+    # The browser logs each failed call; nothing else went wrong.
+    assert not [e for e in errors if "status of 500" not in e], errors
 
 
 @pytest.mark.parametrize("size", [(1920, 1080), (1280, 720)])

@@ -68,8 +68,9 @@ def essence(tr) -> dict:
 @pytest.mark.parametrize("layout", ["paged", "contiguous"])
 def test_prefetched_cycles_are_the_cycles_computed_on_demand(pair, layout):
     plain, ahead = live(pair, cache_layout=layout), live(pair, cache_layout=layout)
-    ahead = prefetch(prefetch(ahead))  # two in hand: the second computed on a fork of the first's fork
-    assert len(ahead.ahead_cycles) == PREFETCH_DEPTH == 2
+    for _ in range(PREFETCH_DEPTH):  # each one computed on a fork of the one before's fork
+        ahead = prefetch(ahead)
+    assert len(ahead.ahead_cycles) == PREFETCH_DEPTH == 3
     for _ in range(4):
         plain = compute_cycle(plain)
         assert ahead.next_cycle is not None and len(ahead.traces) == len(plain.traces) - 1
@@ -89,11 +90,12 @@ def test_prefetch_leaves_the_shown_run_alone_and_never_computes_twice(pair):
     assert run.dec is before and run.traces == () and run.view == 0  # the run itself did not move
     twice = prefetch(run)
     assert twice.dec is before and twice.ahead[0] is run.ahead[0] and len(twice.ahead) == 2
-    assert prefetch(twice) is twice  # PREFETCH_DEPTH cycles in hand: nothing more
-    shown = advance_phase(twice)  # Next phase: the first prefetched cycle is adopted and its draft shown
+    full = prefetch(twice)
+    assert len(full.ahead) == PREFETCH_DEPTH and prefetch(full) is full  # PREFETCH_DEPTH in hand: nothing more
+    shown = advance_phase(full)  # Next phase: the first prefetched cycle is adopted and its draft shown
     first = run.ahead[0]
     assert shown.view == 1 and shown.traces == (first.trace,) and shown.dec is first.decoder
-    assert shown.ahead == twice.ahead[1:]  # the second stays in hand
+    assert shown.ahead == full.ahead[1:]  # the others stay in hand
 
 
 def test_a_setting_change_discards_the_prefetched_cycles(pair):
@@ -188,10 +190,11 @@ def test_the_window_holds_the_shown_cycle_the_step_before_and_the_next_cycles(pa
     run = prefetch(prefetch(compute_cycle(compute_cycle(live(pair)))))  # two cycles adopted, two in hand
     tl = timeline_of(run)
     assert tl.last_step == 20
-    assert list(stage_data.window(7, tl, PREFETCH_DEPTH)) == list(range(5, 21))  # cycle 2, its start, cycles 3 and 4
-    assert list(stage_data.window(0, tl, PREFETCH_DEPTH)) == list(range(0, 16))  # the start, cycles 1 to 3
-    assert list(stage_data.window(2, tl, PREFETCH_DEPTH)) == list(range(0, 16))
-    assert list(stage_data.window(12, tl, PREFETCH_DEPTH)) == list(range(10, 21))  # nothing known past cycle 4
+    assert list(stage_data.window(7, tl, 2)) == list(range(5, 21))  # cycle 2, its start, cycles 3 and 4
+    assert list(stage_data.window(0, tl, 2)) == list(range(0, 16))  # the start, cycles 1 to 3
+    assert list(stage_data.window(2, tl, 2)) == list(range(0, 16))
+    assert list(stage_data.window(12, tl, 2)) == list(range(10, 21))  # nothing known past cycle 4
+    assert list(stage_data.window(0, tl, 3)) == list(range(0, 21))  # the start, cycles 1 to 4
 
 
 def test_each_step_carries_its_picture_words_and_hooks(pair):

@@ -17,8 +17,11 @@ from it.
 computed before anyone asks for them: `prefetch` runs one on a *fork* of the decoder (caches and
 random streams copied, so the trace is the one the decoder itself would produce next) and keeps
 it beside the run in `Run.ahead`; called again, it runs the cycle after on a fork of that fork,
-up to `PREFETCH_DEPTH` cycles. Two, because Next cycle jumps over a whole cycle to the end of the
-next: with one cycle in hand, the click after that jump always waited for a computation. `adopt`
+up to `PREFETCH_DEPTH` cycles. Three: Next cycle jumps over a whole cycle to the end of the next
+(with one cycle in hand, the click after that jump always waited for a computation), and on a
+shared server the cycle asked for when a cycle begins can take seconds to come (eight sessions
+that start together queue for two decoding slots on a CPU their browsers also use: with two in
+hand, every session of `bench.load` at N = 8 waited 4-6 s at its seventh click). `adopt`
 makes the first one the run's next cycle when the run reaches it; `compute_cycle` adopts instead
 of computing when it can, so a cycle is never computed twice. A live setting change (K,
 temperature, what-if, …) changes the decoder's config, and prefetched cycles computed under
@@ -58,7 +61,7 @@ class RecordingEndError(SpecvizError):
     """A recorded (imported or replayed) run has no more cycles to show."""
 
 
-PREFETCH_DEPTH = 2  # cycles computed ahead of the run (see the module docstring)
+PREFETCH_DEPTH = 3  # cycles computed ahead of the run (see the module docstring)
 
 
 @dataclass(frozen=True)
