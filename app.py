@@ -62,10 +62,6 @@ _HEAD_CSS = f"div:has(> .st-key-{HEAD}), .st-key-{HEAD} {{ display: contents; }}
 COMPACT_PAGE = f"<style>.stMainBlockContainer {{ padding-top: 2.5rem; }} {_HEAD_CSS}</style>"
 LECTURE_PAGE = f"<style>.stMainBlockContainer {{ padding-top: 3.9rem; }} {_HEAD_CSS}</style>"
 
-st.set_page_config(
-    page_title="specviz — speculative decoding, exactly", page_icon=":material/visibility:", layout="wide"
-)
-
 
 def more_views(run: Run, cycle: int | None, phase: str) -> None:
     """The secondary views, below the stage, in a lazy expander of lazy tabs: only the open tab of
@@ -190,6 +186,9 @@ def _scenario_start(run: Run) -> Run:
 
 
 def main() -> None:
+    st.set_page_config(
+        page_title="specviz — speculative decoding, exactly", page_icon=":material/visibility:", layout="wide"
+    )
     try:
         settings = session.server_settings()
     except SpecvizError as exc:  # a typo in a server setting must not open a locked-down server
