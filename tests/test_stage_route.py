@@ -8,8 +8,9 @@
 * **What the page must draw comes back as `redraw`**: a paused report (the history slider), an
   action that ended the text.
 * **The endpoint** turns away what is not a stage message (400), an unknown session (410: the
-  page falls back to its trigger) and an oversized body (413); the registry forgets a session's
-  channel when the session is gone; payloads name the route only where a process serves it.
+  page falls back to its trigger), a session with no run shown (409, a Reset on its way) and an
+  oversized body (413); the registry forgets a session's channel when the session is gone; payloads
+  name the route only where a process serves it.
 """
 
 from __future__ import annotations
@@ -116,6 +117,8 @@ def test_the_endpoint_answers_a_session_and_turns_away_the_rest(pair):
     assert _post(json.dumps({"token": ch.token, "event": {"kind": "explode"}}).encode())[0] == 400
     assert _post(json.dumps({"token": "guess", "event": event}).encode())[0] == 410
     assert _post(b" " * (stage_route.MAX_BODY + 1))[0] == 413
+    ch.ws.run = None  # a Reset: the next script run starts the new run
+    assert _post(json.dumps({"token": ch.token, "event": event}).encode())[0] == 409
 
 
 def test_a_gone_session_is_forgotten_and_payloads_name_the_route_only_where_it_is_served(pair, monkeypatch):

@@ -41,6 +41,11 @@ if TYPE_CHECKING:
 
 PATH = "/api/specviz/stage"
 MAX_BODY = 64 * 1024  # a message is a few hundred bytes (its `have` list at most a few kB)
+# Worker threads for the route's calls, apart from the web server's shared pool (which also serves
+# the page's files): a call may wait for the session's lock or a decoding slot for a while, and a
+# classroom's waiting calls must not hold up a page that is opening.
+MAX_CALLS = 64
+_limiter: Any = None
 _LOG = logging.getLogger(__name__)
 _channels: weakref.WeakValueDictionary[str, Channel] = weakref.WeakValueDictionary()
 _serving = False  # the process serves the route (app.py built its st.App): payloads name it
@@ -81,7 +86,7 @@ def answer(channel: Channel, event: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _endpoint(request: Request) -> Response:
-    from starlette.concurrency import run_in_threadpool
+    import anyio
     from starlette.responses import JSONResponse, Response
 
     body = await request.body()
@@ -98,8 +103,13 @@ async def _endpoint(request: Request) -> Response:
     channel = _channels.get(token)
     if channel is None or channel.view is None:
         return JSONResponse({"error": "no such session (it ended, or the server restarted)"}, status_code=410)
+    if channel.ws.run is None:  # a Reset on its way: the page's next run starts the new one
+        return JSONResponse({"error": "no run is shown"}, status_code=409)
+    global _limiter
+    if _limiter is None:
+        _limiter = anyio.CapacityLimiter(MAX_CALLS)
     try:
-        data = await run_in_threadpool(answer, channel, event)
+        data = await anyio.to_thread.run_sync(answer, channel, event, limiter=_limiter)
     except Exception:  # the page's own path reports it, with the usual words
         _LOG.exception("the stage route failed on %s", event["kind"])
         return JSONResponse({"error": "the server could not answer"}, status_code=500)
