@@ -229,8 +229,10 @@ def intro(run: Run, proposer_label: str, lecture: bool) -> str:
     return stage_data.intro_html(target, proposer_label)
 
 
-def payload(ch: Channel, *, page: bool = False, served: dict[str, Any] | None = None) -> dict[str, Any]:
-    """What the component is sent: the steps around the one shown, for the page's last `view`."""
+def payload(ch: Channel, *, page: bool = False, served: dict[str, Any] | None = None,
+            deflate: bool = True) -> dict[str, Any]:
+    """What the component is sent: the steps around the one shown, for the page's last `view`
+    (`deflate`: the bodies deflated, see `stage_data.pack`)."""
     start = time.time() * 1000
     ws, view = ch.ws, ch.view
     with ch.lock:
@@ -240,7 +242,7 @@ def payload(ch: Channel, *, page: bool = False, served: dict[str, Any] | None = 
         steps = stage_data.window(run.view, tl, PREFETCH_DEPTH)
         packed = stage_data.pack(
             stage_data.steps_payload(tl, steps, lecture=view.lecture, max_rows=view.max_rows, compare=view.compare),
-            have=ch.have, shown=run.view)
+            have=ch.have, shown=run.view, deflate=deflate)
     data = {
         "run": run.id,
         "seq": ws.stage_seq,

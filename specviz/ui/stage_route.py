@@ -80,7 +80,7 @@ def answer(channel: Channel, event: dict[str, Any]) -> dict[str, Any]:
     start = time.time() * 1000
     ws = channel.ws
     redraw = handle(channel, event, quiet_slot(ws), ws=ws)
-    data = payload(channel, served=served_stamp(event, start))
+    data = payload(channel, served=served_stamp(event, start), deflate=False)  # gzipped by the web server
     data["redraw"] = redraw or bool(ws.error or ws.finished_note)
     return data
 

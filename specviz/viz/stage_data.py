@@ -207,15 +207,22 @@ def steps_payload(
     }
 
 
-def pack(steps: dict[str, dict[str, Any]], have: Collection[int] = (), shown: int | None = None) -> dict[str, Any]:
+def pack(steps: dict[str, dict[str, Any]], have: Collection[int] = (), shown: int | None = None,
+         deflate: bool = True) -> dict[str, Any]:
     """Steps as the component is sent them: `steps` without their heavy part, and `bodies`, the
-    heavy parts (`BODY`) of the signatures not in `have` and always the `shown` step's, as base64
-    of deflated JSON (the browser inflates it with `DecompressionStream("deflate")`). A browser
+    heavy parts (`BODY`) of the signatures not in `have` and always the `shown` step's. A browser
     that does not hold a body it was not sent lacks that step, and asks for it like any step it
-    lacks: the answer shows it, so its body comes with it."""
+    lacks: the answer shows it, so its body comes with it.
+
+    With `deflate`, `bodies` is base64 of deflated JSON (the browser inflates it with fflate): a
+    component's data travels as it is. Without, a plain object, for an HTTP answer (the stage's
+    route) that the web server gzips and the browser's network stack inflates off the page's
+    main thread."""
     heads = {s: {k: v for k, v in d.items() if k not in BODY} for s, d in steps.items()}
     bodies = {str(d["sig"]): {k: d[k] for k in BODY} for s, d in steps.items()
               if d["sig"] not in have or s == str(shown)}
+    if not deflate:
+        return {"steps": heads, "bodies": bodies}
     raw = json.dumps(bodies, separators=(",", ":"), ensure_ascii=False).encode()
     return {"steps": heads, "bodies": base64.b64encode(zlib.compress(raw, 6)).decode("ascii")}
 
@@ -223,5 +230,8 @@ def pack(steps: dict[str, dict[str, Any]], have: Collection[int] = (), shown: in
 def unpack(packed: dict[str, Any], held: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
     """`pack`'s inverse: whole steps, the missing bodies taken from `held` (signature -> body, as
     the browser keeps them). A step whose body is in neither is left out."""
-    bodies = {**(held or {}), **json.loads(zlib.decompress(base64.b64decode(packed["bodies"])))}
+    sent = packed["bodies"]
+    if isinstance(sent, str):
+        sent = json.loads(zlib.decompress(base64.b64decode(sent)))
+    bodies = {**(held or {}), **sent}
     return {s: {**h, **bodies[str(h["sig"])]} for s, h in packed["steps"].items() if str(h["sig"]) in bodies}

@@ -265,7 +265,8 @@ function createStage(root, hooks) {
   // for it like any step it lacks, and the answer brings it (the shown step's body always comes).
   function unpack(data) {
     if (data.bodies === undefined) return data;  // whole steps (the standalone page)
-    const bodies = data.bodies ? inflate(data.bodies) : {};
+    // Deflated in a component's data; a plain object in the route's answer (gzipped over HTTP).
+    const bodies = typeof data.bodies === 'string' ? (data.bodies ? inflate(data.bodies) : {}) : data.bodies;
     s.raw = data;
     const got = s.received;  // totals over the payloads so far
     s.received = {payloads: got.payloads + 1, steps: got.steps + Object.keys(data.steps).length,
