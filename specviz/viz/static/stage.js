@@ -20,7 +20,6 @@ const MOVE_MS = 340;
 const ENTER_MS = 280;
 const REPORT_IDLE_MS = 1200;  // a pause this long after local steps tells the server where we are
 const PAGE_IDLE_MS = 4000;  // ... and this long, the page around the stage is drawn again (`pauseLater`)
-const SEND_GAP_MS = 80;  // between two messages to the server (see `send`)
 const RESEND_MS = 4000;  // a request not answered by then is sent again (then after 8 s, 16 s, ...)
 const MOUNT = Math.random().toString(36).slice(2, 10);  // this page's requests, told from another's
 const HOLD = 48;  // step bodies kept (a few cycles); the ones the current data names are never dropped
@@ -240,17 +239,11 @@ function createStage(root, hooks) {
   // debugging the stage in a console).
   function note(entry) { s.log.push([Math.round(performance.now()), ...entry]); if (s.log.length > 80) s.log.shift(); }
 
-  // Messages leave at least SEND_GAP_MS apart: two trigger values set in one moment travel as one,
-  // and a report and a prefetch both wait for the same motion to end.
-  let nextSendAt = 0;
+  // The glue carries each message (the app's: the stage's route, or the component's trigger).
   function send(kind, extra) {
     note(['sent', kind, s.cur, extra && extra.target, extra && extra.req]);
     if (!hooks.send) return;
-    const message = Object.assign({kind, step: s.cur, run: s.run, seq: s.seq, have: [...held.keys()].map(Number)}, extra || {});
-    const now = performance.now(), at = Math.max(now, nextSendAt);
-    nextSendAt = at + SEND_GAP_MS;
-    if (at <= now) hooks.send(message);
-    else setTimeout(() => hooks.send(message), at - now);
+    hooks.send(Object.assign({kind, step: s.cur, run: s.run, seq: s.seq, have: [...held.keys()].map(Number)}, extra || {}));
   }
 
   function report(kind, extra) {

@@ -13,8 +13,19 @@
 const SV_STAGES = new WeakMap();
 const SV_BUTTONS = {next_phase: 'next', next_cycle: 'nextCycle', back: 'back'};
 
+const SV_SEND_GAP_MS = 80;  // between two trigger values: two set in one moment travel as one
+
+// The component's trigger: a message starts a run of the stage fragment. Messages leave at least
+// SV_SEND_GAP_MS apart (a report and a prefetch both wait for the same motion to end).
+function svTrigger(entry, value) {
+  const now = performance.now(), at = Math.max(now, entry.nextSendAt || 0);
+  entry.nextSendAt = at + SV_SEND_GAP_MS;
+  if (at <= now) entry.trigger('event', value);
+  else setTimeout(() => entry.trigger('event', value), at - now);
+}
+
 function svSend(entry, value) {
-  const page = () => entry.trigger('event', value);
+  const page = () => svTrigger(entry, value);
   const data = entry.stage.state.data, url = data && data.route, token = data && data.channel;
   if (!url || entry.deadRoute === token || value.pause || (value.kind !== 'prefetch' && data.follow)) {
     page();
@@ -29,7 +40,7 @@ function svSend(entry, value) {
     .then(answer => {
       entry.stage.update(answer);
       // The action left something for the page to say (an error, the end of the text): draw it.
-      if (answer.redraw) entry.trigger('event', {kind: 'view', run: answer.run, step: entry.stage.state.cur, pause: true});
+      if (answer.redraw) svTrigger(entry, {kind: 'view', run: answer.run, step: entry.stage.state.cur, pause: true});
     })
     .catch(page);
 }
