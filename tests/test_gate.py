@@ -1,6 +1,7 @@
 """The decoding gate (specviz.gate): at most `capacity` sessions decode at once, the others queue
 first come first served, see their place while waiting, and give up with a clear error after the
-timeout without losing their place for others."""
+timeout without losing their place for others; background work (a cycle computed ahead) waits
+behind everyone someone waits for, until it is needed."""
 
 from __future__ import annotations
 
@@ -79,6 +80,35 @@ def test_first_come_first_served_and_places_count_down():
         t.join(10)
     holder.join(10)
     assert order == [0, 1, 2]
+
+
+def test_background_work_goes_after_the_urgent_until_it_is_needed():
+    gate = DecodingGate(1)
+    entered, leave = threading.Event(), threading.Event()
+    holder = hold_slot(gate, entered, leave)
+    order: list[str] = []
+    needed = threading.Event()
+
+    def waiter(name: str, urgent=None) -> threading.Thread:
+        def run() -> None:
+            with gate.slot(poll=0.05, urgent=urgent):
+                order.append(name)
+                time.sleep(0.05)
+
+        t = threading.Thread(target=run)
+        t.start()
+        time.sleep(0.15)  # queued in this order
+        return t
+
+    threads = [waiter("prefetch A", lambda: False), waiter("prefetch B", needed.is_set),
+               waiter("click 1"), waiter("click 2")]
+    needed.set()  # a click of B's session now waits for B's prefetch
+    gate.nudge()
+    leave.set()
+    for t in [holder, *threads]:
+        t.join(10)
+    # The clicks first (B is urgent too now, and came before them), the background last.
+    assert order == ["prefetch B", "click 1", "click 2", "prefetch A"], order
 
 
 def test_never_more_than_capacity_at_once():

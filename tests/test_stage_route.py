@@ -127,7 +127,15 @@ def test_a_gone_session_is_forgotten_and_payloads_name_the_route_only_where_it_i
     del ch
     gc.collect()
     assert _post(json.dumps({"token": token, "event": {"kind": "view", "run": 1, "step": 0}}).encode())[0] == 410
-    monkeypatch.setattr(stage_route, "_serving", False)
+    monkeypatch.setattr(stage_route, "_served", None)
     assert stage_route.address() is None  # AppTest, or a server without the route: the trigger only
     (route,) = stage_route.routes()  # app.py's st.App
     assert route.path == stage_route.PATH and stage_route.address() == stage_route.PATH
+    from streamlit import config
+
+    config.set_option("server.baseUrlPath", "room-3")  # a server behind a path prefix
+    try:
+        (route,) = stage_route.routes()
+    finally:
+        config.set_option("server.baseUrlPath", "")
+    assert route.path == stage_route.address() == "/room-3" + stage_route.PATH

@@ -67,11 +67,13 @@ def take_full_run_request() -> bool:
 
 
 @contextmanager
-def decoding_slot(show_wait: bool = True, ws: Workspace | None = None) -> Iterator[None]:
+def decoding_slot(show_wait: bool = True, ws: Workspace | None = None,
+                  urgent: Callable[[], bool] | None = None) -> Iterator[None]:
     """Hold one of the server's decoding slots while a model runs (`specviz.gate`). While the
     slots are taken the page says so, with the session's place in the queue, instead of freezing;
     after `busy_timeout` the action fails with a clear message and nothing changes. With `ws`
-    given and `show_wait` off it touches no Streamlit state (the stage's route, `stage_route`)."""
+    given and `show_wait` off it touches no Streamlit state (the stage's route, `stage_route`);
+    with `urgent`, it waits as background work (`background_slot`)."""
     settings = server_settings()
     box: Any = None
 
@@ -83,7 +85,8 @@ def decoding_slot(show_wait: bool = True, ws: Workspace | None = None) -> Iterat
             box = st.empty()
         box.warning(place.message(), icon=":material/hourglass_top:")
 
-    with shared_gate(settings.max_decoding).slot(on_wait=waiting, timeout=settings.busy_timeout) as waited:
+    gate = shared_gate(settings.max_decoding)
+    with gate.slot(on_wait=waiting, timeout=settings.busy_timeout, urgent=urgent) as waited:
         if box is not None:
             box.empty()
         if waited >= 1.0:
@@ -97,6 +100,25 @@ def decoding_slot(show_wait: bool = True, ws: Workspace | None = None) -> Iterat
 def quiet_slot(ws: Workspace) -> Slot:
     """A decoding slot that waits without drawing and without Streamlit (the stage's route)."""
     return lambda: decoding_slot(show_wait=False, ws=ws)
+
+
+def background_slot(ws: Workspace) -> Slot:
+    """A quiet slot for work nobody waits for yet (a cycle computed ahead): every session's click
+    or page that waits for a slot goes first, until one of this session's clicks needs it
+    (`wanting`; `specviz.gate`, "Someone waiting goes first")."""
+    return lambda: decoding_slot(show_wait=False, ws=ws, urgent=lambda: bool(ws.wanted))
+
+
+@contextmanager
+def wanting(ws: Workspace) -> Iterator[None]:
+    """A click of this session waits for the server: its background work becomes urgent."""
+    mark = object()
+    ws.wanted.add(mark)
+    shared_gate(server_settings().max_decoding).nudge()  # a queued prefetch of ours moves up now
+    try:
+        yield
+    finally:
+        ws.wanted.discard(mark)
 
 
 def act(fn: Callable[[Run], Run], moved: bool = True, ws: Workspace | None = None) -> None:

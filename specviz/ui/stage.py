@@ -6,7 +6,8 @@ on hover — the narrative of the phase beside it, the token strip), the quiz wh
 tabs, and the history slider. The component steps through the phases it has in the browser; the
 buttons' own callbacks are the server path (what a harness without JavaScript clicks). Below the
 buttons the stage runs as a Streamlit fragment, so what the component asks of the server re-runs
-only that part of the page; once a cycle is on screen, the component asks for the next one in
+only that part of the page (or, served as app.py serves it, goes to the stage's own route and
+re-runs nothing: `stage_route`); once a cycle is on screen, the component asks for the next one in
 advance (prefetch).
 
 Keyboard: → next phase, Shift+→ next cycle, ← back (answered by the component), P play/pause

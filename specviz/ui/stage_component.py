@@ -16,10 +16,16 @@ seconds (`pause`: the server re-runs the whole page, for the history slider outs
 and when it needs a step it does not have. The server's own moves bump `Workspace.stage_seq`, and
 the component follows them.
 
+Two ways in, one handling: a message comes as the component's trigger (a run of the stage
+fragment, whose payload is the answer) or, where the process serves it, through the stage's own
+route (`stage_route`: a POST answered with the payload, no script run). Both go through `handle`
+and `payload`, for the session's `Channel`: the page's last `PageView` (what a route call cannot
+read from a script run), the step bodies the browser holds, the requests answered.
+
 Prefetch: when the payload says the server could compute one more cycle ahead (`can_prefetch`:
 fewer than `state.PREFETCH_DEPTH` in hand), the component asks for it (`{"kind": "prefetch"}`);
-the callback computes it (`state.prefetch`, on a fork, under a decoding slot like any model run)
-and the fragment run that follows sends it. The browser keeps stepping meanwhile. Asked by the
+the server computes it (`state.prefetch`, on a fork, under a decoding slot like any model run)
+and the answer brings it. The browser keeps stepping meanwhile. Asked by the
 browser rather than computed at the end of every script run: a page that nobody looks at (a test
 harness, a closed tab) computes nothing ahead. The one exception is a new run's first cycle,
 computed with its prefill (app.py `first_cycle_ahead`), so that the first click is as quick as
@@ -29,6 +35,7 @@ the others.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import secrets
 import threading
@@ -43,7 +50,7 @@ from ..gate import ServerBusyError
 from ..trace import CYCLE_PHASES
 from ..viz import stage_data, stage_js
 from . import stage_events, stage_route
-from .session import act, callback_slot, request_full_run, wake_note, workspace
+from .session import act, background_slot, callback_slot, request_full_run, wake_note, wanting, workspace
 from .state import PHASES_PER_CYCLE, PREFETCH_DEPTH, Run, Slot, Workspace, can_compute_ahead, prefetch
 
 KEY = "stage"
@@ -129,13 +136,15 @@ def handle(ch: Channel, event: dict[str, Any], slot: Slot, ws: Workspace | None 
     if event.get("req") in ch.answered:  # a request sent again that had arrived after all: done already
         return False
     if event["kind"] == "prefetch":
-        prefetch_next(ch.ws, event["run"], slot)
+        prefetch_next(ch.ws, event["run"])
         return False
-    act(lambda r: stage_events.apply(r, event, slot), moved=stage_events.moves_server(event), ws=ws)
+    moves = stage_events.moves_server(event)
+    with wanting(ch.ws) if moves else contextlib.nullcontext():  # a click waits for this one
+        act(lambda r: stage_events.apply(r, event, slot), moved=moves, ws=ws)
     if "req" in event:
         ch.answered.append(event["req"])  # the payload that follows answers it
     if event["kind"] == "view":  # the browser moved on (a new cycle, a pause): the next cycle, in the same run
-        prefetch_next(ch.ws, event["run"], slot)
+        prefetch_next(ch.ws, event["run"])
     return bool(event.get("pause")) or (ch.view is not None and ch.view.tabs)
 
 
@@ -283,15 +292,18 @@ def show(data: dict[str, Any]) -> None:
     _component()(key=KEY, data=data, on_event_change=on_event)
 
 
-def prefetch_next(ws: Workspace, run_id: int, slot: Slot) -> bool:
+def prefetch_next(ws: Workspace, run_id: int) -> bool:
     """Compute one more cycle ahead of the shown run, if it has fewer than `PREFETCH_DEPTH` in hand;
-    True when one was added. A failure is remembered (not retried for this run state) and left for
-    the click that asks for the cycle to report, with the usual words; a busy server is not a
-    failure of the run (asked again, it may have a slot)."""
+    True when one was added. It waits for a decoding slot as background work: any session's click
+    goes first, until one of this session's clicks needs it (`session.background_slot`). A failure
+    is remembered (not retried for this run state) and left for the click that asks for the cycle
+    to report, with the usual words; a busy server is not a failure of the run (asked again, it may
+    have a slot)."""
     run = ws.run
     if run is None or run.id != run_id or not can_prefetch(run, ws):
         return False
     mark = _prefetch_mark(run)
+    slot = background_slot(ws)
     with ws.lock:
         if ws.run is not run:  # another action got there first
             return False

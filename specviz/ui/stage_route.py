@@ -48,7 +48,7 @@ MAX_CALLS = 64
 _limiter: Any = None
 _LOG = logging.getLogger(__name__)
 _channels: weakref.WeakValueDictionary[str, Channel] = weakref.WeakValueDictionary()
-_serving = False  # the process serves the route (app.py built its st.App): payloads name it
+_served: str | None = None  # where this process serves the route (app.py built its st.App): payloads name it
 
 
 def register(channel: Channel) -> None:
@@ -57,16 +57,19 @@ def register(channel: Channel) -> None:
 
 def address() -> str | None:
     """Where the component posts its messages, or None when this process serves no route (AppTest)."""
-    return PATH if _serving else None
+    return _served
 
 
 def routes() -> list[Any]:
-    """The route, for `st.App(..., routes=routes())`; from then on payloads name it."""
+    """The route, for `st.App(..., routes=routes())`; from then on payloads name it. Under the
+    server's `baseUrlPath` when one is set (st.App mounts its own routes there, not the app's)."""
     from starlette.routing import Route
+    from streamlit import config
 
-    global _serving
-    _serving = True
-    return [Route(PATH, _endpoint, methods=["POST"])]
+    global _served
+    base = (config.get_option("server.baseUrlPath") or "").strip("/")
+    _served = f"/{base}{PATH}" if base else PATH
+    return [Route(_served, _endpoint, methods=["POST"])]
 
 
 def answer(channel: Channel, event: dict[str, Any]) -> dict[str, Any]:

@@ -420,6 +420,7 @@ class Workspace:
     # channels, the page's script runs and its route, and their answers can cross).
     stage_version: int = 0
     prefetch_failed: Any = None  # (run id, cycles, config) whose prefetch failed: not retried
+    wanted: set = field(default_factory=set)  # this session's clicks waiting for the server (`session.wanting`)
 
     def new_id(self) -> int:
         self.next_id += 1
