@@ -89,7 +89,7 @@ def decoding_slot(show_wait: bool = True, ws: Workspace | None = None,
     with gate.slot(on_wait=waiting, timeout=settings.busy_timeout, urgent=urgent) as waited:
         if box is not None:
             box.empty()
-        if waited >= 1.0:
+        if waited >= 1.0 and urgent is None:  # not for work nobody waited for
             (ws or workspace()).waited_note = (
                 f"Waited {waited:.0f} s for a free decoding slot: this server decodes at most "
                 f"{settings.max_decoding} session(s) at once."
@@ -102,11 +102,20 @@ def quiet_slot(ws: Workspace) -> Slot:
     return lambda: decoding_slot(show_wait=False, ws=ws)
 
 
+URGENT_IN_HAND = 2  # fewer cycles computed ahead than this: a click or two from waiting
+
+
 def background_slot(ws: Workspace) -> Slot:
     """A quiet slot for work nobody waits for yet (a cycle computed ahead): every session's click
-    or page that waits for a slot goes first, until one of this session's clicks needs it
-    (`wanting`; `specviz.gate`, "Someone waiting goes first")."""
-    return lambda: decoding_slot(show_wait=False, ws=ws, urgent=lambda: bool(ws.wanted))
+    or page that waits for a slot goes first (`specviz.gate`, "Someone waiting goes first"). It
+    becomes urgent itself when the run has fewer than `URGENT_IN_HAND` cycles in hand (Next cycle
+    and the click after it would wait) or one of this session's clicks waits (`wanting`)."""
+
+    def urgent() -> bool:
+        run = ws.run
+        return bool(ws.wanted) or (run is not None and len(run.ahead_cycles) < URGENT_IN_HAND)
+
+    return lambda: decoding_slot(show_wait=False, ws=ws, urgent=urgent)
 
 
 @contextmanager

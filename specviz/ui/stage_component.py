@@ -50,13 +50,23 @@ from ..gate import ServerBusyError
 from ..trace import CYCLE_PHASES
 from ..viz import stage_data, stage_js
 from . import stage_events, stage_route
-from .session import act, background_slot, callback_slot, request_full_run, wake_note, wanting, workspace
+from .session import (
+    act,
+    background_slot,
+    callback_slot,
+    quiet_slot,
+    request_full_run,
+    wake_note,
+    wanting,
+    workspace,
+)
 from .state import PHASES_PER_CYCLE, PREFETCH_DEPTH, Run, Slot, Workspace, can_compute_ahead, prefetch
 
 KEY = "stage"
 NAME = "specviz_stage"
 CHANNEL = "_stage_channel"  # the session's `Channel`
 SERVED = "_stage_served"  # when the last event's callback started and ended (epoch ms; the latency bench)
+LOCK_WAIT_S = 0.25  # a prefetch holding a slot waits this long for the run's lock, then gives up
 
 
 @cache
@@ -294,35 +304,48 @@ def show(data: dict[str, Any]) -> None:
 
 def prefetch_next(ws: Workspace, run_id: int) -> bool:
     """Compute one more cycle ahead of the shown run, if it has fewer than `PREFETCH_DEPTH` in hand;
-    True when one was added. It waits for a decoding slot as background work: any session's click
-    goes first, until one of this session's clicks needs it (`session.background_slot`). A failure
-    is remembered (not retried for this run state) and left for the click that asks for the cycle
-    to report, with the usual words; a busy server is not a failure of the run (asked again, it may
-    have a slot)."""
-    run = ws.run
-    if run is None or run.id != run_id or not can_prefetch(run, ws):
+    True when one was added. It waits for a decoding slot as background work
+    (`session.background_slot`: after every click and page that waits, unless the run is short of
+    cycles in hand or a click of this session waits for it), and without the run's lock, so the
+    browser's reports and clicks go on meanwhile; then it takes the lock only if it is free within
+    `LOCK_WAIT_S` (holding a slot, it must not wait on a click of its own session that waits for
+    one). A failure is remembered (not retried for this run state) and left for the click that asks
+    for the cycle to report, with the usual words; a busy server is not a failure of the run (asked
+    again, it may have a slot)."""
+    if not _wants_prefetch(ws, run_id):
         return False
-    mark = _prefetch_mark(run)
-    slot = background_slot(ws)
-    with ws.lock:
-        if ws.run is not run:  # another action got there first
-            return False
-        try:
-            # A parked decoder is rebuilt here, not on the click that needs it (re-prefilling a long
-            # context took seconds on that click).
-            note = wake_note(ws, slot)
-            if note:
-                ws.run = run = dataclasses.replace(ws.run, notices=(note, *ws.run.notices))
-            new = prefetch(run, slot)
-        except ServerBusyError:
-            return False
-        except SpecvizError:
-            ws.prefetch_failed = mark
-            return False
-        except Exception:  # noqa: BLE001 - the click that asks for the cycle reports it
-            ws.prefetch_failed = mark
-            return False
-        ws.run = dataclasses.replace(ws.run, ahead=new.ahead)
-        ws.stage_version += 1
+    slot = quiet_slot(ws)  # re-entrant: inside the background slot below it waits for nothing
+    try:
+        with background_slot(ws)():
+            if not ws.lock.acquire(timeout=LOCK_WAIT_S):
+                return False
+            try:
+                if not _wants_prefetch(ws, run_id):  # the run moved on while this waited
+                    return False
+                run, mark = ws.run, _prefetch_mark(ws.run)
+                try:
+                    # A parked decoder is rebuilt here, not on the click that needs it (re-prefilling a
+                    # long context took seconds on that click).
+                    note = wake_note(ws, slot)
+                    if note:
+                        ws.run = run = dataclasses.replace(ws.run, notices=(note, *ws.run.notices))
+                    new = prefetch(run, slot)
+                except SpecvizError:
+                    ws.prefetch_failed = mark
+                    return False
+                except Exception:  # noqa: BLE001 - the click that asks for the cycle reports it
+                    ws.prefetch_failed = mark
+                    return False
+                ws.run = dataclasses.replace(ws.run, ahead=new.ahead)
+                ws.stage_version += 1
+            finally:
+                ws.lock.release()
+    except ServerBusyError:
+        return False
     return True
+
+
+def _wants_prefetch(ws: Workspace, run_id: int) -> bool:
+    run = ws.run
+    return run is not None and run.id == run_id and can_prefetch(run, ws)
 
