@@ -254,6 +254,12 @@ def payload(ch: Channel, *, page: bool = False, served: dict[str, Any] | None = 
     (`deflate`: the bodies deflated, see `stage_data.pack`)."""
     start = time.time() * 1000
     ws, view = ch.ws, ch.view
+    # What the payload says about the server's moves is read before the run it shows, never after:
+    # an action assigns the run first, then bumps these (`session.act`, `handle`), so the run is at
+    # least as new as they are. Read after it, a payload built while a request of this session was
+    # carried out elsewhere said "answered" over the step before (the browser took it as the
+    # answer, and the click was lost: bench.load at N = 8).
+    seq, answered = ws.stage_seq, ch.answered[-1] if ch.answered else None
     with ch.lock:
         version = ws.stage_version  # read before the run: a payload is never newer than it says
         run = ws.run
@@ -264,10 +270,10 @@ def payload(ch: Channel, *, page: bool = False, served: dict[str, Any] | None = 
             have=ch.have, shown=run.view, deflate=deflate)
     data = {
         "run": run.id,
-        "seq": ws.stage_seq,
+        "seq": seq,
         "version": version,
         "view": run.view,
-        "answered": ch.answered[-1] if ch.answered else None,
+        "answered": answered,
         **packed,
         "more": can_grow(run),
         "end": end_text(run),
@@ -303,17 +309,30 @@ def show(data: dict[str, Any]) -> None:
 
 
 def prefetch_next(ws: Workspace, run_id: int) -> bool:
-    """Compute one more cycle ahead of the shown run, if it has fewer than `PREFETCH_DEPTH` in hand;
-    True when one was added. It waits for a decoding slot as background work
-    (`session.background_slot`: after every click and page that waits, unless the run is short of
-    cycles in hand or a click of this session waits for it), and without the run's lock, so the
-    browser's reports and clicks go on meanwhile; then it takes the lock only if it is free within
-    `LOCK_WAIT_S` (holding a slot, it must not wait on a click of its own session that waits for
-    one). A failure is remembered (not retried for this run state) and left for the click that asks
-    for the cycle to report, with the usual words; a busy server is not a failure of the run (asked
-    again, it may have a slot)."""
-    if not _wants_prefetch(ws, run_id):
+    """Compute cycles ahead of the shown run until it has `PREFETCH_DEPTH` in hand; True when one
+    was added. One caller per session does it (`Workspace.prefetching`; another returns at once):
+    each waiter holds a place in the server's queue, and eight sessions' redundant waiters once
+    kept the real ones waiting for 8 s.
+
+    Each cycle waits for a decoding slot as background work (`session.background_slot`: after
+    every click and page that waits, unless the run is short of cycles in hand or a click of this
+    session waits for it), and without the run's lock, so the browser's reports and clicks go on
+    meanwhile; then it takes the lock only if it is free within `LOCK_WAIT_S` (holding a slot, it
+    must not wait on a click of its own session that waits for one). A failure is remembered (not
+    retried for this run state) and left for the click that asks for the cycle to report, with the
+    usual words; a busy server is not a failure of the run (asked again, it may have a slot)."""
+    if not ws.prefetching.acquire(blocking=False):
         return False
+    try:
+        added = False
+        while _wants_prefetch(ws, run_id) and _prefetch_one(ws, run_id):
+            added = True
+        return added
+    finally:
+        ws.prefetching.release()
+
+
+def _prefetch_one(ws: Workspace, run_id: int) -> bool:
     slot = quiet_slot(ws)  # re-entrant: inside the background slot below it waits for nothing
     try:
         with background_slot(ws)():

@@ -421,6 +421,7 @@ class Workspace:
     stage_version: int = 0
     prefetch_failed: Any = None  # (run id, cycles, config) whose prefetch failed: not retried
     wanted: set = field(default_factory=set)  # this session's clicks waiting for the server (`session.wanting`)
+    prefetching: threading.Lock = field(default_factory=threading.Lock)  # held by the one computing ahead
 
     def new_id(self) -> int:
         self.next_id += 1
