@@ -117,8 +117,8 @@ def ensure_run(controls: sidebar.Controls, pair: Any) -> bool:
             settings.check_prompt_text(controls.prompt)  # before tokenizing: a huge text is already work
             ids = encode_prompt(pair.tokenizer, controls.prompt, controls.chat)
             settings.check_prompt_ids(ids)
-            # One turn for a decoding slot: the prefill, then the first cycles (computed ahead, so the
-            # first clicks are as quick as the others; the slots are re-entrant, nothing waits twice).
+            # One turn for a decoding slot: the prefill, then the first cycle (computed ahead, so the
+            # first click is as quick as the others; the slots are re-entrant, nothing waits twice).
             with session.decoding_slot():
                 new = start_live_run(
                     ws.new_id(), controls.prompt.strip().replace("\n", " ")[:32] or "run", key, pair,
@@ -126,7 +126,7 @@ def ensure_run(controls: sidebar.Controls, pair: Any) -> bool:
                     prompt_text=controls.prompt, chat=controls.chat, notices=(notice,) if notice else (),
                 )  # fmt: skip
                 new = _scenario_start(new)
-                new = first_cycles_ahead(new)
+                new = first_cycle_ahead(new)
         except SpecvizError as exc:
             ws.playing = False
             st.error(f"Could not start: {exc}", icon=":material/error:")
@@ -161,24 +161,18 @@ def showing_recording(controls: sidebar.Controls | None) -> bool:
     return run.restart_key == key
 
 
-def first_cycles_ahead(run: Run) -> Run:
-    """A new run's first cycles (`session.URGENT_IN_HAND` of them), computed ahead
-    (`state.prefetch`) while its prefill's decoding slot is held. Asked for by the browser after the
-    page instead, each queued behind the other pages' prefills: with eight pages opening together,
-    first clicks waited 1.1-7.7 s (bench.load), and with one computed here, the cycle after the
-    first Next cycle waited 0.5-6 s. A failure here is not the run's: the click that needs the
-    cycle computes it and says what went wrong."""
+def first_cycle_ahead(run: Run) -> Run:
+    """A new run's first cycle, computed ahead (`state.prefetch`) while its prefill's decoding slot
+    is held. Asked for by the browser after the page instead, it queued behind the other pages'
+    prefills: with eight pages opening together, first clicks waited 1.1-7.7 s (bench.load). A
+    failure here is not the run's: the click that needs the cycle computes it and says what went
+    wrong."""
     if run.traces:
         return run  # a scenario ran to its cycle
-    for _ in range(session.URGENT_IN_HAND):
-        try:
-            ahead = prefetch(run)
-        except Exception:  # noqa: BLE001 - reported by the click that asks for the cycle
-            return run
-        if ahead is run:  # the text ends before
-            return run
-        run = ahead
-    return run
+    try:
+        return prefetch(run)
+    except Exception:  # noqa: BLE001 - reported by the click that asks for the cycle
+        return run
 
 
 def _scenario_start(run: Run) -> Run:

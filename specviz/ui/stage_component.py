@@ -28,7 +28,7 @@ the server computes it (`state.prefetch`, on a fork, under a decoding slot like 
 and the answer brings it. The browser keeps stepping meanwhile. Asked by the
 browser rather than computed at the end of every script run: a page that nobody looks at (a test
 harness, a closed tab) computes nothing ahead. The one exception is a new run's first cycle,
-computed with its prefill (app.py `first_cycles_ahead`), so that the first click is as quick as
+computed with its prefill (app.py `first_cycle_ahead`), so that the first click is as quick as
 the others.
 """
 
