@@ -32,7 +32,7 @@ from specviz import heap, narrative, parking
 from specviz.config import MAX_K
 from specviz.errors import SpecvizError
 from specviz.prompting import encode_prompt
-from specviz.ui import session, sidebar, stage, stage_route
+from specviz.ui import session, sidebar, stage, stage_component, stage_route
 from specviz.ui.runs import runs_panel, take_pending_scenario
 from specviz.ui.state import Run, prefetch, run_to_cycle, start_live_run, sync_config
 from specviz.ui.tab_charts import charts_tab
@@ -133,6 +133,7 @@ def ensure_run(controls: sidebar.Controls, pair: Any) -> bool:
             return False
         ws.add(new)
         ws.error = None
+        stage_component.prefetch_in_background(ws, new.id)
     elif run.parked is not None:  # idle for a while: rebuild the released decoder
         try:
             note = session.wake_note(ws)

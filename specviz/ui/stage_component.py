@@ -67,6 +67,7 @@ NAME = "specviz_stage"
 CHANNEL = "_stage_channel"  # the session's `Channel`
 SERVED = "_stage_served"  # when the last event's callback started and ended (epoch ms; the latency bench)
 LOCK_WAIT_S = 0.25  # a prefetch holding a slot waits this long for the run's lock, then gives up
+PREFETCH_WAIT_S = 60.0  # a prefetch message on the route waits this long for the one computing
 
 
 @cache
@@ -146,7 +147,7 @@ def handle(ch: Channel, event: dict[str, Any], slot: Slot, ws: Workspace | None 
     if event.get("req") in ch.answered:  # a request sent again that had arrived after all: done already
         return False
     if event["kind"] == "prefetch":
-        prefetch_next(ch.ws, event["run"])
+        prefetch_next(ch.ws, event["run"], wait=ws is not None)  # on the route: the answer brings them
         return False
     moves = stage_events.moves_server(event)
     with wanting(ch.ws) if moves else contextlib.nullcontext():  # a click waits for this one
@@ -308,11 +309,12 @@ def show(data: dict[str, Any]) -> None:
     _component()(key=KEY, data=data, on_event_change=on_event)
 
 
-def prefetch_next(ws: Workspace, run_id: int) -> bool:
+def prefetch_next(ws: Workspace, run_id: int, wait: bool = False) -> bool:
     """Compute cycles ahead of the shown run until it has `PREFETCH_DEPTH` in hand; True when one
-    was added. One caller per session does it (`Workspace.prefetching`; another returns at once):
-    each waiter holds a place in the server's queue, and eight sessions' redundant waiters once
-    kept the real ones waiting for 8 s.
+    was added. One caller per session does it (`Workspace.prefetching`): each waiter holds a place
+    in the server's queue, and eight sessions' redundant waiters once kept the real ones waiting
+    for 8 s. Another caller returns at once, or with `wait` (the route's prefetch message, whose
+    answer should bring the cycles) when the one computing has finished.
 
     Each cycle waits for a decoding slot as background work (`session.background_slot`: after
     every click and page that waits, unless the run is short of cycles in hand or a click of this
@@ -321,7 +323,7 @@ def prefetch_next(ws: Workspace, run_id: int) -> bool:
     must not wait on a click of its own session that waits for one). A failure is remembered (not
     retried for this run state) and left for the click that asks for the cycle to report, with the
     usual words; a busy server is not a failure of the run (asked again, it may have a slot)."""
-    if not ws.prefetching.acquire(blocking=False):
+    if not (ws.prefetching.acquire(timeout=PREFETCH_WAIT_S) if wait else ws.prefetching.acquire(blocking=False)):
         return False
     try:
         added = False
@@ -330,6 +332,14 @@ def prefetch_next(ws: Workspace, run_id: int) -> bool:
         return added
     finally:
         ws.prefetching.release()
+
+
+def prefetch_in_background(ws: Workspace, run_id: int) -> None:
+    """Start computing a new run's cycles ahead now, in a thread of its own, while the browser
+    draws the page (a new run is looked at: someone just opened the page or changed a setting).
+    Asked for by the browser once the page was drawn, they came late when many pages opened at
+    once: with eight, every session waited 0.5-6 s at the cycle after its first Next cycle."""
+    threading.Thread(target=prefetch_next, args=(ws, run_id), name="specviz-prefetch", daemon=True).start()
 
 
 def _prefetch_one(ws: Workspace, run_id: int) -> bool:
