@@ -54,7 +54,6 @@ from .session import (
     act,
     background_slot,
     callback_slot,
-    quiet_slot,
     request_full_run,
     wake_note,
     wanting,
@@ -66,7 +65,6 @@ KEY = "stage"
 NAME = "specviz_stage"
 CHANNEL = "_stage_channel"  # the session's `Channel`
 SERVED = "_stage_served"  # when the last event's callback started and ended (epoch ms; the latency bench)
-LOCK_WAIT_S = 0.25  # a prefetch holding a slot waits this long for the run's lock, then gives up
 PREFETCH_WAIT_S = 60.0  # a prefetch message on the route waits this long for the one computing
 
 
@@ -316,13 +314,13 @@ def prefetch_next(ws: Workspace, run_id: int, wait: bool = False) -> bool:
     for 8 s. Another caller returns at once, or with `wait` (the route's prefetch message, whose
     answer should bring the cycles) when the one computing has finished.
 
-    Each cycle waits for a decoding slot as background work (`session.background_slot`: after
-    every click and page that waits, unless the run is short of cycles in hand or a click of this
-    session waits for it), and without the run's lock, so the browser's reports and clicks go on
-    meanwhile; then it takes the lock only if it is free within `LOCK_WAIT_S` (holding a slot, it
-    must not wait on a click of its own session that waits for one). A failure is remembered (not
-    retried for this run state) and left for the click that asks for the cycle to report, with the
-    usual words; a busy server is not a failure of the run (asked again, it may have a slot)."""
+    Each cycle is computed under the run's lock, so a click of this session that needs it waits for
+    it (and adopts it) rather than computing it a second time; the lock is let go between cycles.
+    It waits for a decoding slot as background work (`session.background_slot`: after every click
+    and page that waits, unless the run is short of cycles in hand or a click of this session waits
+    for it). A failure is remembered (not retried for this run state) and left for the click that
+    asks for the cycle to report, with the usual words; a busy server is not a failure of the run
+    (asked again, it may have a slot)."""
     if not (ws.prefetching.acquire(timeout=PREFETCH_WAIT_S) if wait else ws.prefetching.acquire(blocking=False)):
         return False
     try:
@@ -343,34 +341,28 @@ def prefetch_in_background(ws: Workspace, run_id: int) -> None:
 
 
 def _prefetch_one(ws: Workspace, run_id: int) -> bool:
-    slot = quiet_slot(ws)  # re-entrant: inside the background slot below it waits for nothing
-    try:
-        with background_slot(ws)():
-            if not ws.lock.acquire(timeout=LOCK_WAIT_S):
-                return False
-            try:
-                if not _wants_prefetch(ws, run_id):  # the run moved on while this waited
-                    return False
-                run, mark = ws.run, _prefetch_mark(ws.run)
-                try:
-                    # A parked decoder is rebuilt here, not on the click that needs it (re-prefilling a
-                    # long context took seconds on that click).
-                    note = wake_note(ws, slot)
-                    if note:
-                        ws.run = run = dataclasses.replace(ws.run, notices=(note, *ws.run.notices))
-                    new = prefetch(run, slot)
-                except SpecvizError:
-                    ws.prefetch_failed = mark
-                    return False
-                except Exception:  # noqa: BLE001 - the click that asks for the cycle reports it
-                    ws.prefetch_failed = mark
-                    return False
-                ws.run = dataclasses.replace(ws.run, ahead=new.ahead)
-                ws.stage_version += 1
-            finally:
-                ws.lock.release()
-    except ServerBusyError:
-        return False
+    slot = background_slot(ws)
+    with ws.lock:  # a click of this session waits for it here, and promotes it meanwhile (`wanting`)
+        if not _wants_prefetch(ws, run_id):  # the run moved on while this waited
+            return False
+        run, mark = ws.run, _prefetch_mark(ws.run)
+        try:
+            # A parked decoder is rebuilt here, not on the click that needs it (re-prefilling a long
+            # context took seconds on that click).
+            note = wake_note(ws, slot)
+            if note:
+                ws.run = run = dataclasses.replace(ws.run, notices=(note, *ws.run.notices))
+            new = prefetch(run, slot)
+        except ServerBusyError:
+            return False
+        except SpecvizError:
+            ws.prefetch_failed = mark
+            return False
+        except Exception:  # noqa: BLE001 - the click that asks for the cycle reports it
+            ws.prefetch_failed = mark
+            return False
+        ws.run = dataclasses.replace(ws.run, ahead=new.ahead)
+        ws.stage_version += 1
     return True
 
 
