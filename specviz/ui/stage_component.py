@@ -27,9 +27,10 @@ fewer than `state.PREFETCH_DEPTH` in hand), the component asks for it (`{"kind":
 the server computes it (`state.prefetch`, on a fork, under a decoding slot like any model run)
 and the answer brings it. The browser keeps stepping meanwhile. Asked by the
 browser rather than computed at the end of every script run: a page that nobody looks at (a test
-harness, a closed tab) computes nothing ahead. The one exception is a new run's first cycle,
+harness, a closed tab) computes nothing ahead. The exceptions are a new run's: its first cycle,
 computed with its prefill (app.py `first_cycle_ahead`), so that the first click is as quick as
-the others.
+the others, and the cycles after it, computed in a thread of their own while the browser draws
+the page (`prefetch_in_background`; someone who just opened the page or changed a setting looks).
 """
 
 from __future__ import annotations
