@@ -280,4 +280,4 @@ if __name__ == "__main__":  # streamlit runs the script as __main__; importing i
 else:
     # `streamlit run app.py` finds this st.App and serves it: this file as the page, plus the stage's
     # own route (specviz.ui.stage_route: the browser fetches cycles without a script run).
-    app = st.App(__file__, routes=stage_route.routes())
+    app = st.App(__file__, routes=stage_route.routes(), lifespan=stage_route.lifespan)

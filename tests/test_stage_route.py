@@ -128,9 +128,15 @@ def test_a_gone_session_is_forgotten_and_payloads_name_the_route_only_where_it_i
     gc.collect()
     assert _post(json.dumps({"token": token, "event": {"kind": "view", "run": 1, "step": 0}}).encode())[0] == 410
     monkeypatch.setattr(stage_route, "_served", None)
-    assert stage_route.address() is None  # AppTest, or a server without the route: the trigger only
-    (route,) = stage_route.routes()  # app.py's st.App
-    assert route.path == stage_route.PATH and stage_route.address() == stage_route.PATH
+    monkeypatch.setattr(stage_route, "_path", stage_route.PATH)
+
+    async def served() -> str | None:  # what payloads name while the server runs
+        async with stage_route.lifespan(None):
+            return stage_route.address()
+
+    (route,) = stage_route.routes()  # app.py's st.App, built when app.py is imported
+    assert route.path == stage_route.PATH and stage_route.address() is None  # nothing served yet: AppTest
+    assert asyncio.run(served()) == stage_route.PATH and not stage_route.serving()  # up, then down again
     from streamlit import config
 
     config.set_option("server.baseUrlPath", "room-3")  # a server behind a path prefix
@@ -138,7 +144,7 @@ def test_a_gone_session_is_forgotten_and_payloads_name_the_route_only_where_it_i
         (route,) = stage_route.routes()
     finally:
         config.set_option("server.baseUrlPath", "")
-    assert route.path == stage_route.address() == "/room-3" + stage_route.PATH
+    assert route.path == asyncio.run(served()) == "/room-3" + stage_route.PATH
 
 
 def test_a_payload_never_says_answered_over_an_older_step(pair, monkeypatch):

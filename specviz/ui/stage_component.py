@@ -337,8 +337,11 @@ def prefetch_in_background(ws: Workspace, run_id: int) -> None:
     """Start computing a new run's cycles ahead now, in a thread of its own, while the browser
     draws the page (a new run is looked at: someone just opened the page or changed a setting).
     Asked for by the browser once the page was drawn, they came late when many pages opened at
-    once: with eight, every session waited 0.5-6 s at the cycle after its first Next cycle."""
-    threading.Thread(target=prefetch_next, args=(ws, run_id), name="specviz-prefetch", daemon=True).start()
+    once: with eight, every session waited 0.5-6 s at the cycle after its first Next cycle. Only
+    where a browser draws the page (`stage_route.serving`): under AppTest a script run is all
+    there is, and a thread computing beside it would make what it shows depend on timing."""
+    if stage_route.serving():
+        threading.Thread(target=prefetch_next, args=(ws, run_id), name="specviz-prefetch", daemon=True).start()
 
 
 def _prefetch_one(ws: Workspace, run_id: int) -> bool:

@@ -26,9 +26,11 @@ the component asks for a whole-page run to show it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import weakref
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from . import stage_events
@@ -48,7 +50,8 @@ MAX_CALLS = 64
 _limiter: Any = None
 _LOG = logging.getLogger(__name__)
 _channels: weakref.WeakValueDictionary[str, Channel] = weakref.WeakValueDictionary()
-_served: str | None = None  # where this process serves the route (app.py built its st.App): payloads name it
+_path = PATH  # where `routes()` put the route (under the server's baseUrlPath)
+_served: str | None = None  # ... once the server is up (`lifespan`): payloads name it from then on
 
 
 def register(channel: Channel) -> None:
@@ -56,20 +59,37 @@ def register(channel: Channel) -> None:
 
 
 def address() -> str | None:
-    """Where the component posts its messages, or None when this process serves no route (AppTest)."""
+    """Where the component posts its messages, or None when this process serves no route (AppTest,
+    or a test that imports app.py: building the st.App serves nothing until the server starts)."""
     return _served
 
 
+def serving() -> bool:
+    """Whether this process serves pages to browsers through the st.App (not AppTest)."""
+    return _served is not None
+
+
 def routes() -> list[Any]:
-    """The route, for `st.App(..., routes=routes())`; from then on payloads name it. Under the
-    server's `baseUrlPath` when one is set (st.App mounts its own routes there, not the app's)."""
+    """The route, for `st.App(..., routes=routes(), lifespan=lifespan)`. Under the server's
+    `baseUrlPath` when one is set (st.App mounts its own routes there, not the app's)."""
     from starlette.routing import Route
     from streamlit import config
 
-    global _served
+    global _path
     base = (config.get_option("server.baseUrlPath") or "").strip("/")
-    _served = f"/{base}{PATH}" if base else PATH
-    return [Route(_served, _endpoint, methods=["POST"])]
+    _path = f"/{base}{PATH}" if base else PATH
+    return [Route(_path, _endpoint, methods=["POST"])]
+
+
+@contextlib.asynccontextmanager
+async def lifespan(_app: Any) -> AsyncIterator[None]:
+    """The st.App's lifespan: while the server runs, payloads name the route."""
+    global _served
+    _served = _path
+    try:
+        yield
+    finally:
+        _served = None
 
 
 def answer(channel: Channel, event: dict[str, Any]) -> dict[str, Any]:
