@@ -30,7 +30,7 @@ from specviz.viz import stage_data
 
 PROMPT = [3, 9, 4, 12, 7, 1, 30, 22, 5, 8]
 VIEW = PageView(lecture=False, max_rows=6, proposer_label="draft model", suffix="", compare=None,
-                follow=False, quiz=False, tabs=False)
+                quiz=False, tabs=False)
 
 
 @pytest.fixture(scope="module")

@@ -303,7 +303,7 @@ def stage() -> None:
     view = stage_component.PageView(
         lecture=lecture, max_rows=LECTURE_ROWS if lecture else STAGE_ROWS, proposer_label=proposer_label(run),
         suffix=status_suffix(run), compare=compare_timeline(run, compare) if compare else None,
-        follow=bool(ss.get("quiz")) or tabs, quiz=bool(ss.get("quiz")), tabs=tabs,
+        quiz=bool(ss.get("quiz")), tabs=tabs,
     )  # fmt: skip
     stage_component.show(stage_component.page_payload(view, page))
     with top:

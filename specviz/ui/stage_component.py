@@ -55,12 +55,13 @@ from .session import (
     act,
     background_slot,
     callback_slot,
+    quiet_slot,
     request_full_run,
     wake_note,
     wanting,
     workspace,
 )
-from .state import PHASES_PER_CYCLE, PREFETCH_DEPTH, Run, Slot, Workspace, can_compute_ahead, prefetch
+from .state import PHASES_PER_CYCLE, PREFETCH_DEPTH, Run, Workspace, can_compute_ahead, prefetch
 
 KEY = "stage"
 NAME = "specviz_stage"
@@ -84,9 +85,13 @@ class PageView:
     proposer_label: str
     suffix: str
     compare: stage_data.Timeline | None  # the second picture's steps ("Compare side by side")
-    follow: bool  # something below the picture follows every step (the quiz, an open tab)
     quiz: bool
     tabs: bool  # the tabs under "More views" are open (`tabs_follow`)
+
+    @property
+    def follow(self) -> bool:
+        """Something below the picture follows every step (the quiz, an open tab)."""
+        return self.quiz or self.tabs
 
 
 @dataclasses.dataclass(eq=False)
@@ -133,20 +138,22 @@ def served_stamp(event: dict[str, Any], start: float) -> dict[str, Any]:
 
 
 def _on_event(event: dict[str, Any]) -> None:
-    if handle(channel(), event, callback_slot):
+    if handle(channel(), event):
         request_full_run()
 
 
-def handle(ch: Channel, event: dict[str, Any], slot: Slot, ws: Workspace | None = None) -> bool:
-    """Carry out a parsed event for the session of `ch`, from a script run's callback (`ws` None)
-    or from the stage's route (`ws` given: no Streamlit state is touched). True when the whole page
-    should be drawn again (the history slider and the open tabs are outside the fragment)."""
+def handle(ch: Channel, event: dict[str, Any], route: bool = False) -> bool:
+    """Carry out a parsed event for the session of `ch`, from a script run's callback, or from the
+    stage's route (`route`: no Streamlit state is touched, the slots are the workspace's
+    `quiet_slot`). True when the whole page should be drawn again (the history slider and the open
+    tabs are outside the fragment)."""
+    slot, ws = (quiet_slot(ch.ws), ch.ws) if route else (callback_slot, None)
     if "have" in event:
         ch.have = event["have"]
     if event.get("req") in ch.answered:  # a request sent again that had arrived after all: done already
         return False
     if event["kind"] == "prefetch":
-        prefetch_next(ch.ws, event["run"], wait=ws is not None)  # on the route: the answer brings them
+        prefetch_next(ch.ws, event["run"], wait=route)  # on the route: the answer brings them
         return False
     moves = stage_events.moves_server(event)
     with wanting(ch.ws) if moves else contextlib.nullcontext():  # a click waits for this one

@@ -97,12 +97,11 @@ def answer(channel: Channel, event: dict[str, Any]) -> dict[str, Any]:
     (no Streamlit state is touched: this runs in a worker thread of the web server)."""
     import time
 
-    from .session import quiet_slot
     from .stage_component import handle, payload, served_stamp
 
     start = time.time() * 1000
     ws = channel.ws
-    redraw = handle(channel, event, quiet_slot(ws), ws=ws)
+    redraw = handle(channel, event, route=True)
     data = payload(channel, served=served_stamp(event, start), deflate=False)  # gzipped by the web server
     data["redraw"] = redraw or bool(ws.error or ws.finished_note)
     return data

@@ -51,8 +51,8 @@ export default function (component) {
   if (!entry) {
     const root = document.createElement('div');
     parentElement.appendChild(root);
-    const sender = {};
-    const stage = createStage(root, {send: value => svSend(sender, value)});
+    // `entry` is set below, before the stage can send anything.
+    const stage = createStage(root, {send: value => svSend(entry, value)});
     const onKey = stageKeys(stage);
     // Capture phase on window: runs before Streamlit's own handlers, which then never see the event.
     const onClick = e => {
@@ -65,7 +65,7 @@ export default function (component) {
     };
     window.addEventListener('keydown', onKey, true);
     window.addEventListener('click', onClick, true);
-    entry = Object.assign(sender, {stage, onKey, onClick, root, deadRoute: null});
+    entry = {stage, onKey, onClick, root, deadRoute: null};
     SV_STAGES.set(parentElement, entry);
     window.__specvizStage = stage;  // for the browser test and the latency bench
   }
