@@ -110,6 +110,7 @@ def replayed(text: str) -> dict:
 
 
 def record() -> None:
+    torch.set_num_threads(1)  # as tests/conftest.py: float results depend on the thread count
     runs = {name: run_case(fields) for name, fields in cases().items()}
     GOLDEN.parent.mkdir(exist_ok=True)
     GOLDEN.write_bytes(gzip.compress(json.dumps(runs, sort_keys=True).encode(), mtime=0))
