@@ -41,7 +41,7 @@ from typing import Any
 
 import torch
 
-from . import precision, sampling
+from . import precision, rules, sampling
 from . import tree as trees
 from .config import LIVE_FIELDS, DecodeConfig
 from .errors import ConfigError, ContextFullError, DecodingFinishedError
@@ -82,12 +82,14 @@ class _Session:
 
 @dataclass
 class _Proposal:
-    """One cycle's drafts and the distributions that scored them (shared by accept and resolve)."""
+    """One cycle's drafts as a tree (a chain: nodes 1..k, each the child of the one before)."""
 
-    n: int  # committed length when the cycle started
-    drafts: list[int]  # d_1..d_k
-    draft_probs: list[torch.Tensor]  # q_i [V] for i = 1..k
-    target_probs: torch.Tensor  # p_1..p_{k+1} [k+1, V]
+    tree: trees.TokenTree
+    q: torch.Tensor | None  # [N, V]: row i-1 = the distribution node i was drawn or picked from
+    catch_up_positions: list[int]
+    note: str
+    shape: trees.TreeShape | None = None  # a tree's shape (None: a chain)
+    fed: list[int] = field(default_factory=list)  # tokens the proposer fed past its prefix growing a tree
 
 
 class _Clock:
@@ -248,8 +250,6 @@ class SpeculativeDecoder:
 
         saved = self._save(s)
         try:
-            if cfg.is_tree:
-                return self._tree_cycle(s, cfg, n, k, remaining, room)
             return self._cycle(s, cfg, n, k, remaining, room)
         except BaseException:
             self._restore(s, saved)
@@ -266,42 +266,40 @@ class SpeculativeDecoder:
         return s.committed[before:]
 
     def _cycle(self, s: _Session, cfg: DecodeConfig, n: int, k: int, remaining: int, room: int) -> CycleTrace:
+        """draft -> verify -> accept -> resolve -> rollback. A chain is the width-1 tree: its drafts
+        are nodes 1..k, its verify needs only the causal mask, its accepted K/V are already in place."""
         clock = _Clock(self, s, cfg.instrument, n)
-        record = cfg.instrument
-        proposed = s.proposer.propose(
-            s.committed, k, lambda logits: self._distribution(logits, cfg), cfg.greedy, s.generators["draft"],
-            cfg.draft_confidence,
-        )
-        drafts, draft_probs = proposed.tokens, proposed.probs
-        k = len(drafts)  # a proposer may propose fewer (lookup without a match: none)
+        proposal = self._draft(s, cfg, k, room)
         clock.mark("draft", n)
-        target_probs = self._verify(s, cfg, drafts)  # [k+1, V]
+        target_probs, features, slots = self._verify(s, cfg, proposal.tree)  # [N+1, V]
         clock.mark("verify", n)
-        proposal = _Proposal(n, drafts, draft_probs, target_probs)
-        steps, num_accepted = self._accept(s, cfg, proposal)
-        clock.mark("accept", n + num_accepted)
-        emitted, dist_top = self._resolve(s, cfg, proposal, num_accepted)
-        emitted, finish_reason = self._trim(emitted, remaining, room)
-        clock.mark("resolve", n + min(num_accepted, len(emitted)))  # accepted drafts the trim kept
+        walk = self._accept(s, cfg, proposal, target_probs)
+        s.proposer.observe_verify(None if features is None else features[[0, *walk.path]])  # real F of the path
+        in_place = 0 if cfg.is_tree else len(walk.path)  # a tree's accepted K/V are not in place yet
+        clock.mark("accept", n + in_place)
+        emitted, finish_reason = self._resolve(proposal.tree, walk, n, remaining, room)
+        clock.mark("resolve", n + min(in_place, len(emitted)))  # accepted drafts the trim kept
         self._commit(s, emitted)
-        self._rollback(s)
+        moves = self._rollback(s, n - 1, walk.path)
         clock.mark("rollback", len(s.committed))
         invariant = self._finish_cycle(s, cfg, clock, finish_reason)
-
-        rejected_at = num_accepted + 1 if num_accepted < k else None
+        steps, nodes = self._node_records(cfg, n, proposal, target_probs, walk, slots)
+        corrected = walk.kind == "corrected" and proposal.tree.num_nodes > 0
+        dist_top = self._top(walk.dist, cfg) if cfg.instrument else ()
+        shape = proposal.shape
         return CycleTrace(
             cycle=s.cycle - 1,
             context_len=n,
-            k=k,
+            k=proposal.tree.num_nodes,
             temperature=cfg.temperature,
             top_k=cfg.top_k,
             top_p=cfg.top_p,
-            catch_up=self._catch_up(s, proposed.catch_up_positions, record),
+            catch_up=self._catch_up(s, proposal.catch_up_positions, cfg.instrument),
             drafts=tuple(steps),
-            num_accepted=num_accepted,
-            rejected_at=rejected_at,
-            residual_top=dist_top if rejected_at is not None else (),
-            bonus_top=dist_top if rejected_at is None else (),
+            num_accepted=len(walk.path),
+            rejected_at=len(walk.path) + 1 if corrected else None,
+            residual_top=dist_top if corrected else (),
+            bonus_top=() if corrected else dist_top,
             emitted=tuple(emitted),
             target_events=tuple(s.caches["target"].drain_events()),
             draft_events=tuple(s.proposer.drain_events()),
@@ -309,11 +307,159 @@ class SpeculativeDecoder:
             timings_ms=clock.timings,
             invariant_max_abs_diff=invariant,
             finish_reason=finish_reason,
-            forced=any(st.forced for st in steps),
+            forced=any(walk.forced or ()),
             proposer=s.proposer.name,
-            proposer_note=proposed.note,
+            proposer_note=proposal.note,
             dtype=self.dtype,
+            tree=None if shape is None else TreeTrace(
+                width=shape.width, depth=shape.depth, budget=shape.nodes, root_position=n - 1, root_slot=slots[0],
+                nodes=tuple(nodes), path=tuple(walk.path), moves=tuple(moves), in_place=not moves,
+                proposer_fed=tuple(proposal.fed),
+            ),
         )
+
+    def _draft(self, s: _Session, cfg: DecodeConfig, k: int, room: int) -> _Proposal:
+        """The proposer's drafts as a tree: a chain of up to k sampled drafts, or (width > 1) a
+        ranked tree of depth k. A proposer may propose fewer (lookup without a match: none)."""
+        if cfg.is_tree:  # the verify pass appends 1 + nodes entries: n - 1 + 1 + nodes <= max_context
+            shape = trees.TreeShape(cfg.tree_width, k, min(cfg.tree_nodes, room))
+            grown = s.proposer.propose_tree(s.committed, shape)
+            rows = grown.tree.draft_probs
+            q = None if rows is None else sampling.pad_vocab(rows[1:], self.vocab_size)
+            return _Proposal(grown.tree, q, grown.catch_up_positions, grown.note, shape, grown.fed)
+        chain = s.proposer.propose(
+            s.committed, k, lambda logits: self._distribution(logits, cfg), cfg.greedy, s.generators["draft"],
+            cfg.draft_confidence,
+        )
+        q = torch.stack(chain.probs) if chain.probs else None
+        return _Proposal(trees.TokenTree.chain(s.committed[-1], chain.tokens), q, chain.catch_up_positions,
+                         chain.note)
+
+    def _verify(self, s: _Session, cfg: DecodeConfig, tree: trees.TokenTree
+                ) -> tuple[torch.Tensor, torch.Tensor | None, list[int] | None]:
+        """One target pass over the root x_n and every node: node i in cache entry L+i, at position
+        L + depth(i), its K/V appended provisionally (a tree under its own additive mask; a chain's
+        mask is the causal one). Returns p for every node [N+1, V], the target's features [N+1, H]
+        (feature head only: from this same pass) and, for a tree, each node's physical slot."""
+        cache = s.caches["target"]
+        prefix = cache.get_seq_length()  # L = n - 1: the root x_n goes to entry L
+        tree_inputs = None
+        if cfg.is_tree:
+            dtype = next(self.target.parameters()).dtype
+            mask = trees.verify_mask(tree, prefix, dtype if dtype.is_floating_point else torch.float32,
+                                     model_device(self.target))  # [1, 1, N+1, L+N+1]
+            tree_inputs = (mask, tree.position_ids(prefix))
+        logits, features = forward_with_features(
+            self.target, cache, tree.tokens, "verify", features=s.proposer.wants_target_features, tree=tree_inputs,
+        )
+        slots = cache.slots(range(prefix, prefix + len(tree.tokens))) if cfg.is_tree else None
+        return self._distribution(logits, cfg), features, slots
+
+    def _accept(self, s: _Session, cfg: DecodeConfig, proposal: _Proposal, target_probs: torch.Tensor) -> rules.Walk:
+        """The exact rule (`specviz.rules`): the chain's p/q test with what-if forcing around it, or
+        a tree's deterministic-siblings walk; either ends with the corrected or bonus token."""
+        gen = s.generators["target"]
+        if cfg.is_tree:
+            return rules.walk_tree(proposal.tree, target_probs, cfg.greedy, gen)
+        forced = {i: ok for i, ok in reversed(cfg.forced_outcomes)}  # the first entry for an index wins
+        return rules.accept_chain(target_probs, proposal.q, proposal.tree.tokens[1:], cfg.greedy, gen,
+                                  forced, self.eos_ids)
+
+    def _resolve(self, tree: trees.TokenTree, walk: rules.Walk, n: int, remaining: int, room: int
+                 ) -> tuple[list[EmittedToken], str | None]:
+        """The accepted drafts, then the corrected or bonus token (no drafts: a plain target step's
+        `generated` token), cut by `_trim`."""
+        emitted = [EmittedToken(tree.tokens[a], self.token_text(tree.tokens[a]), n + i, "accepted")
+                   for i, a in enumerate(walk.path)]
+        kind = walk.kind if tree.num_nodes else "generated"
+        emitted.append(EmittedToken(walk.token, self.token_text(walk.token), n + len(walk.path), kind))
+        return self._trim(emitted, remaining, room)
+
+    def _trim(self, emitted: list[EmittedToken], remaining: int, room: int) -> tuple[list[EmittedToken], str | None]:
+        """Cut at the first EOS (inclusive), at max_new_tokens and at the end of the context."""
+        limit = min(remaining, room)
+        for i, tok in enumerate(emitted[:limit]):
+            if tok.token_id in self.eos_ids:
+                return emitted[: i + 1], "eos"
+        if len(emitted) >= remaining:
+            return emitted[:remaining], "max_new_tokens"
+        if len(emitted) >= room:
+            return emitted[:room], "context_full"
+        return emitted, None
+
+    def _commit(self, s: _Session, emitted: list[EmittedToken]) -> None:
+        s.committed.extend(t.token_id for t in emitted)
+        s.origins.extend(t.kind for t in emitted)
+
+    def _rollback(self, s: _Session, prefix: int, path: list[int]) -> list[tuple[int, int]]:
+        """Restore the invariant for the new committed length n': copy the accepted nodes the
+        sequence keeps from their verify entries (prefix + a_i) to their positions (prefix + i), in
+        increasing i (a chain, or a tree's most likely chain, is already in place: no move), then
+        truncate the target cache to n' - 1 (freeing or keeping blocks by policy); the proposer
+        restores its own. Returns the moves."""
+        cache = s.caches["target"]
+        keep = len(s.committed) - 1
+        moves = [(prefix + a, prefix + i) for a, i in trees.compaction_moves(path, keep - prefix - 1)]
+        cache.move(moves, "rollback")
+        if cache.get_seq_length() > keep:
+            cache.truncate(keep, "rollback")
+        s.proposer.rollback(s.committed)
+        return moves
+
+    def _node_records(self, cfg: DecodeConfig, n: int, proposal: _Proposal, target_probs: torch.Tensor,
+                      walk: rules.Walk, slots: list[int] | None) -> tuple[list[DraftStep], list[TreeNode]]:
+        """Each draft as a DraftStep (every view's record) and, in a tree, as a TreeNode too."""
+        tree, q, record = proposal.tree, proposal.q, cfg.instrument
+        if not tree.num_nodes:
+            return [], []
+        device = target_probs.device
+        parents = torch.tensor(tree.parents[1:], device=device)
+        tokens = torch.tensor(tree.tokens[1:], device=device)
+        p_tok = target_probs[parents, tokens]
+        columns = [p_tok, torch.zeros_like(p_tok) if q is None else q[torch.arange(len(tokens), device=device), tokens]]
+        if q is not None and walk.overlaps is None:  # the chain rule computed its own
+            columns.append(sampling.expected_acceptance(target_probs[parents], q))
+        host = torch.stack(columns).tolist()
+        argmax = target_probs.argmax(dim=-1).tolist() if cfg.greedy and walk.overlaps is None else None
+        # Siblings share their parent's p (and, from `grow` or `from_paths`, their q): the top-n
+        # lists, each a pass over the vocabulary, are computed once per parent and distinct q row.
+        target_tops: dict[int, tuple[TokenProb, ...]] = {}
+        draft_tops: dict[int, tuple[torch.Tensor, tuple[TokenProb, ...]]] = {}
+        steps, nodes = [], []
+        for i in range(1, len(tree.tokens)):
+            token, parent = tree.tokens[i], tree.parents[i]
+            p_i, q_i = host[0][i - 1], host[1][i - 1]
+            ratio = walk.ratios[i]
+            if ratio is None:  # never asked: what it would have been accepted with
+                ratio = float(token == argmax[parent]) if argmax is not None else p_i
+            if walk.overlaps is not None:
+                overlap = walk.overlaps[i]
+            else:
+                overlap = None if q is None else host[2][i - 1]
+            target_top = draft_top = ()
+            if record:
+                if parent not in target_tops:
+                    target_tops[parent] = self._top(target_probs[parent], cfg)
+                target_top = target_tops[parent]
+                if q is not None:
+                    seen = draft_tops.get(parent)
+                    if seen is None or not torch.equal(seen[0], q[i - 1]):
+                        seen = draft_tops[parent] = (q[i - 1], self._top(q[i - 1], cfg))
+                    draft_top = seen[1]
+            text = self.token_text(token) if record else ""
+            position = n - 1 + tree.depths[i]
+            steps.append(DraftStep(
+                index=i, position=position, token_id=token, text=text, draft_prob=q_i, target_prob=p_i,
+                ratio=ratio, u=walk.u[i], verdict=walk.verdicts[i], forced=bool(walk.forced and walk.forced[i]),
+                draft_top=draft_top, target_top=target_top, overlap=overlap,
+            ))
+            if slots is not None:
+                nodes.append(TreeNode(
+                    index=i, parent=parent, depth=tree.depths[i], token_id=token, text=text, position=position,
+                    slot=slots[i], draft_prob=q_i, target_prob=p_i, accept_prob=walk.ratios[i],
+                    u=walk.u[i], verdict=walk.verdicts[i],
+                ))
+        return steps, nodes
 
     def _catch_up(self, s: _Session, positions: Sequence[int], record: bool) -> tuple[EmittedToken, ...]:
         """The committed tokens the proposer fed to catch up, as the trace records them."""
@@ -337,255 +483,6 @@ class SpeculativeDecoder:
         target and draft, so q is exactly what the draft token was sampled from."""
         probs = sampling.process_logits(logits, cfg.temperature, cfg.top_k, cfg.top_p)
         return sampling.pad_vocab(probs, self.vocab_size)
-
-    def _verify(self, s: _Session, cfg: DecodeConfig, drafts: list[int]) -> torch.Tensor:
-        """One target pass over [x_n, d_1..d_k]: K/V appended provisionally, k+1 distributions."""
-        logits, features = forward_with_features(
-            self.target, s.caches["target"], [s.committed[-1], *drafts], "verify",
-            features=s.proposer.wants_target_features,
-        )  # [k+1, V], [k+1, H]: a feature head gets the target's real features from this same pass
-        s.proposer.observe_verify(features)
-        return self._distribution(logits, cfg)
-
-    def _accept(self, s: _Session, cfg: DecodeConfig, proposal: _Proposal) -> tuple[list[DraftStep], int]:
-        """Test d_1..d_k left to right; the first rejection ends the streak."""
-        n, drafts, draft_probs, target_probs = proposal.n, proposal.drafts, proposal.draft_probs, proposal.target_probs
-        gen = s.generators["target"]
-        record = cfg.instrument
-        steps: list[DraftStep] = []
-        num_accepted = 0
-        rejected = False
-        # What-if forcing stops at an end-of-text draft whose acceptance is forced: that would end
-        # the whole text, which nobody asked for; from there on the real test decides.
-        forcing = bool(cfg.forced_outcomes)
-        for i, (token, q) in enumerate(zip(drafts, draft_probs), start=1):
-            p = target_probs[i - 1]
-            p_tok, q_tok = float(p[token]), float(q[token])
-            if cfg.greedy:  # one-hot p and q: accept iff d_i is the target's argmax, no draw
-                ratio = 1.0 if token == sampling.greedy_token(p) else 0.0
-            else:
-                ratio = sampling.acceptance_ratio(p_tok, q_tok)
-            forced = cfg.forced_outcome(i) if forcing and not rejected else None
-            if forced is True and token in self.eos_ids:
-                forced, forcing = None, False
-            u = None
-            if rejected:
-                verdict = "untested"
-            else:
-                if forced is not None:
-                    ok = forced
-                elif cfg.greedy:
-                    ok = ratio == 1.0
-                else:
-                    u = sampling.uniform(gen)
-                    ok = sampling.is_accepted(u, ratio)
-                verdict = "accepted" if ok else "rejected"
-                num_accepted += ok
-                rejected = not ok
-            steps.append(
-                DraftStep(
-                    index=i,
-                    position=n + i - 1,
-                    token_id=token,
-                    text=self.token_text(token) if record else "",
-                    draft_prob=q_tok,
-                    target_prob=p_tok,
-                    ratio=ratio,
-                    u=u,
-                    verdict=verdict,
-                    forced=forced is not None,
-                    draft_top=self._top(q, cfg) if record else (),
-                    target_top=self._top(p, cfg) if record else (),
-                    overlap=float(sampling.expected_acceptance(p, q)),
-                )
-            )
-        return steps, num_accepted
-
-    def _resolve(
-        self, s: _Session, cfg: DecodeConfig, proposal: _Proposal, num_accepted: int
-    ) -> tuple[list[EmittedToken], tuple[TokenProb, ...]]:
-        """Accepted drafts, then the corrected token (rejection) or the bonus token (all accepted)."""
-        n, drafts, draft_probs, target_probs = proposal.n, proposal.drafts, proposal.draft_probs, proposal.target_probs
-        gen = s.generators["target"]
-        k = len(drafts)
-        emitted = [
-            EmittedToken(tok, self.token_text(tok), n + i, "accepted") for i, tok in enumerate(drafts[:num_accepted])
-        ]
-        if num_accepted < k:  # rejection at j = num_accepted + 1: sample from the residual, no bonus
-            j = num_accepted
-            dist = target_probs[j] if cfg.greedy else sampling.residual_distribution(target_probs[j], draft_probs[j])
-            kind = "corrected"
-        else:  # all accepted: the bonus token from p_{K+1} (no proposal at all: a plain target step)
-            dist = target_probs[k]
-            kind = "bonus" if k else "generated"
-        token = sampling.greedy_token(dist) if cfg.greedy else sampling.sample(dist, gen)
-        emitted.append(EmittedToken(token, self.token_text(token), n + num_accepted, kind))
-        return emitted, (self._top(dist, cfg) if cfg.instrument else ())
-
-    def _trim(self, emitted: list[EmittedToken], remaining: int, room: int) -> tuple[list[EmittedToken], str | None]:
-        """Cut at the first EOS (inclusive), at max_new_tokens and at the end of the context."""
-        limit = min(remaining, room)
-        for i, tok in enumerate(emitted[:limit]):
-            if tok.token_id in self.eos_ids:
-                return emitted[: i + 1], "eos"
-        if len(emitted) >= remaining:
-            return emitted[:remaining], "max_new_tokens"
-        if len(emitted) >= room:
-            return emitted[:room], "context_full"
-        return emitted, None
-
-    def _commit(self, s: _Session, emitted: list[EmittedToken]) -> None:
-        s.committed.extend(t.token_id for t in emitted)
-        s.origins.extend(t.kind for t in emitted)
-
-    def _rollback(self, s: _Session) -> None:
-        """Truncate the target cache to the new committed length minus one (the invariant); the
-        proposer restores its own."""
-        keep = len(s.committed) - 1
-        cache = s.caches["target"]
-        if cache.get_seq_length() > keep:
-            cache.truncate(keep, "rollback")
-        s.proposer.rollback(s.committed)
-
-    # -- one token-tree cycle (docs/design.md §1c) ----------------------------------------
-
-    def _tree_cycle(self, s: _Session, cfg: DecodeConfig, n: int, depth: int, remaining: int,
-                    room: int) -> CycleTrace:
-        """draft (grow a tree) -> verify (one pass, tree mask) -> accept (walk the path) ->
-        resolve -> rollback (compact the path's K/V, then truncate)."""
-        clock = _Clock(self, s, cfg.instrument, n)
-        # The verify pass appends 1 + nodes entries: n - 1 + 1 + nodes <= max_context.
-        shape = trees.TreeShape(cfg.tree_width, depth, min(cfg.tree_nodes, room))
-        proposed = s.proposer.propose_tree(s.committed, shape)
-        tree = proposed.tree
-        clock.mark("draft", n)
-        target_probs, features, slots = self._verify_tree(s, cfg, tree)  # [N+1, V]
-        clock.mark("verify", n)
-        walk = trees.walk_greedy(tree, target_probs) if cfg.greedy else trees.walk_sampled(
-            tree, target_probs, s.generators["target"])
-        s.proposer.observe_verify(None if features is None else features[[0, *walk.path]])  # real F of the path
-        clock.mark("accept", n)  # the accepted K/V are not in place yet: nothing new is committed
-        emitted = [EmittedToken(tree.tokens[a], self.token_text(tree.tokens[a]), n + i, "accepted")
-                   for i, a in enumerate(walk.path)]
-        kind = walk.kind if tree.num_nodes else "generated"
-        emitted.append(EmittedToken(walk.token, self.token_text(walk.token), n + len(walk.path), kind))
-        emitted, finish_reason = self._trim(emitted, remaining, room)
-        clock.mark("resolve", n)
-        self._commit(s, emitted)
-        moves = self._compact(s, n - 1, walk.path)
-        clock.mark("rollback", len(s.committed))
-        invariant = self._finish_cycle(s, cfg, clock, finish_reason)
-
-        record = cfg.instrument
-        steps, nodes = self._tree_records(cfg, n, tree, target_probs, walk, slots)
-        corrected = walk.kind == "corrected" and tree.num_nodes > 0
-        dist_top = self._top(walk.dist, cfg) if record else ()
-        return CycleTrace(
-            cycle=s.cycle - 1,
-            context_len=n,
-            k=tree.num_nodes,
-            temperature=cfg.temperature,
-            top_k=cfg.top_k,
-            top_p=cfg.top_p,
-            catch_up=self._catch_up(s, proposed.catch_up_positions, record),
-            drafts=tuple(steps),
-            num_accepted=len(walk.path),
-            rejected_at=len(walk.path) + 1 if corrected else None,
-            residual_top=dist_top if corrected else (),
-            bonus_top=() if corrected else dist_top,
-            emitted=tuple(emitted),
-            target_events=tuple(s.caches["target"].drain_events()),
-            draft_events=tuple(s.proposer.drain_events()),
-            snapshots=tuple(clock.snaps),
-            timings_ms=clock.timings,
-            invariant_max_abs_diff=invariant,
-            finish_reason=finish_reason,
-            proposer=s.proposer.name,
-            proposer_note=proposed.note,
-            dtype=self.dtype,
-            tree=TreeTrace(
-                width=shape.width, depth=shape.depth, budget=shape.nodes, root_position=n - 1, root_slot=slots[0],
-                nodes=tuple(nodes), path=tuple(walk.path), moves=tuple(moves), in_place=not moves,
-                proposer_fed=tuple(proposed.fed),
-            ),
-        )
-
-    def _verify_tree(self, s: _Session, cfg: DecodeConfig, tree: trees.TokenTree
-                     ) -> tuple[torch.Tensor, torch.Tensor | None, list[int]]:
-        """One target pass over the root and every node: node i in cache entry L+i, at position
-        L + depth(i), under the additive tree mask. Returns p for every node [N+1, V], the
-        target's features [N+1, H] (feature head only) and each node's physical slot."""
-        cache = s.caches["target"]
-        prefix = cache.get_seq_length()  # L = n - 1: the root x_n goes to entry L
-        dtype = next(self.target.parameters()).dtype
-        mask = trees.verify_mask(tree, prefix, dtype if dtype.is_floating_point else torch.float32,
-                                 model_device(self.target))  # [1, 1, N+1, L+N+1]
-        logits, features = forward_with_features(
-            self.target, cache, tree.tokens, "verify", features=s.proposer.wants_target_features,
-            tree=(mask, tree.position_ids(prefix)),
-        )
-        slots = cache.slots(range(prefix, prefix + len(tree.tokens)))
-        return self._distribution(logits, cfg), features, slots
-
-    def _compact(self, s: _Session, prefix: int, path: list[int]) -> list[tuple[int, int]]:
-        """The KV update after a tree verify: copy the accepted nodes the committed sequence keeps
-        from their verify entries (prefix + a_i) to their positions (prefix + i), in increasing i,
-        then truncate to the new committed length minus one (freeing or keeping blocks by policy).
-        Returns the moves; none when the path was already in place (the common case, since the
-        most likely chain is nodes 1, 2, ..)."""
-        cache = s.caches["target"]
-        keep = len(s.committed) - 1
-        moves = [(prefix + a, prefix + i) for a, i in trees.compaction_moves(path, keep - prefix - 1)]
-        cache.move(moves, "rollback")
-        if cache.get_seq_length() > keep:
-            cache.truncate(keep, "rollback")
-        s.proposer.rollback(s.committed)
-        return moves
-
-    def _tree_records(self, cfg: DecodeConfig, n: int, tree: trees.TokenTree, target_probs: torch.Tensor,
-                      walk: trees.TreeWalk, slots: list[int]) -> tuple[list[DraftStep], list[TreeNode]]:
-        """Each node as a DraftStep (the chain views' record) and as a TreeNode (the tree's)."""
-        record = cfg.instrument
-        steps, nodes = [], []
-        # Siblings share their parent's p (and, from `grow` or `from_paths`, their q): what depends
-        # only on those -- p's argmax, the top-n lists, each a pass over the vocabulary -- is
-        # computed once per parent (q's top-n once per distinct q row).
-        by_parent: dict[int, tuple[int | None, tuple[TokenProb, ...]]] = {}  # parent -> argmax p, top of p
-        q_tops: dict[int, tuple[torch.Tensor, tuple[TokenProb, ...]]] = {}  # parent -> q, top of q
-        for i in range(1, len(tree.tokens)):
-            token, parent = tree.tokens[i], tree.parents[i]
-            p = target_probs[parent]
-            q = sampling.pad_vocab(tree.draft_probs[i], self.vocab_size) if tree.draft_probs is not None else None
-            p_tok = float(p[token])
-            q_tok = 0.0 if q is None else float(q[token])
-            if parent not in by_parent:
-                by_parent[parent] = (sampling.greedy_token(p) if cfg.greedy else None,
-                                     self._top(p, cfg) if record else ())
-            argmax, target_top = by_parent[parent]
-            draft_top: tuple[TokenProb, ...] = ()
-            if record and q is not None:
-                seen = q_tops.get(parent)
-                if seen is None or not torch.equal(seen[0], q):
-                    seen = q_tops[parent] = (q, self._top(q, cfg))
-                draft_top = seen[1]
-            if cfg.greedy:
-                ratio = 1.0 if token == argmax else 0.0
-            else:  # the chance it was (or would have been) accepted with: p'(x), or p(x) if never asked
-                ratio = walk.accept_probs[i] if walk.accept_probs[i] is not None else p_tok
-            text = self.token_text(token) if record else ""
-            position = n - 1 + tree.depths[i]
-            steps.append(DraftStep(
-                index=i, position=position, token_id=token, text=text, draft_prob=q_tok, target_prob=p_tok,
-                ratio=ratio, u=walk.u[i], verdict=walk.verdicts[i], forced=False,
-                draft_top=draft_top, target_top=target_top,
-                overlap=None if q is None else float(sampling.expected_acceptance(p, q)),
-            ))
-            nodes.append(TreeNode(
-                index=i, parent=parent, depth=tree.depths[i], token_id=token, text=text, position=position,
-                slot=slots[i], draft_prob=q_tok, target_prob=p_tok, accept_prob=walk.accept_probs[i],
-                u=walk.u[i], verdict=walk.verdicts[i],
-            ))
-        return steps, nodes
 
     # -- checks and snapshots -------------------------------------------------------------
 

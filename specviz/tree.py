@@ -24,7 +24,7 @@ This module is the tree as plain data and its rules, as pure functions (no model
   to its ancestors and to itself, nothing else. The mask is *additive float* (0 where allowed, the
   dtype's minimum elsewhere, [1, 1, Q, L+N+1]): eager attention ADDS the mask to the scores, so a
   boolean mask there would be silently wrong.
-* **The accepted path** (`walk_greedy`, `walk_sampled`). At T = 0: descend into the child equal to
+* **The accepted path** (`specviz.rules.walk_tree`). At T = 0: descend into the child equal to
   the target's argmax; where none matches, emit the argmax (the corrected token); at a leaf, the
   argmax of the leaf's distribution (the bonus). Output = the target's greedy text exactly. At
   T > 0, the *deterministic-siblings* rule (EAGLE's `evaluate_posterior`, SGLang's target-only
@@ -50,7 +50,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import sampling
 
 
 @dataclass(frozen=True)
@@ -336,92 +335,7 @@ def from_paths(root_token: int, paths: Sequence[Sequence[int]], shape: TreeShape
     return select(root_token, pool, shape.nodes, dists)
 
 
-# ---------------------------------------------------------------- acceptance
-
-
-@dataclass
-class TreeWalk:
-    """The outcome of verifying a tree: the accepted path and every node's verdict."""
-
-    path: list[int]  # accepted nodes, root's child first (strictly increasing)
-    verdicts: list[str]  # per node (index 0: the root, always "accepted")
-    u: list[float | None]  # the uniform draw of each tested node (T > 0)
-    accept_probs: list[float | None]  # p'(x) each tested node was accepted with (T > 0)
-    token: int  # the token after the path: corrected (no child passed) or bonus (a leaf was reached)
-    kind: str  # "corrected" or "bonus"
-    dist: torch.Tensor  # [V] the distribution `token` came from (p' after the rejections, or the leaf's p)
-
-
-def _new_walk(tree: TokenTree) -> TreeWalk:
-    n = len(tree.tokens)
-    return TreeWalk([], ["accepted"] + ["untested"] * (n - 1), [None] * n, [None] * n, -1, "", torch.empty(0))
-
-
-def walk_greedy(tree: TokenTree, target_probs: torch.Tensor) -> TreeWalk:
-    """T = 0: follow the target's argmax while a child matches it (no random draw)."""
-    walk = _new_walk(tree)
-    node = 0
-    while True:
-        want = sampling.greedy_token(target_probs[node])
-        seen: set[int] = set()
-        match = None
-        for child in tree.children(node):
-            token = tree.tokens[child]
-            if token in seen:
-                continue  # a duplicate sibling is never asked
-            seen.add(token)
-            if token == want:
-                match = child
-                break
-            walk.verdicts[child] = "rejected"
-        kids = tree.children(node)
-        if match is None:
-            walk.token, walk.kind, walk.dist = want, "bonus" if not kids else "corrected", target_probs[node]
-            return walk
-        walk.verdicts[match] = "accepted"
-        walk.path.append(match)
-        node = match
-
-
-def walk_sampled(tree: TokenTree, target_probs: torch.Tensor, generator: torch.Generator) -> TreeWalk:
-    """T > 0, the deterministic-siblings rule: at each node ask its children in order "is it
-    x_j?" with probability p'(x_j), zeroing and renormalising p' after each no; sample from p'
-    when all say no, or the bonus from the leaf's p. Exactly a draw from the target's p."""
-    walk = _new_walk(tree)
-    node = 0
-    while True:
-        kids = tree.children(node)
-        if not kids:  # an accepted leaf (or a bare root): the bonus from its full p
-            dist = target_probs[node]
-            walk.token, walk.kind, walk.dist = sampling.sample(dist, generator), "bonus", dist
-            return walk
-        residual = target_probs[node].clone()  # p', renormalised after each rejected child
-        seen: set[int] = set()
-        match = None
-        for child in kids:
-            token = tree.tokens[child]
-            if token in seen:
-                continue  # p'(token) is already 0: a duplicate sibling is skipped untested
-            seen.add(token)
-            chance = float(residual[token])
-            u = sampling.uniform(generator)
-            walk.u[child], walk.accept_probs[child] = u, chance
-            if u < chance:  # strict: a token with p'(x) = 0 is never accepted
-                match = child
-                break
-            walk.verdicts[child] = "rejected"
-            residual[token] = 0.0
-            total = residual.sum()
-            if total <= 0:  # cannot happen (a child with p'(x) = 1 always passes); keep p as the honest law
-                residual = target_probs[node].clone()
-                break
-            residual = residual / total
-        if match is None:
-            walk.token, walk.kind, walk.dist = sampling.sample(residual, generator), "corrected", residual
-            return walk
-        walk.verdicts[match] = "accepted"
-        walk.path.append(match)
-        node = match
+# ---------------------------------------------------------------- the KV update
 
 
 def compaction_moves(path: Sequence[int], keep: int) -> list[tuple[int, int]]:

@@ -18,7 +18,7 @@ from cuda_checks import chi_square
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specviz import sampling
+from specviz import rules, sampling
 from specviz import tree as trees
 from specviz.kv import ContiguousKVCache, PagedKVCache
 from specviz.tree import Candidate, TokenTree, TreeShape
@@ -194,12 +194,12 @@ def one_hot(token: int, vocab: int = 10) -> torch.Tensor:
 def test_greedy_walk():
     # the target wants 6 after the root, then 7 after node 4: the path 4, 5 and the bonus of node 5
     probs = torch.stack([one_hot(6), one_hot(8), one_hot(1), one_hot(1), one_hot(7), one_hot(3)])
-    walk = trees.walk_greedy(SMALL, probs)
+    walk = rules.walk_greedy(SMALL, probs)
     assert walk.path == [4, 5] and walk.kind == "bonus" and walk.token == 3
     assert walk.verdicts == ["accepted", "rejected", "untested", "untested", "accepted", "accepted"]
     # the target wants 2 after the root: no child matches, 2 is the corrected token
     probs[0] = one_hot(2)
-    walk = trees.walk_greedy(SMALL, probs)
+    walk = rules.walk_greedy(SMALL, probs)
     assert walk.path == [] and walk.kind == "corrected" and walk.token == 2
     assert walk.verdicts[1] == walk.verdicts[4] == "rejected"
     assert all(u is None for u in walk.u)
@@ -208,14 +208,14 @@ def test_greedy_walk():
 def test_duplicate_siblings_are_skipped():
     tree = TokenTree([0, 5, 5, 6], [-1, 0, 0, 0], [0, 1, 1, 1])
     probs = torch.stack([one_hot(6)] * 4)
-    walk = trees.walk_greedy(tree, probs)
+    walk = rules.walk_greedy(tree, probs)
     assert walk.verdicts == ["accepted", "rejected", "untested", "accepted"] and walk.path == [3]
     p = torch.tensor([0.0, 0.0, 0.0, 0.0, 0.0, 0.5, 0.5, 0.0, 0.0, 0.0])
     for seed in range(20):
-        walk = trees.walk_sampled(tree, torch.stack([p] * 4), torch.Generator().manual_seed(seed))
+        walk = rules.walk_sampled(tree, torch.stack([p] * 4), torch.Generator().manual_seed(seed))
         assert walk.verdicts[2] == "untested" and walk.u[2] is None  # asked once, never twice
         if walk.verdicts[1] == "rejected":  # then p'(6) = 1: 6 always passes
-            assert walk.accept_probs[3] == pytest.approx(1.0) and walk.path == [3]
+            assert walk.ratios[3] == pytest.approx(1.0) and walk.path == [3]
 
 
 def wrong_walk(tree: TokenTree, probs: torch.Tensor, gen: torch.Generator) -> int:
@@ -245,7 +245,7 @@ def test_deterministic_siblings_sample_exactly_from_p():
     right, wrong = collections.Counter(), collections.Counter()
     kinds = collections.Counter()
     for seed in range(runs):
-        walk = trees.walk_sampled(tree, probs, torch.Generator().manual_seed(seed))
+        walk = rules.walk_sampled(tree, probs, torch.Generator().manual_seed(seed))
         first = tree.tokens[walk.path[0]] if walk.path else walk.token
         right[first] += 1
         kinds[walk.kind] += 1

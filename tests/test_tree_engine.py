@@ -297,13 +297,13 @@ def test_a_failure_after_the_compaction_changes_nothing(proposer, monkeypatch):
         d.start(PROMPT)
         d.step()
     before = state(dec)
-    real = dec._compact
+    real = dec._rollback  # the compaction, then the truncation
 
     def compact_then_fail(*args):
         real(*args)
         raise RuntimeError("injected failure after the compaction")
 
-    monkeypatch.setattr(dec, "_compact", compact_then_fail)
+    monkeypatch.setattr(dec, "_rollback", compact_then_fail)
     with pytest.raises(RuntimeError, match="injected"):
         dec.step()
     assert state(dec) == before
