@@ -13,7 +13,7 @@ leash:
   the text ends exactly as plain decoding would have let it.
 
 The engine applies forced outcomes inside `step()` and itself stops forcing at the first
-end-of-text draft (`SpeculativeDecoder._accept`), so `forced_step` only runs the cycle and reports
+end-of-text draft (`specviz.rules.accept_chain`), so `forced_step` only runs the cycle and reports
 where forcing stopped.
 """
 
