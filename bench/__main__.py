@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from .common import REPO, Log, Settings
+from .common import REPO, Log, Settings, csv
 from .suite import OPTIONAL_SECTIONS, SECTIONS, run_suite
 
 
@@ -21,11 +21,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tiny", action="store_true", help="the tiny random pair with tiny settings (smoke)")
     ap.add_argument("--threads", default="auto", help="torch threads for every measurement, or 'auto' (probe)")
     ap.add_argument("--out", type=Path, default=REPO / "docs", help="where benchmarks.md/.json go")
-    ap.add_argument(
-        "--sections",
-        default=",".join(SECTIONS),
-        help=f"comma-separated subset of {SECTIONS}, plus the optional {OPTIONAL_SECTIONS} (not run by default)",
-    )
+    ap.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated subset of {SECTIONS}, plus "
+                    f"the optional {OPTIONAL_SECTIONS} (not run by default)")
     args = ap.parse_args(argv)
     log = Log()
     import specviz
@@ -35,24 +32,12 @@ def main(argv: list[str] | None = None) -> int:
         pair, settings, name = specviz.build_tiny_pair(seed=0), Settings.tiny(), "tiny"
     else:
         log("loading the default pair (converts the target's GGUF once, ~20 s)")
-        pair, settings, name = (
-            specviz.load_default_pair(),
-            (Settings.quick() if args.quick else Settings.full()),
-            "default",
-        )
+        settings = Settings.quick() if args.quick else Settings.full()
+        pair, name = specviz.load_default_pair(), "default"
     log(f"loaded in {time.perf_counter() - t0:.1f} s")
     command = "python -m bench " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
-    sections = tuple(x.strip() for x in args.sections.split(",") if x.strip())
-    run_suite(
-        pair,
-        settings,
-        args.out,
-        threads_arg=args.threads,
-        pair_name=name,
-        command=command.strip(),
-        sections=sections,
-        log=log,
-    )
+    run_suite(pair, settings, args.out, threads_arg=args.threads, pair_name=name, command=command.strip(),
+              sections=tuple(csv(args.sections)), log=log)
     return 0
 
 

@@ -58,19 +58,14 @@ def build_figures(prompt: list[int], traces: list, token_text: Any, baseline_ms:
     timed("narrative", lambda: [narrative.phase_markdown(tr, ph) for ph in CYCLE_PHASES])
     # The KV view of the cycle's last phase, against the phase before (its action rows), as the stage draws it
     # (app.py inserts the stylesheet once per page, so each click builds the picture without it).
-    timed(
-        "kv_cache",
-        lambda: kv_html.kv_stage_html(
-            tr.snapshot("rollback"), tr.snapshot("resolve"), token_text, trace=tr, phase="rollback",
-            proposer=tr.proposer, inline_css=False,
-        ),
-    )  # HTML, not a plotly figure: nothing to serialise
+    timed("kv_cache", lambda: kv_html.kv_stage_html(  # HTML, not a plotly figure: nothing to serialise
+        tr.snapshot("rollback"), tr.snapshot("resolve"), token_text, trace=tr, phase="rollback", proposer=tr.proposer,
+        inline_css=False))
     figs["proposals"] = timed("proposals", lambda: proposals.proposals_figure(tr))
     figs["acceptance"] = timed("acceptance", lambda: acceptance.acceptance_figure(tr, tested=True))
     figs["p_vs_q"] = timed("p_vs_q", lambda: distributions.pq_figure(tr, tr.rejected_at or 1))
-    figs["resolve"] = timed(
-        "resolve", lambda: distributions.residual_figure(tr) if tr.rejected_at else distributions.bonus_figure(tr)
-    )
+    figs["resolve"] = timed("resolve", lambda: distributions.residual_figure(tr) if tr.rejected_at
+                            else distributions.bonus_figure(tr))
 
     def stats() -> tuple:
         st = acceptance_stats(traces)
@@ -114,16 +109,9 @@ def run_k(pair: Any, prompts: list[list[int]], k: int, s: Settings, baseline_ms:
         for spec in specs:
             go.Figure(spec, _validate=False)
         t5 = time.perf_counter()
-        rows.append(
-            {
-                "cycle_ms": 1000 * (t1 - t0),
-                "figures_ms": 1000 * (t2 - t1),
-                "step_ms": 1000 * (t2 - t0),
-                "serialize_ms": 1000 * (t3 - t2),
-                "unvalidated_figures_ms": 1000 * (t5 - t4),
-                **{f"fig_{n}": v for n, v in fig_ms.items()},
-            }
-        )
+        rows.append({"cycle_ms": 1000 * (t1 - t0), "figures_ms": 1000 * (t2 - t1), "step_ms": 1000 * (t2 - t0),
+                     "serialize_ms": 1000 * (t3 - t2), "unvalidated_figures_ms": 1000 * (t5 - t4),
+                     **{f"fig_{n}": v for n, v in fig_ms.items()}})
     rows = rows[warm:]
     out: dict[str, Any] = {key: summary([r[key] for r in rows]) for key in rows[0]}
     out["figure_errors"] = {"count": len(errors), "distinct": sorted(set(errors))[:10]}
@@ -135,8 +123,6 @@ def run(pair: Any, prompts: list[list[int]], s: Settings, log: Log, baseline_ms:
     for k in s.app_ks:
         log(f"app step: K={k}, {s.app_cycles} cycles")
         out[f"K{k}"] = run_k(pair, prompts, k, s, baseline_ms)
-        log(
-            f"app step: K={k} median step {out[f'K{k}']['step_ms']['median']:.0f} ms "
-            f"(cycle {out[f'K{k}']['cycle_ms']['median']:.0f} ms)"
-        )
+        log(f"app step: K={k} median step {out[f'K{k}']['step_ms']['median']:.0f} ms "
+            f"(cycle {out[f'K{k}']['cycle_ms']['median']:.0f} ms)")
     return out

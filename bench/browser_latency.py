@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from . import separate
-from .load import CHROMIUM, CHROMIUM_ARGS, _quantile, start_server, stop_server
+from .load import CHROMIUM, CHROMIUM_ARGS, percentiles, server_env, start_server, stop_server
 
 NEXT_PHASE, NEXT_CYCLE = "next_phase", "next_cycle"  # the buttons' Streamlit keys (specviz/ui/stage.py)
 LABELS = {NEXT_PHASE: "Next phase", NEXT_CYCLE: "Next cycle"}
@@ -131,13 +131,6 @@ COLD_LEAD_MAX = 4  # quick clicks at most before a cold one (a text ends within 
 PREFETCHED_JS = """() => { const s = window.__specvizStage.state;
   const end = s.cur === 0 ? 0 : Math.ceil(s.cur / 5) * 5, has = n => !!s.data.steps[String(n)];
   return ((has(end + 1) && has(end + 6)) || !s.data.more) && !s.waiting; }"""
-
-
-def _stats(xs: list[float]) -> dict[str, Any]:
-    if not xs:
-        return {"n": 0, "median_ms": None, "p95_ms": None, "max_ms": None}
-    xs = sorted(xs)
-    return {"n": len(xs), "median_ms": statistics.median(xs), "p95_ms": _quantile(xs, 0.95), "max_ms": xs[-1]}
 
 
 def _chromium_version() -> str:
@@ -258,22 +251,10 @@ def run(
             browser.close()
     finally:
         stop_server(proc)
-    return {
-        "pair": pair,
-        "proposer": proposer,
-        "viewport": f"{VIEWPORT['width']}x{VIEWPORT['height']}",
-        "open_s": open_s,
-        "rows": rows_of(clicks),
-        "frames": frames_of(clicks),
-        "clicks": clicks,
-        "errors": errors,
-        "cores": os.cpu_count(),
-        "loadavg_start": list(load_start),
-        "loadavg_end": list(os.getloadavg()),
-        "chromium": _chromium_version(),
-        "machine": platform.platform(),
-        "server_env": {k: os.environ[k] for k in sorted(os.environ) if k.startswith("SPECVIZ_")},
-    }
+    return {"pair": pair, "proposer": proposer, "viewport": f"{VIEWPORT['width']}x{VIEWPORT['height']}",
+            "open_s": open_s, "rows": rows_of(clicks), "frames": frames_of(clicks), "clicks": clicks, "errors": errors,
+            "cores": os.cpu_count(), "loadavg_start": list(load_start), "loadavg_end": list(os.getloadavg()),
+            "chromium": _chromium_version(), "machine": platform.platform(), "server_env": server_env()}
 
 
 def rows_of(clicks: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -284,7 +265,7 @@ def rows_of(clicks: list[dict[str, Any]]) -> list[dict[str, Any]]:
             mine = [c for c in clicks if c["button"] == key and c["kind"] == kind]
             if not mine:
                 continue
-            stats = _stats([c["painted"] for c in mine])
+            stats = percentiles([c["painted"] for c in mine], ("median_ms", "p95_ms", "max_ms"))
             row = {"button": key, "kind": kind, **stats, "all_ms": [round(c["painted"]) for c in mine]}
             goal = GOALS.get((key, kind))
             if goal is not None:

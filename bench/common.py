@@ -64,66 +64,25 @@ class Settings:
 
     @staticmethod
     def quick() -> Settings:
-        return Settings(
-            prompts=1,
-            max_new_tokens=12,
-            rounds=1,
-            ks=(2, 4),
-            hf_ks=(4,),
-            cost_tokens=6,
-            cost_rounds=1,
-            app_cycles=3,
-            contexts=(64, 256),
-            context_reps=2,
-            memory_tokens=24,
-            profile_cycles=2,
-            warmup_tokens=2,
-            proposer_prompts=2,
-            proposer_max_new=16,
-            proposer_ks=(2, 4),
-        )
+        return Settings(prompts=1, max_new_tokens=12, rounds=1, ks=(2, 4), hf_ks=(4,), cost_tokens=6, cost_rounds=1,
+                        app_cycles=3, contexts=(64, 256), context_reps=2, memory_tokens=24, profile_cycles=2,
+                        warmup_tokens=2, proposer_prompts=2, proposer_max_new=16, proposer_ks=(2, 4))
 
     @staticmethod
     def tiny() -> Settings:
         """For the smoke test on the tiny random pair: every code path, seconds in all."""
-        return Settings(
-            prompts=1,
-            max_new_tokens=6,
-            rounds=1,
-            ks=(2,),
-            hf_ks=(2,),
-            variant_k=2,
-            cost_tokens=3,
-            cost_rounds=1,
-            app_cycles=2,
-            app_ks=(2,),
-            contexts=(16, 48),
-            context_reps=1,
-            synthetic="tiny",
-            memory_tokens=8,
-            profile_cycles=1,
-            warmup_tokens=1,
-            proposer_prompts=1,
-            proposer_max_new=6,
-            proposer_ks=(2,),
-            quality_k=2,
-        )
+        return Settings(prompts=1, max_new_tokens=6, rounds=1, ks=(2,), hf_ks=(2,), variant_k=2, cost_tokens=3,
+                        cost_rounds=1, app_cycles=2, app_ks=(2,), contexts=(16, 48), context_reps=1, synthetic="tiny",
+                        memory_tokens=8, profile_cycles=1, warmup_tokens=1, proposer_prompts=1, proposer_max_new=6,
+                        proposer_ks=(2,), quality_k=2)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
-def set_threads(n: int) -> None:
-    torch.set_num_threads(n)
-
-
 def load_prompts(tokenizer: Any, n: int) -> list[list[int]]:
     """Token ids of the first n benchmark prompts, chat template applied (as the app does)."""
-    by_id = {}
-    for line in HELDOUT.read_text().splitlines():
-        if line.strip():
-            row = json.loads(line)
-            by_id[row["id"]] = row["prompt"]
+    by_id = {row["id"]: row["prompt"] for row in _jsonl(HELDOUT)}
     # the four benchmark prompts first, then the other held-out prompts in file order
     texts = [by_id[i] for i in PROMPT_IDS if i in by_id] + [t for i, t in by_id.items() if i not in PROMPT_IDS]
     return [encode(tokenizer, text) for text in texts[:n]]
@@ -137,9 +96,13 @@ def prompt_set(tokenizer: Any, name: str, n: int) -> list[list[int]]:
     ``natural`` (hand-written, never trained on; conversations keep their earlier turns) or
     ``template`` (the template-built held-out prompts)."""
     path = {"natural": NATURAL, "template": HELDOUT}[name]
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = _jsonl(path)
     picked = [rows[i * len(rows) // n] for i in range(min(n, len(rows)))]
     return [encode(tokenizer, r.get("messages") or r["prompt"]) for r in picked]
+
+
+def _jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def encode(tokenizer: Any, text: str | list[dict]) -> list[int]:
@@ -160,6 +123,20 @@ def summary(values: Sequence[float]) -> dict[str, float | int | None]:
 def median(values: Sequence[float]) -> float | None:
     vals = [float(v) for v in values if v is not None]
     return statistics.median(vals) if vals else None
+
+
+def csv(text: str) -> list[str]:
+    """The items of a comma-separated command-line value, blanks dropped."""
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def dtype_names(text: str, prog: str, allowed: Sequence[str] = ("float32", "bfloat16")) -> tuple[str, ...]:
+    """The dtypes of a `--dtypes` value; exits naming the choices on an unknown one."""
+    names = tuple(csv(text))
+    bad = [x for x in names if x not in allowed]
+    if bad:
+        raise SystemExit(f"{prog}: unknown dtype {bad[0]!r}; choose from {', '.join(allowed)}")
+    return names
 
 
 @dataclass
@@ -244,27 +221,22 @@ def machine() -> dict[str, Any]:
     import psutil
     import transformers
 
-    cpu = platform.processor() or ""
+    return {"cpu": cpu_name(), "logical_cpus": os.cpu_count(), "physical_cpus": psutil.cpu_count(logical=False),
+            "memory_gb": round(psutil.virtual_memory().total / 2**30, 1), "python": platform.python_version(),
+            "torch": torch.__version__, "transformers": transformers.__version__, "platform": platform.platform(),
+            "cuda_available": torch.cuda.is_available(), "load_average_start": os.getloadavg(),
+            "git_commit": _git("rev-parse", "--short", "HEAD")}
+
+
+def cpu_name() -> str:
+    """The CPU's model name from /proc/cpuinfo (platform.processor() where there is none)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+                return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return {
-        "cpu": cpu,
-        "logical_cpus": os.cpu_count(),
-        "physical_cpus": psutil.cpu_count(logical=False),
-        "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "platform": platform.platform(),
-        "cuda_available": torch.cuda.is_available(),
-        "load_average_start": os.getloadavg(),
-        "git_commit": _git("rev-parse", "--short", "HEAD"),
-    }
+    return platform.processor()
 
 
 def _git(*args: str) -> str:

@@ -84,13 +84,6 @@ def run_worker(source: Path, dtype: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown CPU"
-
-
 def compare(baseline: Path, rounds: int, dtypes: list[str], log=print) -> dict:
     results: dict = {d: {c: {"old": [], "new": [], "ratio": []} for c in CONFIGS} for d in dtypes}
     for r in range(rounds):
@@ -106,13 +99,17 @@ def compare(baseline: Path, rounds: int, dtypes: list[str], log=print) -> dict:
 
 
 def table(results: dict, revision: str) -> str:
+    from .common import cpu_name
+
     lines = [f"Core speed, working tree vs `{revision}` (default pair, feature head, T=0, lean), "
              f"on {cpu_name()}, {os.cpu_count()} cores:", "",
              "| dtype | config | old tok/s | new tok/s | new/old (median) | outside forwards old -> new (ms/cycle) |",
              "|---|---|---|---|---|---|"]
     for dtype, per in results.items():
         for c, r in per.items():
-            med = lambda which, key: statistics.median(x[key] for x in r[which])  # noqa: E731
+            def med(which: str, key: str, r: dict = r) -> float:
+                return statistics.median(x[key] for x in r[which])
+
             lines.append(f"| {dtype} | {c} | {med('old', 'tokens_per_s'):.1f} | {med('new', 'tokens_per_s'):.1f} | "
                          f"{statistics.median(r['ratio']):.3f} | {med('old', 'outside_forwards_ms_per_cycle'):.2f} -> "
                          f"{med('new', 'outside_forwards_ms_per_cycle'):.2f} |")

@@ -293,12 +293,12 @@ def verify_cost(pair: Any, s: GpuSettings, clock: Clock, log: Log) -> dict[str, 
     return {"context": length, "one_token_ms": one, "rows": rows}
 
 
-def filled_cache(model: Any, layout: str, length: int, max_len: int) -> Any:
+def filled_cache(model: Any, layout: str, length: int, max_len: int, initial_len: int | None = None) -> Any:
     """A cache holding `length` positions of random K/V; a paged pool's free list shuffled first,
-    so its block table is scattered as after a long run."""
+    so its block table is scattered as after a long run. `initial_len`: as `create_cache`."""
     from specviz.kv import create_cache
 
-    cache = create_cache(model, layout, page_size=16, policy="free", max_len=max_len, initial_len=max_len)
+    cache = create_cache(model, layout, page_size=16, policy="free", max_len=max_len, initial_len=initial_len)
     if layout == "paged":
         blocks = list(cache.pool.free_block_queue)
         random.Random(0).shuffle(blocks)
@@ -337,7 +337,8 @@ def paging(pair: Any, s: GpuSettings, clock: Clock, log: Log) -> dict[str, Any]:
         if clock.left_s < 0:
             log(f"paging: time budget spent, skipping context {length}")
             continue
-        caches = {lay: filled_cache(model, lay, length, s.max_positions) for lay in ("contiguous", "paged")}
+        caches = {lay: filled_cache(model, lay, length, s.max_positions, initial_len=s.max_positions)
+                  for lay in ("contiguous", "paged")}
         for cache in caches.values():  # warm-up
             timed_forward(clock, model, cache, 1)
             timed_forward(clock, model, cache, 5)

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +38,7 @@ from specviz.engine import SpeculativeDecoder
 from specviz.runtime import reference_kv
 
 from . import separate
-from .common import prompt_set, set_threads
+from .common import Log, prompt_set
 
 NAME = "invariant"
 KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer (keys, values)
@@ -159,10 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--into", type=Path, help="a docs directory: the table into benchmarks.md/.json")
     args = ap.parse_args(argv)
-    set_threads(args.threads)
-    t0 = time.perf_counter()
-    result = run(args.prompts, args.tokens, [d for d in args.dtypes.split(",") if d],
-                 log=lambda m: print(f"[{time.perf_counter() - t0:6.1f}s] {m}", flush=True))
+    torch.set_num_threads(args.threads)
+    result = run(args.prompts, args.tokens, [d for d in args.dtypes.split(",") if d], log=Log())
     separate.publish(NAME, markdown(result), result, args.json, args.into)
     return 0
 

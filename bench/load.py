@@ -40,6 +40,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,16 +49,8 @@ from . import separate
 
 REPO = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 NEXT_PHASE, NEXT_CYCLE = "Next phase", "Next cycle"
 # One cycle phase by phase, then a whole cycle at once: what a student does.
 PATTERN = (NEXT_PHASE,) * 5 + (NEXT_CYCLE,)
@@ -97,21 +90,8 @@ def start_server(pair: str, env_extra: dict[str, str] | None = None, ready_s: fl
     """`streamlit run app.py` on a free port; returns (process, base url) once it answers."""
     port = free_port()
     env = dict(os.environ, SPECVIZ_PAIR=pair, STREAMLIT_BROWSER_GATHER_USAGE_STATS="false", **(env_extra or {}))
-    cmd = [
-        sys.executable,
-        "-m",
-        "streamlit",
-        "run",
-        str(REPO / "app.py"),
-        "--server.headless",
-        "true",
-        "--server.port",
-        str(port),
-        "--server.address",
-        "127.0.0.1",
-        "--server.fileWatcherType",
-        "none",
-    ]
+    cmd = [sys.executable, "-m", "streamlit", "run", str(REPO / "app.py"), "--server.headless", "true",
+           "--server.port", str(port), "--server.address", "127.0.0.1", "--server.fileWatcherType", "none"]
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + ready_s
@@ -150,9 +130,8 @@ class RssSampler:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def now_mb(self) -> float:
-        procs = [self.proc, *self.proc.children(recursive=True)]
         total = 0
-        for p in procs:
+        for p in [self.proc, *self.proc.children(recursive=True)]:
             try:
                 total += p.memory_info().rss
             except Exception:  # a child that just ended
@@ -346,8 +325,7 @@ async def _browser_session(browser: Any, url: str, opts: Options, rng: random.Ra
             await asyncio.sleep(opts.think_s * rng.uniform(0.5, 1.5))
             button = PATTERN[i % len(PATTERN)]
             # Timed in the page, from the click to the first frame showing the new step: what a student
-            # sees, without the test driver's round trips (on 2 cores shared by 8 browsers, a Playwright
-            # round trip alone can take a second).
+            # sees, without the test driver's round trips (on shared cores those are slow).
             key = "next_phase" if button == NEXT_PHASE else "next_cycle"
             await page.wait_for_function(READY_JS, arg=key, timeout=opts.timeout_s * 1000)  # a re-run may redraw
             got = await page.evaluate(PAINT_JS, [key, opts.timeout_s * 1000])
@@ -477,25 +455,19 @@ async def _ws_all(url: str, n: int, opts: Options, logs: list[SessionLog]) -> No
 
 
 def summarize(n: int, logs: list[SessionLog], wall_s: float) -> dict[str, Any]:
-    def stats(xs: list[float]) -> dict[str, Any]:
-        if not xs:
-            return {"n": 0, "p50_s": None, "p95_s": None, "max_s": None}
-        xs = sorted(xs)
-        return {"n": len(xs), "p50_s": statistics.median(xs), "p95_s": _quantile(xs, 0.95), "max_s": xs[-1]}
-
     clicks = [c for log in logs for c in log.clicks]
     # (button, seconds, waited for the server), paired within each session: the browser client's
     # clicks (the ws client records no `asked`).
     timed = [(b, s, a) for log in logs for (b, s), a in zip(log.clicks, log.asked, strict=False)]
     return {
         "sessions": n,
-        "open": stats([log.open_s for log in logs if log.open_s is not None]),
-        "next_phase": stats([s for b, s in clicks if b == NEXT_PHASE]),
+        "open": percentiles([log.open_s for log in logs if log.open_s is not None]),
+        "next_phase": percentiles([s for b, s in clicks if b == NEXT_PHASE]),
         # Next phase clicks the browser answered itself (the step was there), and how many waited for
         # the server (the prefetch had not kept up): the p95 above is over all of them.
-        "next_phase_local": stats([s for b, s, a in timed if b == NEXT_PHASE and not a]),
+        "next_phase_local": percentiles([s for b, s, a in timed if b == NEXT_PHASE and not a]),
         "asked": {button: sum(1 for b, _, a in timed if b == button and a) for button in (NEXT_PHASE, NEXT_CYCLE)},
-        "next_cycle": stats([s for b, s in clicks if b == NEXT_CYCLE]),
+        "next_cycle": percentiles([s for b, s in clicks if b == NEXT_CYCLE]),
         "clicks": len(clicks),
         "every_click_s": [(b, round(t, 3)) for b, t in clicks],
         "errors": sum(len(log.errors) for log in logs),
@@ -505,12 +477,24 @@ def summarize(n: int, logs: list[SessionLog], wall_s: float) -> dict[str, Any]:
     }
 
 
-def _quantile(sorted_xs: list[float], q: float) -> float:
+def _quantile(sorted_xs: Sequence[float], q: float) -> float:
     """Linear interpolation between closest ranks (numpy's default)."""
     pos = q * (len(sorted_xs) - 1)
     lo = int(pos)
     hi = min(lo + 1, len(sorted_xs) - 1)
     return sorted_xs[lo] + (sorted_xs[hi] - sorted_xs[lo]) * (pos - lo)
+
+
+def percentiles(values: Sequence[float], names: Sequence[str] = ("p50_s", "p95_s", "max_s")) -> dict[str, Any]:
+    """n, then the median, p95 and max of `values` under `names` (None when there are none)."""
+    xs = sorted(values)
+    got = (statistics.median(xs), _quantile(xs, 0.95), xs[-1]) if xs else (None, None, None)
+    return {"n": len(xs), **dict(zip(names, got, strict=True))}
+
+
+def server_env() -> dict[str, str]:
+    """The SPECVIZ_* settings of this environment (they reach a served app), for the report."""
+    return {k: os.environ[k] for k in sorted(os.environ) if k.startswith("SPECVIZ_")}
 
 
 def _fmt(x: float | None) -> str:
@@ -521,17 +505,8 @@ def run(opts: Options, say: Any = print) -> dict[str, Any]:
     client = pick_client(opts.client)
     say(f"load: {client} clients on the {opts.pair} pair, N = {', '.join(map(str, opts.sessions))}")
     rows = [run_n(n, opts, client, say) for n in opts.sessions]
-    settings = {k: os.environ[k] for k in sorted(os.environ) if k.startswith("SPECVIZ_")}
-    return {
-        "client": client,
-        "pair": opts.pair,
-        "clicks_per_session": opts.clicks,
-        "think_s": opts.think_s,
-        "pattern": list(PATTERN),
-        "server_env": settings,
-        "cores": os.cpu_count(),
-        "rows": rows,
-    }
+    return {"client": client, "pair": opts.pair, "clicks_per_session": opts.clicks, "think_s": opts.think_s,
+            "pattern": list(PATTERN), "server_env": server_env(), "cores": os.cpu_count(), "rows": rows}
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -591,20 +566,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--think", type=float, default=Options.think_s, help="seconds between clicks (jittered)")
     ap.add_argument("--timeout", type=float, default=Options.timeout_s, help="seconds before a click is an error")
     ap.add_argument("--json", type=Path, help="also write the result as JSON here")
-    ap.add_argument(
-        "--into",
-        type=Path,
-        help="a docs directory: put the table into its benchmarks.md and the result into benchmarks.json",
-    )
+    ap.add_argument("--into", type=Path,
+                    help="a docs directory: put the table into its benchmarks.md and the result into benchmarks.json")
     args = ap.parse_args(argv)
-    opts = Options(
-        sessions=tuple(int(x) for x in args.sessions.split(",") if x.strip()),
-        pair=args.pair,
-        client=args.client,
-        clicks=args.clicks,
-        think_s=args.think,
-        timeout_s=args.timeout,
-    )
+    opts = Options(sessions=tuple(int(x) for x in args.sessions.split(",") if x.strip()), pair=args.pair,
+                   client=args.client, clicks=args.clicks, think_s=args.think, timeout_s=args.timeout)
     result = run(opts)
     separate.publish("load", markdown(result), result, args.json, args.into)
     return 0 if all(r["errors"] == 0 for r in result["rows"]) else 1

@@ -1,13 +1,13 @@
 """Layout and instrumentation costs, measured cycle by cycle in lockstep.
 
 Paged vs contiguous and instrumented vs lean differ by a few percent of a cycle, far less than
-the drift of a shared machine between two whole runs seconds apart (run-level pairs here spread
-over ±40% under load). So the four variants at K = variant_k — {contiguous, paged} x {lean,
-instrumented} — decode the same prompt *side by side*: cycle i of every variant runs back to
-back (in a rotating order) before cycle i+1 of any. With equal seeds the four decode the same
-tokens through the same cycles (checked: `identical`), so cycle i is the same work in each, and
-the ratio of their cycle-i times is measured within a fraction of a second. Reported: the
-median over all cycles of those per-cycle ratios, and each variant's ms/cycle and tokens/s.
+the drift of a shared machine between two whole runs seconds apart. So the four variants at
+K = variant_k — {contiguous, paged} x {lean, instrumented} — decode the same prompt *side by
+side*: cycle i of every variant runs back to back (in a rotating order) before cycle i+1 of any.
+With equal seeds the four decode the same tokens through the same cycles (checked: `identical`),
+so cycle i is the same work in each, and the ratio of their cycle-i times is measured within a
+fraction of a second. Reported: the median over all cycles of those per-cycle ratios, and each
+variant's ms/cycle and tokens/s.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from specviz import SpeculativeDecoder
 
 from .common import Log, Settings, summary
 from .systems import spec_config
+from .throughput import TEMPS
 
-TEMPS = (0, 1)
 VARIANTS = {
     "contiguous/lean": ("contiguous", False),
     "contiguous/instrumented": ("contiguous", True),
@@ -36,11 +36,10 @@ RATIOS = {  # name -> (numerator variant, denominator variant)
 
 
 def run_prompt(pair: Any, prompt: list[int], k: int, t: int, max_new: int) -> dict[str, Any]:
-    decs = {}
-    for name, (layout, inst) in VARIANTS.items():
-        dec = SpeculativeDecoder(pair, spec_config(k, t, max_new, layout, inst))
+    decs = {name: SpeculativeDecoder(pair, spec_config(k, t, max_new, layout, inst))
+            for name, (layout, inst) in VARIANTS.items()}
+    for dec in decs.values():
         dec.start(prompt)
-        decs[name] = dec
     names = list(decs)
     times: dict[str, list[float]] = {n: [] for n in names}
     i = 0
@@ -52,11 +51,8 @@ def run_prompt(pair: Any, prompt: list[int], k: int, t: int, max_new: int) -> di
                 times[name].append(1000 * (time.perf_counter() - t0))
         i += 1
     committed = {n: d.committed for n, d in decs.items()}
-    return {
-        "times": times,
-        "tokens": {n: len(c) - len(prompt) for n, c in committed.items()},
-        "identical": len({tuple(c) for c in committed.values()}) == 1,
-    }
+    return {"times": times, "tokens": {n: len(c) - len(prompt) for n, c in committed.items()},
+            "identical": len({tuple(c) for c in committed.values()}) == 1}
 
 
 def run(pair: Any, prompts: list[list[int]], s: Settings, log: Log) -> dict[str, Any]:
@@ -77,22 +73,10 @@ def run(pair: Any, prompts: list[list[int]], s: Settings, log: Log) -> dict[str,
             for rname, (num, den) in RATIOS.items():
                 a, b = got["times"][num], got["times"][den]
                 ratios[rname] += [x / y for x, y in zip(a, b) if y > 0]  # cycle i vs cycle i
-        variants = {
-            n: {
-                "ms_per_cycle": summary(cycle_ms[n]),
-                "cycles": v["cycles"],
-                "tokens": v["tokens"],
-                "tokens_per_s": 1000 * v["tokens"] / v["ms"] if v["ms"] else None,
-            }
-            for n, v in per_variant.items()
-        }
-        out["by_temperature"][f"T{t}"] = {
-            "variants": variants,
-            "identical": identical,
-            "ratios": {n: summary(r) for n, r in ratios.items()},
-        }
-        log(
-            f"lockstep T={t}: "
-            + ", ".join(f"{n} {out['by_temperature'][f'T{t}']['ratios'][n]['median']:.3f}" for n in RATIOS if ratios[n])
-        )
+        variants = {n: {"ms_per_cycle": summary(cycle_ms[n]), "cycles": v["cycles"], "tokens": v["tokens"],
+                        "tokens_per_s": 1000 * v["tokens"] / v["ms"] if v["ms"] else None}
+                    for n, v in per_variant.items()}
+        summed = {n: summary(r) for n, r in ratios.items()}
+        out["by_temperature"][f"T{t}"] = {"variants": variants, "identical": identical, "ratios": summed}
+        log(f"lockstep T={t}: " + ", ".join(f"{n} {summed[n]['median']:.3f}" for n in RATIOS if ratios[n]))
     return out

@@ -45,18 +45,18 @@ MIB = 2**20
 def cache_bytes(cache: Any) -> dict[str, Any]:
     mem = cache.memory_bytes()
     valid, held, allocated = mem.valid_bytes, mem.held_bytes, mem.allocated_bytes
-    return {
-        "seq_len": cache.get_seq_length(),
-        "bytes_per_position": mem.bytes_per_position,
-        "allocated_bytes": allocated,
-        "held_bytes": held,
-        "valid_bytes": valid,
-        "limit_bytes": mem.limit_bytes,
-        "waste_of_held": 1 - valid / held if held else None,
-        "valid_of_allocated": valid / allocated if allocated else None,
-        "blocks_held": len(cache.table) if cache.layout == "paged" else None,
-        "blocks_needed": -(-cache.get_seq_length() // cache.page_size) if cache.layout == "paged" else None,
-    }
+    paged = cache.layout == "paged"
+    return {"seq_len": cache.get_seq_length(), "bytes_per_position": mem.bytes_per_position,
+            "allocated_bytes": allocated, "held_bytes": held, "valid_bytes": valid, "limit_bytes": mem.limit_bytes,
+            "waste_of_held": 1 - valid / held if held else None,
+            "valid_of_allocated": valid / allocated if allocated else None,
+            "blocks_held": len(cache.table) if paged else None,
+            "blocks_needed": _blocks_needed(cache) if paged else None}
+
+
+def _blocks_needed(cache: Any) -> int:
+    """ceil(L / page_size): the blocks a paged cache of length L cannot do without."""
+    return -(-cache.get_seq_length() // cache.page_size)
 
 
 def run(pair: Any, prompts: list[list[int]], s: Settings, log: Log) -> dict[str, Any]:
@@ -67,44 +67,32 @@ def run(pair: Any, prompts: list[list[int]], s: Settings, log: Log) -> dict[str,
         dec = SpeculativeDecoder(pair, cfg)
         dec.start(prompts[0])
         dec.eos_ids = frozenset()  # a long run: do not stop at the end of the answer
+        caches = {"target": dec.target_cache, "draft": dec.draft_cache}
+        paged = caches if layout == "paged" else {}
         peak_blocks = {"target": 0, "draft": 0}
         extra_blocks = {"target": 0, "draft": 0}  # summed over cycles: blocks held beyond ceil(L / page)
         cycles = 0
         while not dec.finished:
             dec.step()
             cycles += 1
-            if layout == "paged":
-                peak_blocks["target"] = max(peak_blocks["target"], len(dec.target_cache.table))
-                peak_blocks["draft"] = max(peak_blocks["draft"], len(dec.draft_cache.table))
-                for role, cache in (("target", dec.target_cache), ("draft", dec.draft_cache)):
-                    extra_blocks[role] += len(cache.table) - -(-cache.get_seq_length() // cache.page_size)
-        row = {
-            "layout": layout,
-            "policy": policy if layout == "paged" else "-",
-            "cycles": cycles,
-            "new_tokens": len(dec.committed) - len(prompts[0]),
-            "rss_delta_mb": current_rss_mb() - rss0,
-            "target": cache_bytes(dec.target_cache),
-            "draft": cache_bytes(dec.draft_cache),
-        }
-        if layout == "paged":
-            row["target"]["peak_blocks_held"] = peak_blocks["target"]
-            row["draft"]["peak_blocks_held"] = peak_blocks["draft"]
-            for role in ("target", "draft"):
-                row[role]["mean_extra_blocks_after_rollback"] = extra_blocks[role] / cycles if cycles else None
+            for role, cache in paged.items():
+                peak_blocks[role] = max(peak_blocks[role], len(cache.table))
+                extra_blocks[role] += len(cache.table) - _blocks_needed(cache)
+        row = {"layout": layout, "policy": policy if layout == "paged" else "-", "cycles": cycles,
+               "new_tokens": len(dec.committed) - len(prompts[0]), "rss_delta_mb": current_rss_mb() - rss0,
+               **{role: cache_bytes(cache) for role, cache in caches.items()}}
+        for role in paged:
+            row[role]["peak_blocks_held"] = peak_blocks[role]
+            row[role]["mean_extra_blocks_after_rollback"] = extra_blocks[role] / cycles if cycles else None
         out.append(row)
-        log(
-            f"memory: {layout}/{row['policy']}: target valid {row['target']['valid_bytes'] / 2**20:.1f} MiB of "
-            f"{row['target']['held_bytes'] / 2**20:.1f} held, {row['target']['allocated_bytes'] / 2**20:.1f} allocated"
-        )
+        log(f"memory: {layout}/{row['policy']}: target valid {row['target']['valid_bytes'] / 2**20:.1f} MiB of "
+            f"{row['target']['held_bytes'] / 2**20:.1f} held, {row['target']['allocated_bytes'] / 2**20:.1f} allocated")
         del dec
     apps = app_defaults_session(pair)
-    log(
-        f"memory: app defaults ({apps['prompt_tokens']} + {apps['new_tokens']} tokens): KV per session "
+    log(f"memory: app defaults ({apps['prompt_tokens']} + {apps['new_tokens']} tokens): KV per session "
         f"{apps['allocated_bytes'] / MIB:.2f} MiB allocated (peak {apps['peak_allocated_bytes'] / MIB:.2f}), "
         f"{apps['held_bytes'] / MIB:.2f} held, {apps['valid_bytes'] / MIB:.2f} valid; "
-        f"{apps['limit_bytes'] / MIB:.1f} MiB if preallocated for max_context"
-    )
+        f"{apps['limit_bytes'] / MIB:.1f} MiB if preallocated for max_context")
     return {"runs": out, "max_context": spec_config(8, 1, 1, "paged", False).max_context, "app_defaults": apps}
 
 
@@ -126,23 +114,13 @@ def app_defaults_session(pair: Any, prompt: str = APP_PROMPT, **changes: Any) ->
     per_cache = {role: cache_bytes(c) for role, c in _caches(dec).items()}
     totals = {key: sum(c[key] for c in per_cache.values())
               for key in ("allocated_bytes", "held_bytes", "valid_bytes", "limit_bytes")}
-    return {
-        "proposer": cfg.proposer,
-        "settings": {**APP_SETTINGS, **changes},
-        "prompt_tokens": len(ids),
-        "new_tokens": len(dec.committed) - len(ids),
-        "finish_reason": dec.finish_reason,
-        **totals,
-        "peak_allocated_bytes": peak,
-        "caches": per_cache,
-    }
+    return {"proposer": cfg.proposer, "settings": {**APP_SETTINGS, **changes}, "prompt_tokens": len(ids),
+            "new_tokens": len(dec.committed) - len(ids), "finish_reason": dec.finish_reason, **totals,
+            "peak_allocated_bytes": peak, "caches": per_cache}
 
 
 def _caches(dec: SpeculativeDecoder) -> dict[str, Any]:
-    out = {"target": dec.target_cache}
-    if dec.draft_cache is not None:
-        out["draft"] = dec.draft_cache
-    return out
+    return {role: c for role, c in (("target", dec.target_cache), ("draft", dec.draft_cache)) if c is not None}
 
 
 def main() -> None:

@@ -35,11 +35,7 @@ from . import separate
 from .load import CHROMIUM, CHROMIUM_ARGS
 
 NAME = "motion_cost"
-MODES = {
-    "motion": {},
-    "no Web Animations": {"no_waapi": True},
-    "reduced motion": {"reduced": True},
-}
+MODES = {"motion": {}, "no Web Animations": {"no_waapi": True}, "reduced motion": {"reduced": True}}
 NO_WAAPI_JS = "Element.prototype.animate = function () { return {finished: Promise.resolve(), cancel() {}}; };"
 PROMPT = "How do lighthouses help ships at night?"
 
@@ -47,14 +43,14 @@ PROMPT = "How do lighthouses help ships at night?"
 def record_page(pair_name: str, cycles: int, out: Path) -> Path:
     """A run of `cycles` cycles on the pair, written as the standalone page."""
     import specviz
-    from specviz.prompting import chat_ids
     from specviz.ui.runs import record_of
     from specviz.ui.state import advance_cycle, start_live_run
     from specviz.viz.standalone import run_html
 
+    from .common import encode
+
     pair = specviz.load_default_pair() if pair_name == "default" else specviz.build_tiny_pair(seed=0)
-    tok = pair.tokenizer  # the tiny pair's tokenizer has no chat template
-    ids = chat_ids(tok, [{"role": "user", "content": PROMPT}]) if tok.chat_template else tok.encode(PROMPT)
+    ids = encode(pair.tokenizer, PROMPT)  # the tiny pair's tokenizer has no chat template: plain ids
     run = start_live_run(1, "motion cost", (), pair, specviz.DecodeConfig(k=4, seed=1), ids)
     for _ in range(cycles):
         run = advance_cycle(run)

@@ -20,69 +20,31 @@ layouts, interleaved:
 
 from __future__ import annotations
 
-import random
 import time
 from typing import Any
 
 import torch
 
-try:  # the engine's one forward into a specviz cache (moved to runtime.py in a refactor)
-    from specviz.runtime import forward
-except ImportError:
-    from specviz.engine import forward
-from specviz.kv import create_cache
+from specviz.runtime import forward
 
 from .common import Log, Settings, median, summary
+from .gpu import DRAFT_SHAPE, filled_cache
 
 SHAPES = {
-    # SmolLM2-135M(-Instruct): the default target's shape.
-    "smollm2": dict(
-        vocab_size=49152,
-        hidden_size=576,
-        intermediate_size=1536,
-        num_hidden_layers=30,
-        num_attention_heads=9,
-        num_key_value_heads=3,
-        tie_word_embeddings=True,
-    ),
-    "tiny": dict(
-        vocab_size=128,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        tie_word_embeddings=False,
-    ),
+    "smollm2": DRAFT_SHAPE,  # SmolLM2-135M(-Instruct): the default target's shape
+    "tiny": dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, tie_word_embeddings=False),
 }
+METRICS = ("kv_read_ms", "decode_ms", "verify_ms")
 
 
 def synthetic_model(shape: str, max_positions: int) -> Any:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(
-        **SHAPES[shape], max_position_embeddings=max_positions, bos_token_id=None, eos_token_id=None, pad_token_id=None
-    )
+    cfg = LlamaConfig(**SHAPES[shape], max_position_embeddings=max_positions, bos_token_id=None, eos_token_id=None,
+                      pad_token_id=None)
     return LlamaForCausalLM(cfg).eval().requires_grad_(False)
-
-
-def filled_cache(model: Any, layout: str, length: int, max_len: int) -> Any:
-    cache = create_cache(model, layout, page_size=16, policy="free", max_len=max_len)
-    if layout == "paged":  # a scattered block table, as after many allocations and frees
-        blocks = list(cache.pool.free_block_queue)
-        random.Random(0).shuffle(blocks)
-        cache.pool.free_block_queue.clear()
-        cache.pool.free_block_queue.extend(blocks)
-    cfg = model.config
-    heads, dim = cfg.num_key_value_heads, cfg.hidden_size // cfg.num_attention_heads
-    gen = torch.Generator().manual_seed(0)
-    with torch.inference_mode():
-        cache.reserve([0] * length, "prefill")
-        for layer in cache.layers:
-            kv = torch.randn(1, heads, length, dim, generator=gen)  # [1, H_kv, L, D]
-            layer.update(kv, kv.clone())
-    return cache
 
 
 def kv_read_ms(cache: Any, model: Any) -> float:
@@ -99,10 +61,11 @@ def kv_read_ms(cache: Any, model: Any) -> float:
     return 1000 * dt
 
 
-def forward_ms(cache: Any, model: Any, n: int) -> float:
+def forward_ms(cache: Any, model: Any, n: int, first: int = 1, phase: str = "decode") -> float:
+    """ms of one forward over n token ids first.. at the cache's end; the cache is rolled back after."""
     length = cache.get_seq_length()
     t0 = time.perf_counter()
-    forward(model, cache, list(range(1, n + 1)), "decode", last_only=(n == 1))
+    forward(model, cache, list(range(first, first + n)), phase, last_only=(n == 1))
     dt = time.perf_counter() - t0
     cache.truncate(length, "rollback")
     return 1000 * dt
@@ -113,17 +76,14 @@ def run(s: Settings, log: Log) -> dict[str, Any]:
     log(f"paging: building the synthetic {s.synthetic} model")
     model = synthetic_model(s.synthetic, max_len)
     cfg = model.config
-    bytes_per_position = (
-        cfg.num_hidden_layers * 2 * cfg.num_key_value_heads * (cfg.hidden_size // cfg.num_attention_heads) * 4
-    )
+    head_dim = cfg.hidden_size // cfg.num_attention_heads
+    bytes_per_position = cfg.num_hidden_layers * 2 * cfg.num_key_value_heads * head_dim * 4
     rows = []
     for length in s.contexts:
         caches = {layout: filled_cache(model, layout, length, max_len) for layout in ("contiguous", "paged")}
         for cache in caches.values():  # warm-up
             forward_ms(cache, model, 1)
-        got: dict[str, dict[str, list[float]]] = {
-            lay: {"kv_read_ms": [], "decode_ms": [], "verify_ms": []} for lay in caches
-        }
+        got: dict[str, dict[str, list[float]]] = {lay: {m: [] for m in METRICS} for lay in caches}
         for r in range(s.context_reps):
             order = list(caches) if r % 2 == 0 else list(reversed(caches))
             for layout in order:
@@ -134,18 +94,14 @@ def run(s: Settings, log: Log) -> dict[str, Any]:
         for layout, metrics in got.items():
             for name, vals in metrics.items():
                 row[f"{layout}_{name}"] = summary(vals)
-        for name in ("kv_read_ms", "decode_ms", "verify_ms"):
+        for name in METRICS:
             c = median(got["contiguous"][name])
             p = median(got["paged"][name])
             row[f"paged_over_contiguous_{name}"] = p / c if c else None
         rows.append(row)
-        log(
-            f"paging: L={length}: decode contiguous {row['contiguous_decode_ms']['median']:.1f} ms, "
-            f"paged {row['paged_decode_ms']['median']:.1f} ms; kv read paged {row['paged_kv_read_ms']['median']:.2f} ms"
-        )
+        log(f"paging: L={length}: decode contiguous {row['contiguous_decode_ms']['median']:.1f} ms, "
+            f"paged {row['paged_decode_ms']['median']:.1f} ms; "
+            f"kv read paged {row['paged_kv_read_ms']['median']:.2f} ms")
         del caches
-    return {
-        "model": {"shape": s.synthetic, **SHAPES[s.synthetic]},
-        "bytes_per_position": bytes_per_position,
-        "rows": rows,
-    }
+    return {"model": {"shape": s.synthetic, **SHAPES[s.synthetic]}, "bytes_per_position": bytes_per_position,
+            "rows": rows}

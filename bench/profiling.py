@@ -101,24 +101,20 @@ def run(pair: Any, prompt: list[int], s: Settings, log: Log) -> dict[str, Any]:
     dec = SpeculativeDecoder(pair, spec_config(4, 1, 4096, "paged", True))
     dec.start(prompt)
     dec.step()  # warm-up
-    prof = cProfile.Profile()
-    traces = []
-    prof.enable()
-    for _ in range(n):
-        traces.append(dec.step())
-    prof.disable()
-    rows = _python_rows(prof)
-    out["python_cycle"] = rows[:TOP]
-    out["python_cycle_groups"] = _shares([(r["function"], r["own_ms"]) for r in rows], PY_GROUPS)
+    traces: list[Any] = []
 
-    prof = cProfile.Profile()
-    prof.enable()
-    for i in range(1, len(traces) + 1):
-        build_figures(prompt, traces[:i], dec.token_text, None)
-    prof.disable()
-    rows = _python_rows(prof)
-    out["figures"] = rows[:TOP]
-    out["figures_groups"] = _shares([(r["function"], r["own_ms"]) for r in rows], PY_GROUPS)
+    def profiled(name: str, work: Any) -> None:
+        prof = cProfile.Profile()
+        prof.enable()
+        work()
+        prof.disable()
+        rows = _python_rows(prof)
+        out[name] = rows[:TOP]
+        out[f"{name}_groups"] = _shares([(r["function"], r["own_ms"]) for r in rows], PY_GROUPS)
+
+    profiled("python_cycle", lambda: traces.extend(dec.step() for _ in range(n)))
+    profiled("figures", lambda: [build_figures(prompt, traces[:i], dec.token_text, None)
+                                 for i in range(1, len(traces) + 1)])
 
     dec = SpeculativeDecoder(pair, spec_config(4, 1, 4096, "paged", False))
     dec.start(prompt)
@@ -126,16 +122,8 @@ def run(pair: Any, prompt: list[int], s: Settings, log: Log) -> dict[str, Any]:
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as tprof:
         for _ in range(n):
             dec.step()
-    ops = []
-    for ev in tprof.key_averages():
-        ops.append(
-            {
-                "op": ev.key,
-                "calls": ev.count,
-                "own_ms": ev.self_cpu_time_total / 1000,
-                "total_ms": ev.cpu_time_total / 1000,
-            }
-        )
+    ops = [{"op": ev.key, "calls": ev.count, "own_ms": ev.self_cpu_time_total / 1000,
+            "total_ms": ev.cpu_time_total / 1000} for ev in tprof.key_averages()]
     ops.sort(key=lambda r: r["own_ms"], reverse=True)
     out["torch_ops"] = ops[:TOP]
     out["torch_ops_groups"] = _shares([(r["op"], r["own_ms"]) for r in ops], OP_GROUPS)

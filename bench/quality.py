@@ -36,7 +36,7 @@ import torch
 from specviz import DecodeConfig
 
 from . import separate
-from .common import interleaved, prompt_set, set_threads, summary
+from .common import Log, csv, interleaved, prompt_set, summary
 from .systems import SEED, hf, spec
 
 NAME = "quality"
@@ -195,24 +195,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--into", type=Path, help="a docs directory: the table into benchmarks.md/.json")
     args = ap.parse_args(argv)
-    set_threads(args.threads)
-    t0 = time.perf_counter()
-
-    def log(msg: str) -> None:
-        print(f"[{time.perf_counter() - t0:7.1f}s] {msg}", flush=True)
-
+    torch.set_num_threads(args.threads)
+    log = Log()
     from specviz.models import load_default_pair
 
     pairs = {d: load_default_pair(dtype=d) for d in args.dtypes.split(",")}
-    split = lambda text: [x.strip() for x in text.split(",") if x.strip()]  # noqa: E731
     if args.speed:
-        configs = [(p, s) for p in split(args.proposers) for s in split(args.shapes)]
-        result = run_speed(pairs, configs, [float(t) for t in split(args.temps)], args.prompts, args.max_new,
+        configs = [(p, s) for p in csv(args.proposers) for s in csv(args.shapes)]
+        result = run_speed(pairs, configs, [float(t) for t in csv(args.temps)], args.prompts, args.max_new,
                            args.rounds, log)
         name, text = SPEED_NAME, speed_markdown(result, args.note)
     else:
-        result = run_quality(pairs, split(args.sets), split(args.proposers), split(args.shapes),
-                             [float(t) for t in split(args.temps)], args.prompts, args.max_new, log)
+        result = run_quality(pairs, csv(args.sets), csv(args.proposers), csv(args.shapes),
+                             [float(t) for t in csv(args.temps)], args.prompts, args.max_new, log)
         name, text = NAME, quality_markdown(result, args.note)
     if args.merge and not args.speed:
         result = merged(result, args.merge)

@@ -192,9 +192,15 @@ def proposers_markdown(pr: dict[str, Any]) -> list[str]:
 
 
 def markdown(r: dict[str, Any]) -> str:
-    L: list[str] = []
-    m = r["machine"]
-    L += [
+    """docs/benchmarks.md: one section per measurement the results hold, in the suite's order."""
+    sections = (_header, _method, _goals_table, _throughput, _lockstep, _theory, _proposers, _app_step,
+                _paging, _memory, _profiles, _sampling_draws)  # fmt: skip
+    return "\n".join(line for section in sections for line in section(r)) + "\n"
+
+
+def _header(r: dict[str, Any]) -> list[str]:
+    m, pair = r["machine"], r["pair"]
+    return [
         "# specviz benchmarks",
         "",
         "*Written by the benchmark suite (`bench/`); do not edit by hand — rerun it. Raw numbers, every run: "
@@ -202,9 +208,8 @@ def markdown(r: dict[str, Any]) -> str:
         "",
         f"- **Command:** `bash scripts/bench.sh` (runs `{r.get('command') or 'python -m bench'}` after the set-up)",
         f"- **Date:** {r['started_utc']} · **wall time of the suite:** {r['wall_seconds'] / 60:.1f} min",
-        f"- **Pair:** {r['pair']['target']} ({r['pair']['target_params'] / 1e6:.1f} M params) + "
-        f"{r['pair']['draft']} ({r['pair']['draft_params'] / 1e6:.1f} M params), {r['pair']['dtype']} on "
-        f"{r['pair']['device']}",
+        f"- **Pair:** {pair['target']} ({pair['target_params'] / 1e6:.1f} M params) + "
+        f"{pair['draft']} ({pair['draft_params'] / 1e6:.1f} M params), {pair['dtype']} on {pair['device']}",
         (
             f"- **Draft weights measured:** `{r['draft_file']['path']}`, modified {r['draft_file']['modified_utc']}, "
             f"sha256 {r['draft_file']['sha256_12']}… (the draft is retrained from time to time; α depends on it)"
@@ -218,8 +223,11 @@ def markdown(r: dict[str, Any]) -> str:
         f"- **GPU:** {GPU_NOTE}",
         "",
     ]
-    th = r.get("threads", {})
-    L += [
+
+
+def _method(r: dict[str, Any]) -> list[str]:
+    th, s = r.get("threads", {}), r["settings"]
+    L = [
         "## Method",
         "",
         f"- `torch.set_num_threads({th.get('chosen')})` for every measurement ({th.get('how')}). "
@@ -234,8 +242,7 @@ def markdown(r: dict[str, Any]) -> str:
                 for n, v in th["candidates"].items()
             )
         )
-    s = r["settings"]
-    L += [
+    return L + [
         f"- {s['prompts']} held-out chat prompts (topics the draft never saw), {s['max_new_tokens']} new tokens "
         f"per run, {s['rounds']} rounds. Every compared system runs once per round and prompt in a rotating "
         "order, after a warm-up. Speed figures are medians over runs; every comparison is a ratio of two runs "
@@ -244,263 +251,282 @@ def markdown(r: dict[str, Any]) -> str:
         "",
     ]
 
-    L += ["## Goals", "", "| goal | target | measured | status |", "|---|---|---|---|"]
+
+def _goals_table(r: dict[str, Any]) -> list[str]:
+    L = ["## Goals", "", "| goal | target | measured | status |", "|---|---|---|---|"]
     for g in r.get("goals", []):
         L.append(f"| {g['goal']} | {g['target']} | {g['detail']} | {'**met**' if g['met'] else '**not met**'} |")
-    L.append("")
+    return L + [""]
 
+
+def _throughput(r: dict[str, Any]) -> list[str]:
     tp = r.get("throughput")
-    if tp:
-        L += [
-            "## 1. Decoding throughput",
-            "",
-            "`ar` = specviz's autoregressive decoder (contiguous cache); `spec/K/T/layout/lean|instrumented` = "
-            "`SpeculativeDecoder` (lean = `instrument=False`); `hf` = transformers `generate`; `hf-assisted` = "
-            "`generate(assistant_model=draft)` with `num_assistant_tokens=K`, schedule `constant`, "
-            "`assistant_confidence_threshold=0`.",
-            "",
-            "| system | tokens/s | speedup vs ar (same T) | acceptance rate | tokens/cycle | ms/cycle |",
-            "|---|---:|---:|---:|---:|---:|",
-        ]
-        for name, row in tp["systems"].items():
-            L.append(
-                f"| `{name}` | {_rng(row['tokens_per_s'], '.1f')} | {_rng(row['speedup_vs_ar'])} | "
-                f"{_f(row.get('acceptance_rate'))} | {_f(row.get('tokens_per_cycle'))} | "
-                f"{_rng(row.get('ms_per_cycle'), '.0f') if row.get('ms_per_cycle') else '—'} |"
-            )
-        c = tp["comparisons"]
-        L += ["", "Same-run ratios:", "", "| comparison | median (min–max) |", "|---|---:|"]
-        for key, v in c["ours_vs_hf_assisted"].items():
-            L.append(f"| ours lean (contiguous) / hf-assisted, tokens/s, {key} | {_rng(v)} |")
-        for key, v in c.get("hf_assisted_over_ours_ms_per_cycle", {}).items():
-            L.append(f"| hf-assisted / ours lean, ms per cycle (acceptance luck removed), {key} | {_rng(v)} |")
-        for key, v in c["ar_vs_hf_generate"].items():
-            L.append(f"| ar / hf generate, tokens/s, {key} | {_rng(v)} |")
-        g = c["greedy_outputs_identical"]
-        L += [
-            "",
-            f"Temperature 0 sanity check: {g['identical_runs']} runs decoded exactly the baseline's greedy "
-            f"text, {g['differing_runs']} differed"
-            + (
-                f" ({', '.join(g['differing_systems'])}: float rounding of batched passes can flip near-ties)"
-                if g["differing_runs"]
-                else ""
-            )
-            + ".",
-            "",
-        ]
+    if not tp:
+        return []
+    L = [
+        "## 1. Decoding throughput",
+        "",
+        "`ar` = specviz's autoregressive decoder (contiguous cache); `spec/K/T/layout/lean|instrumented` = "
+        "`SpeculativeDecoder` (lean = `instrument=False`); `hf` = transformers `generate`; `hf-assisted` = "
+        "`generate(assistant_model=draft)` with `num_assistant_tokens=K`, schedule `constant`, "
+        "`assistant_confidence_threshold=0`.",
+        "",
+        "| system | tokens/s | speedup vs ar (same T) | acceptance rate | tokens/cycle | ms/cycle |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for name, row in tp["systems"].items():
+        L.append(
+            f"| `{name}` | {_rng(row['tokens_per_s'], '.1f')} | {_rng(row['speedup_vs_ar'])} | "
+            f"{_f(row.get('acceptance_rate'))} | {_f(row.get('tokens_per_cycle'))} | "
+            f"{_rng(row.get('ms_per_cycle'), '.0f') if row.get('ms_per_cycle') else '—'} |"
+        )
+    c = tp["comparisons"]
+    L += ["", "Same-run ratios:", "", "| comparison | median (min–max) |", "|---|---:|"]
+    for key, v in c["ours_vs_hf_assisted"].items():
+        L.append(f"| ours lean (contiguous) / hf-assisted, tokens/s, {key} | {_rng(v)} |")
+    for key, v in c.get("hf_assisted_over_ours_ms_per_cycle", {}).items():
+        L.append(f"| hf-assisted / ours lean, ms per cycle (acceptance luck removed), {key} | {_rng(v)} |")
+    for key, v in c["ar_vs_hf_generate"].items():
+        L.append(f"| ar / hf generate, tokens/s, {key} | {_rng(v)} |")
+    g = c["greedy_outputs_identical"]
+    differing = (
+        f" ({', '.join(g['differing_systems'])}: float rounding of batched passes can flip near-ties)"
+        if g["differing_runs"]
+        else ""
+    )
+    return L + [
+        "",
+        f"Temperature 0 sanity check: {g['identical_runs']} runs decoded exactly the baseline's greedy "
+        f"text, {g['differing_runs']} differed{differing}.",
+        "",
+    ]
 
+
+def _lockstep(r: dict[str, Any]) -> list[str]:
     lsr = r.get("lockstep")
-    if lsr:
-        L += [
-            f"### Layout and instrumentation, cycle by cycle (K={lsr['k']})",
-            "",
-            "The four variants decode the same prompts side by side: cycle i of each runs back to back (rotating "
-            "order) before cycle i+1 of any, so each ratio compares the same work measured within a fraction of a "
-            "second (`bench/lockstep.py`). Ratios are medians over all cycles of the per-cycle time ratio.",
-            "",
-            "| T | variant | ms/cycle | tokens/s | cycles | same tokens in all four |",
-            "|---:|---|---:|---:|---:|:-:|",
-        ]
-        for t, row in lsr["by_temperature"].items():
-            for name, v in row["variants"].items():
-                L.append(
-                    f"| {t[1:]} | {name} | {_rng(v['ms_per_cycle'], '.0f')} | {_f(v['tokens_per_s'], '.1f')} | "
-                    f"{v['cycles']} | {'yes' if row['identical'] else 'NO'} |"
-                )
-        L += ["", "| T | ratio | median (min–max) over cycles |", "|---:|---|---:|"]
-        for t, row in lsr["by_temperature"].items():
-            for name, v in row["ratios"].items():
-                L.append(f"| {t[1:]} | {name.replace('_', ' ')} | {_rng(v, '.3f')} |")
-        L.append("")
+    if not lsr:
+        return []
+    L = [
+        f"### Layout and instrumentation, cycle by cycle (K={lsr['k']})",
+        "",
+        "The four variants decode the same prompts side by side: cycle i of each runs back to back (rotating "
+        "order) before cycle i+1 of any, so each ratio compares the same work measured within a fraction of a "
+        "second (`bench/lockstep.py`). Ratios are medians over all cycles of the per-cycle time ratio.",
+        "",
+        "| T | variant | ms/cycle | tokens/s | cycles | same tokens in all four |",
+        "|---:|---|---:|---:|---:|:-:|",
+    ]
+    for t, row in lsr["by_temperature"].items():
+        for name, v in row["variants"].items():
+            L.append(
+                f"| {t[1:]} | {name} | {_rng(v['ms_per_cycle'], '.0f')} | {_f(v['tokens_per_s'], '.1f')} | "
+                f"{v['cycles']} | {'yes' if row['identical'] else 'NO'} |"
+            )
+    L += ["", "| T | ratio | median (min–max) over cycles |", "|---:|---|---:|"]
+    for t, row in lsr["by_temperature"].items():
+        for name, v in row["ratios"].items():
+            L.append(f"| {t[1:]} | {name.replace('_', ' ')} | {_rng(v, '.3f')} |")
+    return L + [""]
 
+
+def _theory(r: dict[str, Any]) -> list[str]:
     th2 = r.get("theory")
-    if th2:
-        a, cost = th2["alpha"], th2["cost"]
-        L += [
-            "## 2. Against theory",
-            "",
-            f"- α measured directly on the baseline's texts (teacher-forced, both models): T=0 (greedy agreement) "
-            f"**{_f(a['T0']['alpha'], '.3f')}** over {a['T0']['positions']} positions; T=1 (mean Σ min(p, q)) "
-            f"**{_f(a['T1']['alpha'], '.3f')}** over {a['T1']['positions']} positions.",
-            f"- Cost: target {_rng(cost['target_ms_per_token'], '.1f')} ms/token, draft "
-            f"{_rng(cost['draft_ms_per_token'], '.1f')} ms/token → **c = {_rng(cost['c'], '.3f')}** "
-            "(one-token decode steps, prefill excluded, interleaved).",
-            "- Predicted = (1 − α^(K+1)) / ((1 − α)(K·c + 1)) (Leviathan et al.); *with v(K)* replaces the 1 by the "
-            "measured verify cost v(K) = verify-pass ms ÷ target ms/token (the formula assumes 1).",
-            "",
-            "| T | K | α (traces) | E[tokens/cycle] | measured tokens/cycle | v(K) | predicted | predicted with v(K) "
-            "| measured | α needed for 1.3x (with v(K)) |",
-            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-        ]
-        for row in th2["rows"]:
-            L.append(
-                f"| {row['T']} | {row['K']} | {_f(row['alpha_traces'], '.3f')} | "
-                f"{_f(row['expected_tokens_per_cycle'])} | {_f(row['measured_tokens_per_cycle'])} | "
-                f"{_f(row['verify_cost'])} | {_f(row['predicted_speedup'])}x | "
-                f"{_f(row['predicted_speedup_verify_cost'])}x | {_f(row['measured_speedup'])}x | "
-                f"{_f(row.get('alpha_needed_for_1.3x'), '.2f', 'unreachable')} |"
-            )
-        L.append("")
-        for t, b in th2["best_k"].items():
-            L.append(
-                f"- Best K at {t}: measured **K={b['measured_k']}**, predicted K={b['predicted_k']} "
-                f"(K={b['predicted_k_verify_cost']} with v(K))."
-            )
-        L.append("")
+    if not th2:
+        return []
+    a, cost = th2["alpha"], th2["cost"]
+    L = [
+        "## 2. Against theory",
+        "",
+        f"- α measured directly on the baseline's texts (teacher-forced, both models): T=0 (greedy agreement) "
+        f"**{_f(a['T0']['alpha'], '.3f')}** over {a['T0']['positions']} positions; T=1 (mean Σ min(p, q)) "
+        f"**{_f(a['T1']['alpha'], '.3f')}** over {a['T1']['positions']} positions.",
+        f"- Cost: target {_rng(cost['target_ms_per_token'], '.1f')} ms/token, draft "
+        f"{_rng(cost['draft_ms_per_token'], '.1f')} ms/token → **c = {_rng(cost['c'], '.3f')}** "
+        "(one-token decode steps, prefill excluded, interleaved).",
+        "- Predicted = (1 − α^(K+1)) / ((1 − α)(K·c + 1)) (Leviathan et al.); *with v(K)* replaces the 1 by the "
+        "measured verify cost v(K) = verify-pass ms ÷ target ms/token (the formula assumes 1).",
+        "",
+        "| T | K | α (traces) | E[tokens/cycle] | measured tokens/cycle | v(K) | predicted | predicted with v(K) "
+        "| measured | α needed for 1.3x (with v(K)) |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in th2["rows"]:
+        L.append(
+            f"| {row['T']} | {row['K']} | {_f(row['alpha_traces'], '.3f')} | "
+            f"{_f(row['expected_tokens_per_cycle'])} | {_f(row['measured_tokens_per_cycle'])} | "
+            f"{_f(row['verify_cost'])} | {_f(row['predicted_speedup'])}x | "
+            f"{_f(row['predicted_speedup_verify_cost'])}x | {_f(row['measured_speedup'])}x | "
+            f"{_f(row.get('alpha_needed_for_1.3x'), '.2f', 'unreachable')} |"
+        )
+    L.append("")
+    for t, b in th2["best_k"].items():
+        L.append(
+            f"- Best K at {t}: measured **K={b['measured_k']}**, predicted K={b['predicted_k']} "
+            f"(K={b['predicted_k_verify_cost']} with v(K))."
+        )
+    return L + [""]
 
-    if r.get("proposers"):
-        L += proposers_markdown(r["proposers"])
 
+def _proposers(r: dict[str, Any]) -> list[str]:
+    return proposers_markdown(r["proposers"]) if r.get("proposers") else []
+
+
+def _app_step(r: dict[str, Any]) -> list[str]:
     app = r.get("app_step")
-    if app:
-        L += [
-            "## 3. App step latency",
-            "",
-            "One `step()` (instrumented, paged, page 16, T=1, as the app) plus building every figure the app "
-            "shows for a cycle (token strip, narrative, KV view (HTML), proposals, acceptance, p vs q, "
-            "residual/bonus, statistics, speedup). JSON serialisation (sent to the browser) is extra; browser "
-            f"rendering is not measured. Median (min–max) over {s['app_cycles']} cycles after 2 warm-up cycles.",
-            "",
-            "| K | step (cycle + figures), ms | cycle, ms | figures, ms | + JSON serialisation, ms "
-            "| figures without validation (est.), ms |",
-            "|---:|---:|---:|---:|---:|---:|",
-        ]
-        for k, row in app.items():
+    if not app:
+        return []
+    L = [
+        "## 3. App step latency",
+        "",
+        "One `step()` (instrumented, paged, page 16, T=1, as the app) plus building every figure the app "
+        "shows for a cycle (token strip, narrative, KV view (HTML), proposals, acceptance, p vs q, "
+        "residual/bonus, statistics, speedup). JSON serialisation (sent to the browser) is extra; browser "
+        f"rendering is not measured. Median (min–max) over {r['settings']['app_cycles']} cycles after 2 warm-up "
+        "cycles.",
+        "",
+        "| K | step (cycle + figures), ms | cycle, ms | figures, ms | + JSON serialisation, ms "
+        "| figures without validation (est.), ms |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for k, row in app.items():
+        L.append(
+            f"| {k[1:]} | {_rng(row['step_ms'], '.0f')} | {_rng(row['cycle_ms'], '.0f')} | "
+            f"{_rng(row['figures_ms'], '.0f')} | {_rng(row['serialize_ms'], '.0f')} | "
+            f"{_rng(row.get('unvalidated_figures_ms'), '.0f')} |"
+        )
+    for k, row in app.items():
+        errs = row.get("figure_errors") or {}
+        if errs.get("count"):
             L.append(
-                f"| {k[1:]} | {_rng(row['step_ms'], '.0f')} | {_rng(row['cycle_ms'], '.0f')} | "
-                f"{_rng(row['figures_ms'], '.0f')} | {_rng(row['serialize_ms'], '.0f')} | "
-                f"{_rng(row.get('unvalidated_figures_ms'), '.0f')} |"
+                f"- **{errs['count']} figure builds raised at {k}** (an app bug; timed up to the "
+                "exception): " + "; ".join(f"`{e}`" for e in errs["distinct"])
             )
-        for k, row in app.items():
-            errs = row.get("figure_errors") or {}
-            if errs.get("count"):
-                L.append(
-                    f"- **{errs['count']} figure builds raised at {k}** (an app bug; timed up to the "
-                    "exception): " + "; ".join(f"`{e}`" for e in errs["distinct"])
-                )
-        figs = [key for key in next(iter(app.values())) if key.startswith("fig_")]
-        L += [
-            "",
-            "Per figure (median ms): "
-            + "; ".join(
-                f"{key[4:]}: " + ", ".join(f"{k} {_f(_med(row[key]), '.1f')}" for k, row in app.items()) for key in figs
-            ),
-            "",
-        ]
+    figs = [key for key in next(iter(app.values())) if key.startswith("fig_")]
+    per_figure = "; ".join(
+        f"{key[4:]}: " + ", ".join(f"{k} {_f(_med(row[key]), '.1f')}" for k, row in app.items()) for key in figs
+    )
+    return L + ["", "Per figure (median ms): " + per_figure, ""]
 
-    pg = r.get("paging")
-    if pg:
-        mm = pg["model"]
-        L += ["## 4. Paged-cache cost and growth with context", ""]
-        if lsr:
-            pairs = [
-                f"{name.split('/')[1]}/{t} **{_rng(v, '.3f')}x**"
-                for t, row in lsr["by_temperature"].items()
-                for name, v in row["ratios"].items()
-                if name.startswith("paged")
-            ]
-            L += [
-                f"Default pair, paged ÷ contiguous time per cycle at K={lsr['k']} (lockstep): " + "; ".join(pairs),
-                "",
-            ]
-        L += [
-            f"Context sweep on a synthetic {mm['shape']}-shaped Llama with random weights ({mm['num_hidden_layers']} "
-            f"layers, {mm['num_key_value_heads']} KV heads, hidden {mm['hidden_size']}, vocab {mm['vocab_size']}), "
-            f"caches filled with random K/V, scattered block table, page 16; {pg['bytes_per_position']} KV bytes "
-            f"per position. Median of {s['context_reps']} interleaved repetitions.",
-            "",
-            "| context L | KV read per step, MB | kv read+write ms: contiguous / paged | decode ms: contiguous / paged "
-            "(ratio) | 5-token verify ms: contiguous / paged (ratio) |",
-            "|---:|---:|---:|---:|---:|",
-        ]
-        for row in pg["rows"]:
-            L.append(
-                f"| {row['context']} | {row['kv_bytes_read_per_step'] / 1e6:.1f} | "
-                f"{_f(_med(row['contiguous_kv_read_ms']))} / {_f(_med(row['paged_kv_read_ms']))} | "
-                f"{_f(_med(row['contiguous_decode_ms']), '.1f')} / {_f(_med(row['paged_decode_ms']), '.1f')} "
-                f"({_f(row['paged_over_contiguous_decode_ms'])}x) | "
-                f"{_f(_med(row['contiguous_verify_ms']), '.1f')} / {_f(_med(row['paged_verify_ms']), '.1f')} "
-                f"({_f(row['paged_over_contiguous_verify_ms'])}x) |"
-            )
-        L.append("")
 
+def _paging(r: dict[str, Any]) -> list[str]:
+    pg, lsr = r.get("paging"), r.get("lockstep")
+    if not pg:
+        return []
+    mm = pg["model"]
+    L = ["## 4. Paged-cache cost and growth with context", ""]
+    if lsr:
+        pairs = [
+            f"{name.split('/')[1]}/{t} **{_rng(v, '.3f')}x**"
+            for t, row in lsr["by_temperature"].items()
+            for name, v in row["ratios"].items()
+            if name.startswith("paged")
+        ]
+        L += [f"Default pair, paged ÷ contiguous time per cycle at K={lsr['k']} (lockstep): " + "; ".join(pairs), ""]
+    L += [
+        f"Context sweep on a synthetic {mm['shape']}-shaped Llama with random weights ({mm['num_hidden_layers']} "
+        f"layers, {mm['num_key_value_heads']} KV heads, hidden {mm['hidden_size']}, vocab {mm['vocab_size']}), "
+        f"caches filled with random K/V, scattered block table, page 16; {pg['bytes_per_position']} KV bytes "
+        f"per position. Median of {r['settings']['context_reps']} interleaved repetitions.",
+        "",
+        "| context L | KV read per step, MB | kv read+write ms: contiguous / paged | decode ms: contiguous / paged "
+        "(ratio) | 5-token verify ms: contiguous / paged (ratio) |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    for row in pg["rows"]:
+        L.append(
+            f"| {row['context']} | {row['kv_bytes_read_per_step'] / 1e6:.1f} | "
+            f"{_f(_med(row['contiguous_kv_read_ms']))} / {_f(_med(row['paged_kv_read_ms']))} | "
+            f"{_f(_med(row['contiguous_decode_ms']), '.1f')} / {_f(_med(row['paged_decode_ms']), '.1f')} "
+            f"({_f(row['paged_over_contiguous_decode_ms'])}x) | "
+            f"{_f(_med(row['contiguous_verify_ms']), '.1f')} / {_f(_med(row['paged_verify_ms']), '.1f')} "
+            f"({_f(row['paged_over_contiguous_verify_ms'])}x) |"
+        )
+    return L + [""]
+
+
+def _memory(r: dict[str, Any]) -> list[str]:
     mem = r.get("memory")
-    if mem:
-        L += [
-            "## 5. Memory",
-            "",
-            "Peak RSS of the suite process after each section (MB): "
-            + ", ".join(f"{k.removeprefix('after_')} {v:.0f}" for k, v in r["peak_rss_mb"].items())
-            + ".",
-            "",
-            f"KV bytes after a long run (K=8, T=1, {s['memory_tokens']} new tokens, max_context "
-            f"{mem['max_context']}): allocated = K/V tensors that exist; held = owned by the sequence (whole "
-            "buffer, or its block-table blocks); valid = positions 0..L−1; waste = 1 − valid/held.",
-            "",
-            "| layout / policy | model | L | allocated MiB | held MiB | valid MiB | waste of held | valid / allocated "
-            "| blocks held (peak) / needed | extra blocks after rollback, mean over cycles |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
-        ]
-        for run in mem["runs"]:
-            for who in ("target", "draft"):
-                b = run[who]
-                blocks = (
-                    f"{b['blocks_held']} ({b.get('peak_blocks_held')}) / {b['blocks_needed']}"
-                    if b["blocks_held"] is not None
-                    else "—"
-                )
-                L.append(
-                    f"| {run['layout']} / {run['policy']} | {who} | {b['seq_len']} | "
-                    f"{b['allocated_bytes'] / 2**20:.1f} | {b['held_bytes'] / 2**20:.2f} | "
-                    f"{b['valid_bytes'] / 2**20:.2f} | {_f(b['waste_of_held'], '.1%')} | "
-                    f"{_f(b['valid_of_allocated'], '.1%')} | {blocks} | "
-                    f"{_f(b.get('mean_extra_blocks_after_rollback'))} |"
-                )
-        L.append("")
+    if not mem:
+        return []
+    L = [
+        "## 5. Memory",
+        "",
+        "Peak RSS of the suite process after each section (MB): "
+        + ", ".join(f"{k.removeprefix('after_')} {v:.0f}" for k, v in r["peak_rss_mb"].items())
+        + ".",
+        "",
+        f"KV bytes after a long run (K=8, T=1, {r['settings']['memory_tokens']} new tokens, max_context "
+        f"{mem['max_context']}): allocated = K/V tensors that exist; held = owned by the sequence (whole "
+        "buffer, or its block-table blocks); valid = positions 0..L−1; waste = 1 − valid/held.",
+        "",
+        "| layout / policy | model | L | allocated MiB | held MiB | valid MiB | waste of held | valid / allocated "
+        "| blocks held (peak) / needed | extra blocks after rollback, mean over cycles |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for run in mem["runs"]:
+        for who in ("target", "draft"):
+            b = run[who]
+            blocks = (
+                f"{b['blocks_held']} ({b.get('peak_blocks_held')}) / {b['blocks_needed']}"
+                if b["blocks_held"] is not None
+                else "—"
+            )
+            L.append(
+                f"| {run['layout']} / {run['policy']} | {who} | {b['seq_len']} | "
+                f"{b['allocated_bytes'] / 2**20:.1f} | {b['held_bytes'] / 2**20:.2f} | "
+                f"{b['valid_bytes'] / 2**20:.2f} | {_f(b['waste_of_held'], '.1%')} | "
+                f"{_f(b['valid_of_allocated'], '.1%')} | {blocks} | "
+                f"{_f(b.get('mean_extra_blocks_after_rollback'))} |"
+            )
+    return L + [""]
 
+
+_PROFILE_TABLES = (
+    ("torch_ops", "torch operators, lean cycles", ("op", "calls", "own_ms", "total_ms")),
+    ("python_cycle", "Python functions, instrumented cycles", ("function", "calls", "own_ms", "cum_ms")),
+    ("figures", "Python functions, building the app's figures", ("function", "calls", "own_ms", "cum_ms")),
+)
+
+
+def _profiles(r: dict[str, Any]) -> list[str]:
     prof = r.get("profile")
-    if prof:
-        L += [
-            "## 6. Profiles",
-            "",
-            f"K=4, T=1, paged, {prof['cycles']} cycles. Top rows by own time (`bench/profiling.py`).",
-            "",
+    if not prof:
+        return []
+    L = [
+        "## 6. Profiles",
+        "",
+        f"K=4, T=1, paged, {prof['cycles']} cycles. Top rows by own time (`bench/profiling.py`).",
+        "",
+    ]
+    for key, title, cols in _PROFILE_TABLES:
+        groups = prof.get(f"{key}_groups") or {}
+        shares = [
+            f"{label} {100 * g['share']:.0f}%" for label, g in groups.items() if isinstance(g, dict) and g.get("share")
         ]
-        for key, title, cols in (
-            ("torch_ops", "torch operators, lean cycles", ("op", "calls", "own_ms", "total_ms")),
-            ("python_cycle", "Python functions, instrumented cycles", ("function", "calls", "own_ms", "cum_ms")),
-            ("figures", "Python functions, building the app's figures", ("function", "calls", "own_ms", "cum_ms")),
-        ):
-            groups = prof.get(f"{key}_groups") or {}
-            shares = [
-                f"{label} {100 * g['share']:.0f}%"
-                for label, g in groups.items()
-                if isinstance(g, dict) and g.get("share")
-            ]
-            L += [
-                f"**{title}** — own time {_f(groups.get('total_own_ms'), '.0f')} ms"
-                + (": " + "; ".join(shares) if shares else ""),
-                "",
-                "| " + " | ".join(cols) + " |",
-                "|---|" + "---:|" * (len(cols) - 1),
-            ]
-            for row in prof[key][:10]:
-                L.append(
-                    "| "
-                    + " | ".join(
-                        f"`{row[c]}`" if i == 0 else (f"{row[c]:.1f}" if isinstance(row[c], float) else str(row[c]))
-                        for i, c in enumerate(cols)
-                    )
-                    + " |"
-                )
-            L.append("")
-    draws = (prof or {}).get("sampling_draw_ms")
-    if draws:
         L += [
-            f"One sampling draw from a {draws['vocab']}-token distribution: `torch.multinomial` "
-            f"{draws['multinomial']:.3f} ms (what `sampling.sample` does: one exponential random number per "
-            f"token) vs inverse CDF (float64 cumsum + searchsorted, one uniform) {draws['inverse_cdf']:.3f} ms.",
+            f"**{title}** — own time {_f(groups.get('total_own_ms'), '.0f')} ms"
+            + (": " + "; ".join(shares) if shares else ""),
             "",
+            "| " + " | ".join(cols) + " |",
+            "|---|" + "---:|" * (len(cols) - 1),
         ]
-    return "\n".join(L) + "\n"
+        for row in prof[key][:10]:
+            cells = (
+                f"`{row[c]}`" if i == 0 else (f"{row[c]:.1f}" if isinstance(row[c], float) else str(row[c]))
+                for i, c in enumerate(cols)
+            )
+            L.append("| " + " | ".join(cells) + " |")
+        L.append("")
+    return L
+
+
+def _sampling_draws(r: dict[str, Any]) -> list[str]:
+    draws = (r.get("profile") or {}).get("sampling_draw_ms")
+    if not draws:
+        return []
+    return [
+        f"One sampling draw from a {draws['vocab']}-token distribution: `torch.multinomial` "
+        f"{draws['multinomial']:.3f} ms (what `sampling.sample` does: one exponential random number per "
+        f"token) vs inverse CDF (float64 cumsum + searchsorted, one uniform) {draws['inverse_cdf']:.3f} ms.",
+        "",
+    ]

@@ -50,10 +50,29 @@ def run_suite(
 ) -> dict[str, Any]:
     log = log or Log()
     t_start = time.perf_counter()
-    started = dt.datetime.now(dt.UTC)
     prompts = load_prompts(pair.tokenizer, settings.prompts)
-    results: dict[str, Any] = {
-        "started_utc": started.isoformat(timespec="seconds"),
+    results = _run_header(pair, settings, prompts, pair_name, command)
+    results["threads"] = _choose_threads(pair, prompts, threads_arg, log)
+    for name, run in _section_runs(pair, prompts, settings, log, pair_name).items():
+        if name not in sections or (name == "theory" and "throughput" not in results):
+            continue  # theory reads the throughput runs
+        t0 = time.perf_counter()
+        results[name] = run(results)
+        results["peak_rss_mb"][f"after_{name}"] = peak_rss_mb()
+        results.setdefault("section_seconds", {})[name] = time.perf_counter() - t0
+    results.get("throughput", {}).pop("_generated", None)
+    results["wall_seconds"] = time.perf_counter() - t_start
+    results["machine"]["load_average_end"] = os.getloadavg()
+    results["goals"] = report.goals(results)
+    _write(results, out_dir, log)
+    return results
+
+
+def _run_header(pair: Any, settings: Settings, prompts: list, pair_name: str, command: str) -> dict[str, Any]:
+    """What was measured, where and how: the results before any section runs."""
+    head = getattr(pair, "feature_head", None)
+    return {
+        "started_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "command": command,
         "pair": {
             "kind": pair_name,
@@ -65,72 +84,52 @@ def run_suite(
             "device": str(next(pair.target.parameters()).device),
         },
         "draft_file": _draft_file() if pair_name == "default" else None,
-        "feature_head": (
-            getattr(pair, "feature_head", None).info if getattr(pair, "feature_head", None) is not None else None
-        ),
+        "feature_head": head.info if head is not None else None,
         "settings": settings.to_dict(),
         "prompt_tokens": [len(p) for p in prompts],
         "machine": machine(),
         "env": {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "MKL_NUM_THREADS")},
         "peak_rss_mb": {"after_load": peak_rss_mb()},
     }
+
+
+def _choose_threads(pair: Any, prompts: list, threads_arg: str, log: Log) -> dict[str, Any]:
     if threads_arg == "auto":
-        cands = sorted({1, min(2, os.cpu_count() or 1)})
-        results["threads"] = threads.probe(pair, prompts[0], cands, 2, log)
+        chosen = threads.probe(pair, prompts[0], sorted({1, min(2, os.cpu_count() or 1)}), 2, log)
     else:
         torch.set_num_threads(int(threads_arg))
-        results["threads"] = {"chosen": int(threads_arg), "how": "--threads"}
-    results["threads"]["interop"] = torch.get_num_interop_threads()
+        chosen = {"chosen": int(threads_arg), "how": "--threads"}
+    return {**chosen, "interop": torch.get_num_interop_threads()}
 
-    def mark(name: str, t0: float) -> None:
-        results["peak_rss_mb"][f"after_{name}"] = peak_rss_mb()
-        results.setdefault("section_seconds", {})[name] = time.perf_counter() - t0
 
-    if "throughput" in sections:
-        t0 = time.perf_counter()
-        results["throughput"] = throughput.run(pair, prompts, settings, log)
-        mark("throughput", t0)
-    if "lockstep" in sections:
-        t0 = time.perf_counter()
-        results["lockstep"] = lockstep.run(pair, prompts, settings, log)
-        mark("lockstep", t0)
-    if "theory" in sections and "throughput" in results:
-        t0 = time.perf_counter()
-        results["theory"] = theory.run(pair, prompts, results["throughput"], settings, log)
-        mark("theory", t0)
-    if "proposers" in sections:
-        t0 = time.perf_counter()
-        results["proposers"] = proposers.run(
-            pair, load_prompts(pair.tokenizer, settings.proposer_prompts), settings, log
-        )
-        mark("proposers", t0)
-    if "app_step" in sections:
-        t0 = time.perf_counter()
+def _section_runs(pair: Any, prompts: list, settings: Settings, log: Log, pair_name: str) -> dict[str, Any]:
+    """Each section's run (given the results so far), in the order the suite runs them."""
+
+    def app(results: dict[str, Any]) -> Any:
         baseline = (results.get("theory") or {}).get("cost", {}).get("target_ms_per_token", {}).get("median")
-        results["app_step"] = app_step.run(pair, prompts, settings, log, baseline)
-        mark("app_step", t0)
-    if "paging" in sections:
-        t0 = time.perf_counter()
-        results["paging"] = paging.run(settings, log)
-        mark("paging", t0)
-    if "memory" in sections:
-        t0 = time.perf_counter()
-        results["memory"] = memory.run(pair, prompts, settings, log)
-        mark("memory", t0)
-    if "profile" in sections:
-        t0 = time.perf_counter()
-        results["profile"] = profiling.run(pair, prompts[0], settings, log)
-        mark("profile", t0)
-    if "load" in sections:
-        t0 = time.perf_counter()
-        opts = load.Options(pair=pair_name, sessions=(1,) if pair_name == "tiny" else load.Options.sessions)
-        results["load"] = load.run(opts, say=log)
-        mark("load", t0)
+        return app_step.run(pair, prompts, settings, log, baseline)
 
-    results.get("throughput", {}).pop("_generated", None)
-    results["wall_seconds"] = time.perf_counter() - t_start
-    results["machine"]["load_average_end"] = os.getloadavg()
-    results["goals"] = report.goals(results)
+    def load_run(results: dict[str, Any]) -> Any:
+        opts = load.Options(pair=pair_name, sessions=(1,) if pair_name == "tiny" else load.Options.sessions)
+        return load.run(opts, say=log)
+
+    return {
+        "throughput": lambda results: throughput.run(pair, prompts, settings, log),
+        "lockstep": lambda results: lockstep.run(pair, prompts, settings, log),
+        "theory": lambda results: theory.run(pair, prompts, results["throughput"], settings, log),
+        "proposers": lambda results: proposers.run(
+            pair, load_prompts(pair.tokenizer, settings.proposer_prompts), settings, log
+        ),
+        "app_step": app,
+        "paging": lambda results: paging.run(settings, log),
+        "memory": lambda results: memory.run(pair, prompts, settings, log),
+        "profile": lambda results: profiling.run(pair, prompts[0], settings, log),
+        "load": load_run,
+    }
+
+
+def _write(results: dict[str, Any], out_dir: Path, log: Log) -> None:
+    """docs/benchmarks.{json,md}, keeping the sections other commands wrote there."""
     out_dir.mkdir(parents=True, exist_ok=True)
     kept = separate.read(out_dir, exclude=set(results))  # sections other commands wrote: kept as they are
     (out_dir / "benchmarks.json").write_text(json.dumps(results, indent=1, default=_jsonable) + "\n")
@@ -139,7 +138,6 @@ def run_suite(
         separate.update_markdown(out_dir / "benchmarks.md", "load", load.markdown(results["load"]))
     separate.carry_over(kept, out_dir)
     log(f"wrote {out_dir / 'benchmarks.md'} and benchmarks.json ({results['wall_seconds']:.0f} s)")
-    return results
 
 
 def _draft_file() -> dict[str, Any] | None:

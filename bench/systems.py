@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from specviz import AutoregressiveDecoder, DecodeConfig, SpeculativeDecoder
+from specviz.trace import CYCLE_PHASES
 
 Runner = Callable[[list[int]], tuple[int, dict[str, Any]]]
 SEED = 1234
@@ -41,15 +42,8 @@ def ar(pair: Any, temperature: float, max_new: int, layout: str = "contiguous") 
 
 
 def spec_config(k: int, temperature: float, max_new: int, layout: str, instrument: bool, **kw: Any) -> DecodeConfig:
-    return DecodeConfig(
-        k=k,
-        temperature=temperature,
-        max_new_tokens=max_new,
-        cache_layout=layout,
-        instrument=instrument,
-        seed=SEED,
-        **kw,
-    )
+    return DecodeConfig(k=k, temperature=temperature, max_new_tokens=max_new, cache_layout=layout,
+                        instrument=instrument, seed=SEED, **kw)
 
 
 def spec(pair: Any, cfg: DecodeConfig, keep_traces: bool = False) -> Runner:
@@ -67,10 +61,7 @@ def spec(pair: Any, cfg: DecodeConfig, keep_traces: bool = False) -> Runner:
             "cycles": len(traces),
             "tested": sum(1 for t in traces for d in t.drafts if d.verdict != "untested"),
             "accepted": sum(t.num_accepted for t in traces),
-            "phase_ms": {
-                ph: sum(t.timings_ms.get(ph, 0.0) for t in traces)
-                for ph in ("draft", "verify", "accept", "resolve", "rollback")
-            },
+            "phase_ms": {ph: sum(t.timings_ms.get(ph, 0.0) for t in traces) for ph in CYCLE_PHASES[1:]},
             "verify_ms": [t.timings_ms.get("verify", 0.0) for t in traces],
             "draft_ms": [t.timings_ms.get("draft", 0.0) for t in traces],
             "k": [t.k for t in traces],
@@ -94,9 +85,8 @@ def hf(pair: Any, temperature: float, max_new: int) -> Runner:
         ids = torch.tensor([prompt], device=pair.target_device)
         torch.manual_seed(SEED)
         with torch.inference_mode():
-            out = pair.target.generate(
-                ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new, **_hf_sampling(temperature)
-            )
+            out = pair.target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new,
+                                       **_hf_sampling(temperature))
         new = out[0, len(prompt) :].tolist()
         return len(new), {"tokens_out": new}
 
@@ -106,13 +96,11 @@ def hf(pair: Any, temperature: float, max_new: int) -> Runner:
 def hf_assisted(pair: Any, k: int, temperature: float, max_new: int) -> Runner:
     def run(prompt: list[int]) -> tuple[int, dict[str, Any]]:
         gc = pair.draft.generation_config
-        saved = {
-            name: getattr(gc, name, None)
-            for name in ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
-        }
-        gc.num_assistant_tokens = k
-        gc.num_assistant_tokens_schedule = "constant"
-        gc.assistant_confidence_threshold = 0.0
+        wanted = {"num_assistant_tokens": k, "num_assistant_tokens_schedule": "constant",
+                  "assistant_confidence_threshold": 0.0}
+        saved = {name: getattr(gc, name, None) for name in wanted}
+        for name, value in wanted.items():
+            setattr(gc, name, value)
         ids = torch.tensor([prompt], device=pair.target_device)
         # Count the target's forward passes: one per cycle (the first also prefills the prompt),
         # so ms/cycle can be compared with ours apart from how lucky each run's acceptances were.
@@ -121,13 +109,8 @@ def hf_assisted(pair: Any, k: int, temperature: float, max_new: int) -> Runner:
         torch.manual_seed(SEED)
         try:
             with torch.inference_mode():
-                out = pair.target.generate(
-                    ids,
-                    attention_mask=torch.ones_like(ids),
-                    max_new_tokens=max_new,
-                    assistant_model=pair.draft,
-                    **_hf_sampling(temperature),
-                )
+                out = pair.target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new,
+                                           assistant_model=pair.draft, **_hf_sampling(temperature))
         finally:
             hook.remove()
             for name, value in saved.items():

@@ -52,9 +52,8 @@ def alpha_direct(pair: Any, prompt: list[int], generated: list[int], temperature
 
 def ms_per_token(model: Any, tokenizer: Any, prompt: list[int], n: int) -> float:
     """One-token decode steps of one model with specviz's contiguous cache, prefill excluded."""
-    dec = AutoregressiveDecoder(
-        model, DecodeConfig(temperature=0, max_new_tokens=n, cache_layout="contiguous"), tokenizer=tokenizer
-    )
+    cfg = DecodeConfig(temperature=0, max_new_tokens=n, cache_layout="contiguous")
+    dec = AutoregressiveDecoder(model, cfg, tokenizer=tokenizer)
     dec.start(prompt)
     dec.eos_ids = frozenset()  # time exactly n steps
     t0 = time.perf_counter()
@@ -71,9 +70,8 @@ def measure_cost(pair: Any, prompts: list[list[int]], s: Settings, log: Log) -> 
         for p in prompts:
             # Alternate which model goes first, so neither always gets the quieter moment.
             order = ("t", "d") if r % 2 == 0 else ("d", "t")
-            got = {}
-            for who in order:
-                got[who] = ms_per_token(pair.target if who == "t" else pair.draft, pair.tokenizer, p, s.cost_tokens)
+            got = {who: ms_per_token(pair.target if who == "t" else pair.draft, pair.tokenizer, p, s.cost_tokens)
+                   for who in order}
             target.append(got["t"])
             draft.append(got["d"])
             ratios.append(got["d"] / got["t"])
@@ -114,23 +112,18 @@ def run(pair: Any, prompts: list[list[int]], throughput: dict[str, Any], s: Sett
             sysrow = systems.get(spec_name(k, t), {})
             verify_ms = (sysrow.get("verify_ms") or {}).get("median")
             v = verify_ms / target_ms if verify_ms and target_ms else None
-            rows.append(
-                {
-                    "T": t,
-                    "K": k,
-                    "alpha_direct": a,
-                    "alpha_traces": sysrow.get("acceptance_rate"),
-                    "expected_tokens_per_cycle": expected_tokens_per_cycle(a, k) if a is not None else None,
-                    "measured_tokens_per_cycle": sysrow.get("tokens_per_cycle"),
-                    "verify_cost": v,
-                    "predicted_speedup": expected_speedup(a, k, c) if a is not None and c else None,
-                    "predicted_speedup_verify_cost": (expected_tokens_per_cycle(a, k) / (k * c + v))
-                    if a is not None and c and v
-                    else None,
-                    "measured_speedup": (sysrow.get("speedup_vs_ar") or {}).get("median"),
-                    "alpha_needed_for_1.3x": alpha_needed(1.3, k, c, v) if c and v else None,
-                }
-            )
+            known = a is not None
+            rows.append({
+                "T": t, "K": k, "alpha_direct": a, "alpha_traces": sysrow.get("acceptance_rate"),
+                "expected_tokens_per_cycle": expected_tokens_per_cycle(a, k) if known else None,
+                "measured_tokens_per_cycle": sysrow.get("tokens_per_cycle"),
+                "verify_cost": v,
+                "predicted_speedup": expected_speedup(a, k, c) if known and c else None,
+                "predicted_speedup_verify_cost": (expected_tokens_per_cycle(a, k) / (k * c + v)
+                                                  if known and c and v else None),
+                "measured_speedup": (sysrow.get("speedup_vs_ar") or {}).get("median"),
+                "alpha_needed_for_1.3x": alpha_needed(1.3, k, c, v) if c and v else None,
+            })
     best = {}
     for t in TEMPS:
         mine = [r for r in rows if r["T"] == t]
@@ -138,11 +131,8 @@ def run(pair: Any, prompts: list[list[int]], throughput: dict[str, Any], s: Sett
         meas = [r for r in mine if r["measured_speedup"] is not None]
         best[f"T{t}"] = {
             "predicted_k": max(pred, key=lambda r: r["predicted_speedup"])["K"] if pred else None,
-            "predicted_k_verify_cost": max(
-                (r for r in pred if r["predicted_speedup_verify_cost"]),
-                key=lambda r: r["predicted_speedup_verify_cost"],
-                default={},
-            ).get("K"),
+            "predicted_k_verify_cost": max((r for r in pred if r["predicted_speedup_verify_cost"]),
+                                           key=lambda r: r["predicted_speedup_verify_cost"], default={}).get("K"),
             "measured_k": max(meas, key=lambda r: r["measured_speedup"])["K"] if meas else None,
         }
     return {"alpha": alpha, "cost": cost, "rows": rows, "best_k": best}

@@ -43,13 +43,10 @@ def run(pair: Any, prompts: list[list[int]], s: Settings, log: Log) -> dict[str,
     for fn in warm.values():
         fn(prompts[0])
     runners = build(pair, s, s.max_new_tokens)
-    log(
-        f"throughput: {len(runners)} systems x {len(prompts)} prompts x {s.rounds} rounds, "
-        f"{s.max_new_tokens} new tokens each"
-    )
-    samples = interleaved(
-        {name: (lambda p, fn=fn: fn(prompts[p])) for name, fn in runners.items()}, len(prompts), s.rounds, log
-    )
+    log(f"throughput: {len(runners)} systems x {len(prompts)} prompts x {s.rounds} rounds, "
+        f"{s.max_new_tokens} new tokens each")
+    samples = interleaved({name: (lambda p, fn=fn: fn(prompts[p])) for name, fn in runners.items()}, len(prompts),
+                          s.rounds, log)
     result = analyse(samples, s)
     # The baseline's texts, for measuring α directly on what the target generates (theory.py).
     result["_generated"] = {
@@ -89,22 +86,17 @@ def analyse(samples: list, s: Settings) -> dict[str, Any]:
             row["ms_per_cycle"] = summary([1000 * x.seconds / x.extra["cycles"] for x in mine if x.extra.get("cycles")])
         per_system[name] = row
 
-    comparisons: dict[str, Any] = {
-        "ours_vs_hf_assisted": {},
-        "hf_assisted_over_ours_ms_per_cycle": {},
-        "ar_vs_hf_generate": {},
-    }
+    comparisons: dict[str, Any] = {"ours_vs_hf_assisted": {}, "hf_assisted_over_ours_ms_per_cycle": {},
+                                   "ar_vs_hf_generate": {}}
     for t in TEMPS:
         for k in s.hf_ks:
-            if spec_name(k, t) in per_system:
+            ours, theirs = spec_name(k, t), f"hf-assisted/K{k}/T{t}"
+            if ours in per_system:
                 # Cost per cycle, HF over ours (> 1: ours is cheaper per cycle). At T = 1 the two decode
                 # different random texts, so tokens/s also carries each run's acceptance luck; this does not.
                 comparisons["hf_assisted_over_ours_ms_per_cycle"][f"K{k}/T{t}"] = _paired_cycle_ratio(
-                    samples, f"hf-assisted/K{k}/T{t}", spec_name(k, t)
-                )
-                comparisons["ours_vs_hf_assisted"][f"K{k}/T{t}"] = summary(
-                    paired_ratios(samples, spec_name(k, t), f"hf-assisted/K{k}/T{t}")
-                )
+                    samples, theirs, ours)
+                comparisons["ours_vs_hf_assisted"][f"K{k}/T{t}"] = summary(paired_ratios(samples, ours, theirs))
         comparisons["ar_vs_hf_generate"][f"T{t}"] = summary(paired_ratios(samples, f"ar/T{t}", f"hf/T{t}"))
     comparisons["greedy_outputs_identical"] = _greedy_agreement(samples)
     best = {}
@@ -113,29 +105,17 @@ def analyse(samples: list, s: Settings) -> dict[str, Any]:
         grid = {k: x for k, x in grid.items() if x is not None}
         if grid:
             k_best = max(grid, key=grid.get)
-            best[f"T{t}"] = {
-                "k": k_best,
-                "speedup_vs_ar": grid[k_best],
-                "tokens_per_s": per_system[spec_name(k_best, t)]["tokens_per_s"]["median"],
-            }
+            best[f"T{t}"] = {"k": k_best, "speedup_vs_ar": grid[k_best],
+                             "tokens_per_s": per_system[spec_name(k_best, t)]["tokens_per_s"]["median"]}
+    samples_out = [{"system": x.system, "round": x.round, "prompt": x.prompt, "seconds": x.seconds, "tokens": x.tokens,
+                    **{k: x.extra[k] for k in ("cycles", "accepted", "tested") if k in x.extra}} for x in samples]
     return {
         "systems": per_system,
         "comparisons": comparisons,
         "best_k": best,
-        "samples": [
-            {
-                "system": x.system,
-                "round": x.round,
-                "prompt": x.prompt,
-                "seconds": x.seconds,
-                "tokens": x.tokens,
-                **{k: x.extra[k] for k in ("cycles", "accepted", "tested") if k in x.extra},
-            }
-            for x in samples
-        ],
-        "median_ar_tokens_per_s": {
-            f"T{t}": median([x.tokens_per_s for x in samples if x.system == f"ar/T{t}"]) for t in TEMPS
-        },
+        "samples": samples_out,
+        "median_ar_tokens_per_s": {f"T{t}": median([x.tokens_per_s for x in samples if x.system == f"ar/T{t}"])
+                                   for t in TEMPS},
     }
 
 

@@ -20,11 +20,11 @@ a model forward, the proposer's feed, a cache truncation that a chain makes too 
   the proposer's frontier callback (`proposers.base.TreeFeeder`, without its model forward);
 * **mask**: `tree.attention_mask` / `verify_mask` (the target's and the proposer's tree masks),
   `TokenTree.position_ids` and `runtime.tree_inputs` (the mask's dtype/device, position ids);
-* **walk**: `tree.walk_greedy` / `walk_sampled` (the accepted path and every node's verdict);
+* **walk**: `rules.walk_greedy` / `walk_sampled` (the accepted path and every node's verdict);
 * **compaction**: `tree.compaction_moves`, `SpecvizCache.move` (the K/V copies and their events)
-  and the engine's `_compact` (without the truncation and the proposer's rollback, which a chain
+  and the engine's `_rollback` (without the truncation and the proposer's rollback, which a chain
   makes too);
-* **records**: the engine's `_tree_records` (each node as a `DraftStep` and a `TreeNode`).
+* **records**: the engine's `_node_records` (each node as a `DraftStep` and a `TreeNode`).
 
 Two independent measurements, on the same cycles (same prompt, same seed, so the same trees):
 
@@ -60,7 +60,7 @@ from typing import Any
 import torch
 
 from . import separate
-from .common import machine, prompt_set
+from .common import Log, csv, dtype_names, machine, prompt_set
 
 NAME = "tree_overhead"
 PARTS = ("growth", "mask", "walk", "compaction", "records")
@@ -77,7 +77,7 @@ def _targets(pair: Any) -> list[tuple[Any, str, str, bool]]:
     """(owner, attribute, part, on an instance) of every function the wall clock charges: the
     machinery parts, the model forwards ("forward") and the non-machinery calls nested in
     machinery ("rest"). `step` itself is "rest", so the whole cycle is charged somewhere."""
-    from specviz import engine
+    from specviz import engine, rules
     from specviz import runtime as rt
     from specviz import tree as trees
     from specviz.kv.base import SpecvizCache
@@ -99,14 +99,14 @@ def _targets(pair: Any) -> list[tuple[Any, str, str, bool]]:
         (trees.TokenTree, "position_ids", "mask", False),
         (rt, "tree_inputs", "mask", False),
         (feature, "tree_inputs", "mask", False),  # imported by name there
-        (trees, "walk_greedy", "walk", False),
-        (trees, "walk_sampled", "walk", False),
+        (rules, "walk_greedy", "walk", False),
+        (rules, "walk_sampled", "walk", False),
         (trees, "compaction_moves", "compaction", False),
         (SpecvizCache, "move", "compaction", False),
-        (engine.SpeculativeDecoder, "_compact", "compaction", False),
+        (engine.SpeculativeDecoder, "_rollback", "compaction", False),
         (SpecvizCache, "truncate", "rest", False),
         (feature.FeatureProposer, "rollback", "rest", False),
-        (engine.SpeculativeDecoder, "_tree_records", "records", False),
+        (engine.SpeculativeDecoder, "_node_records", "records", False),
     ]
 
 
@@ -172,7 +172,7 @@ def _key(fn: Any) -> tuple[str, int, str]:
 def profile_parts(stats: dict[Any, Any]) -> dict[str, float]:
     """Seconds per part (and "cycle": all of `step`) from a cProfile call graph: a part's
     functions' cumulative time minus their calls into non-machinery (so nothing counts twice)."""
-    from specviz import engine
+    from specviz import engine, rules
     from specviz import feature_head as fh
     from specviz import runtime as rt
     from specviz import tree as trees
@@ -198,10 +198,10 @@ def profile_parts(stats: dict[Any, Any]) -> dict[str, float]:
                    + ct(run) - edge(feature.FeatureProposer._feed, run) - edge(fh.FeatureHead.full_logits, run)),
         "mask": (ct(trees.attention_mask) + ct(trees.verify_mask) - edge(trees.attention_mask, trees.verify_mask)
                  + ct(trees.TokenTree.position_ids) + ct(rt.tree_inputs)),
-        "walk": ct(trees.walk_greedy) + ct(trees.walk_sampled),
-        "compaction": (ct(dec._compact) - edge(SpecvizCache.truncate, dec._compact)
-                       - edge(feature.FeatureProposer.rollback, dec._compact)),
-        "records": ct(dec._tree_records),
+        "walk": ct(rules.walk_greedy) + ct(rules.walk_sampled),
+        "compaction": (ct(dec._rollback) - edge(SpecvizCache.truncate, dec._rollback)
+                       - edge(feature.FeatureProposer.rollback, dec._rollback)),
+        "records": ct(dec._node_records),
     }
 
 
@@ -252,13 +252,9 @@ def measure(pair: Any, prompts: Sequence[list[int]], config: Any, cycles: int, w
     machinery = sum(wall.get(p, 0.0) for p in PARTS)
     cycle = wall.get("cycle", 0.0)
     return {
-        "cycles": counted,
-        "tokens_per_cycle": tokens / n,
-        "cycle_ms": 1000 * cycle / n,
-        "forward_ms": 1000 * wall.get("forward", 0.0) / n,
-        "rest_ms": 1000 * wall.get("rest", 0.0) / n,
-        "machinery_ms": 1000 * machinery / n,
-        "machinery_pct": 100 * machinery / cycle if cycle else 0.0,
+        "cycles": counted, "tokens_per_cycle": tokens / n, "cycle_ms": 1000 * cycle / n,
+        "forward_ms": 1000 * wall.get("forward", 0.0) / n, "rest_ms": 1000 * wall.get("rest", 0.0) / n,
+        "machinery_ms": 1000 * machinery / n, "machinery_pct": 100 * machinery / cycle if cycle else 0.0,
         "non_forward_pct": 100 * (cycle - wall.get("forward", 0.0)) / cycle if cycle else 0.0,
         "max_cycle_pct": max(per_cycle_pct, default=0.0),
         "parts_ms": {p: 1000 * wall.get(p, 0.0) / n for p in PARTS},
@@ -317,8 +313,8 @@ def markdown(result: dict[str, Any], command: str, note: str = "") -> str:
         f"{result['prompts']} natural prompts, {result['cycles_per_prompt']} measured cycles each after "
         f"{result['warmup_cycles']} warm-up, {result['threads']} thread(s), {m['cpu']} "
         f"({m['logical_cpus']} logical CPUs). **Machinery** = growing and selecting the tree, the tree masks and "
-        "position ids, the walk, the compaction (`compaction_moves`, `SpecvizCache.move`, `_compact`) and the node "
-        "records (`_tree_records`), each part's exclusive time (model forwards, the proposer's feed and the "
+        "position ids, the walk, the compaction (`compaction_moves`, `SpecvizCache.move`, `_rollback`) and the node "
+        "records (`_node_records`), each part's exclusive time (model forwards, the proposer's feed and the "
         "truncations a chain makes too are not in it). *Wall*: `perf_counter` wrappers, means per cycle; "
         "*forwards* = the target's and the head's; *non-fwd %* = everything but the forwards (the cross-check: "
         "machinery ≤ it); *cProfile %* = the machinery's share of whole profiled cycles (an upper bound: the "
@@ -364,15 +360,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--into", type=Path, help="a docs directory: the table into benchmarks.md, result into .json")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    dtypes = tuple(x.strip() for x in args.dtypes.split(",") if x.strip())
-    bad = [d for d in dtypes if d not in DTYPES]
-    if bad:
-        raise SystemExit(f"bench.tree_overhead: unknown dtype {bad[0]!r}; choose from {', '.join(DTYPES)}")
-    t0 = time.perf_counter()
-
-    def log(msg: str) -> None:
-        print(f"[{time.perf_counter() - t0:7.1f}s] {msg}", flush=True)
-
+    dtypes = dtype_names(args.dtypes, "bench.tree_overhead", DTYPES)
+    log = Log()
     import specviz
 
     pairs = {d: specviz.build_tiny_pair(seed=0, dtype=d) if args.tiny else specviz.load_default_pair(dtype=d)
@@ -382,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
         prompts = {d: [ids[:48] for ids in ps] for d, ps in prompts.items()}  # the tiny model's short context
     instruments = {"both": (False, True), "on": (True,), "off": (False,)}[args.instrument]
     result = run(pairs, prompts, temperatures=[float(x) for x in args.temperatures.split(",")],
-                 instruments=instruments, layouts=[x.strip() for x in args.layouts.split(",")],
+                 instruments=instruments, layouts=csv(args.layouts),
                  cycles=args.cycles, warmup=args.warmup, log=log)
     text = markdown(result, _command(argv if argv is not None else sys.argv[1:]), args.note)
     separate.publish(NAME, text, result, args.json, args.into)

@@ -47,7 +47,8 @@ from typing import Any
 import torch
 
 from . import separate
-from .common import median, summary
+from .common import Log, cpu_name, dtype_names, median, summary
+from .gpu import Clock
 
 NAME = "verify_cost"
 NS = (1, 2, 4, 8, 12, 16, 24, 32)
@@ -164,7 +165,7 @@ class Bench:
     def __init__(self, model: Any, tokens: list[int], past: int, ns: tuple[int, ...], device: torch.device) -> None:
         from specviz.kv import create_cache
 
-        self.model, self.past, self.device = model, past, device
+        self.model, self.past, self.clock = model, past, Clock(device, budget_s=0.0)
         self.cache = create_cache(model, "contiguous", max_len=past + max(ns) + 8, initial_len=past + max(ns) + 8)
         tree_forward(model, self.cache, tokens[:past], None)  # the past, as a run's earlier cycles left it
         self.new = tokens[past : past + max(ns)]
@@ -172,17 +173,9 @@ class Bench:
 
     def once(self, n: int, masked: bool = True) -> float:
         parents = heap_parents(n) if masked and n > 1 else None
-        self._sync()
-        t0 = time.perf_counter()
-        tree_forward(self.model, self.cache, self.new[:n], parents, self.masks[n])
-        self._sync()
-        ms = 1000 * (time.perf_counter() - t0)
+        ms, _ = self.clock.ms(lambda: tree_forward(self.model, self.cache, self.new[:n], parents, self.masks[n]))
         self.cache.truncate(self.past, "rollback")  # the rollback of a real cycle
         return ms
-
-    def _sync(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
 
 
 def time_all(benches: dict[str, Bench], ns: tuple[int, ...], chain_ns: tuple[int, ...], reps: int,
@@ -222,7 +215,7 @@ def run(shape: str, dtypes: tuple[str, ...], threads: tuple[int, ...], ns: tuple
     result: dict[str, Any] = {
         "shape": shape, "device": str(device), "past": past, "ns": list(ns), "chain_ns": list(chain_ns),
         "reps": reps, "min_reps": min_reps, "budget_s": budget_s, "dtypes": list(dtypes), "threads": list(threads),
-        "cores": os.cpu_count(), "loadavg_start": os.getloadavg(), "machine": platform.platform(), "cpu": _cpu(),
+        "cores": os.cpu_count(), "loadavg_start": os.getloadavg(), "machine": platform.platform(), "cpu": cpu_name(),
         "torch": torch.__version__, "by": {},
     }
     t_start = time.perf_counter()
@@ -264,16 +257,6 @@ def rows(result: dict[str, Any]) -> list[dict[str, Any]]:
                         "min_ms": timed["tree_ms"][n]["min"], "rounds": timed["rounds"],
                         "v": ms / base32, "v_same": ms / base})
     return out
-
-
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 # --------------------------------------------------------------------------- the report
@@ -350,13 +333,9 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device(args.device or "cpu")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("bench.verify_cost: --device cuda, but torch sees no CUDA device")
-    t0 = time.perf_counter()
-
-    def log(msg: str) -> None:
-        print(f"[{time.perf_counter() - t0:7.1f}s] {msg}", flush=True)
-
-    result = run(args.shape, _names(args.dtypes), _ints(args.threads), _ints(args.ns), args.past, args.reps, device,
-                 log, chain_ns=_ints(args.chain_ns), min_reps=args.min_reps, budget_s=args.budget_s)
+    dtypes = dtype_names(args.dtypes, "bench.verify_cost", DTYPES)
+    result = run(args.shape, dtypes, _ints(args.threads), _ints(args.ns), args.past, args.reps, device, Log(),
+                 chain_ns=_ints(args.chain_ns), min_reps=args.min_reps, budget_s=args.budget_s)
     report = args.report or ("gpu" if device.type == "cuda" else "benchmarks")
     separate.publish(NAME, markdown(result, args.note), result, args.json, args.into, report)
     return 0
@@ -364,14 +343,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def _ints(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.split(",") if x.strip())
-
-
-def _names(text: str) -> tuple[str, ...]:
-    names = tuple(x.strip() for x in text.split(",") if x.strip())
-    bad = [x for x in names if x not in DTYPES]
-    if bad:
-        raise SystemExit(f"bench.verify_cost: unknown dtype {bad[0]!r}; choose from {', '.join(DTYPES)}")
-    return names
 
 
 if __name__ == "__main__":

@@ -59,7 +59,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT))
 
 import diverse_prompts as dp  # noqa: E402
-from train_draft import load_target, log, pick_device, read_prompts  # noqa: E402
+from training_common import load_target, log, pick_device, read_prompts  # noqa: E402
 
 from specviz.prompting import chat_ids  # noqa: E402
 

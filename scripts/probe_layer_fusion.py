@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 import train_feature_head as tfh  # noqa: E402
 from feature_data import DATA, WORK, held_out  # noqa: E402
-from train_draft import load_target, log  # noqa: E402
+from training_common import load_target, log  # noqa: E402
 
 from specviz.feature_head import FeatureHead  # noqa: E402
 

@@ -40,43 +40,21 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT))
+
+from feature_data import DATA as FEATURE_DATA  # noqa: E402
+from feature_data import shard_caps  # noqa: E402
+from training_common import benchmarks, load_target, log, pick_device, quality_table, read_prompts  # noqa: E402
 
 from specviz.prompting import chat_ids  # noqa: E402
 
 WORK = Path(os.environ.get("SPECVIZ_DRAFT_WORK", ROOT / "work-data" / "draft"))
 DATA = WORK / "data"
 CKPT = WORK / "ckpt"
-PROMPTS = ROOT / "assets" / "prompts"
 EXPORT = ROOT / "assets" / "draft"
 SEED = 0
 TOPK = 32
-FEATURE_DATA = Path(os.environ.get("SPECVIZ_FEATURE_WORK", ROOT / "work-data" / "feature")) / "data"
-
-
-def log(msg: str) -> None:
-    line = f"[{time.strftime('%H:%M:%S')}] {msg}"
-    print(line, flush=True)
-
-
-def pick_device() -> torch.device:
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-def load_target(device: torch.device, dtype: torch.dtype = torch.float32):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from specviz.models import default_target_dir
-
-    path = default_target_dir(progress=lambda m, f: log(m))
-    tok = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
-    return model, tok
-
-
-def read_prompts(split: str) -> list[dict]:
-    with open(PROMPTS / f"{split}.jsonl") as f:
-        return [json.loads(line) for line in f]
 
 
 def encode_prompts(tok, prompts: list[str]) -> list[list[int]]:
@@ -341,29 +319,7 @@ def save_ckpt(state: dict, ckpt_dir: Path = CKPT) -> None:
 def cmd_train(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     device = pick_device()
-    ckpt_path = CKPT / "latest.pt"
-    if ckpt_path.exists():
-        state = torch.load(ckpt_path, weights_only=False)
-        arch = state["arch"]
-        from transformers import LlamaForCausalLM
-
-        model = LlamaForCausalLM(draft_config(**arch))
-        model.load_state_dict(state["model"])
-        log(f"resumed from step {state['step']}")
-    elif args.init_from:  # continue from a shipped draft (e.g. assets/draft) on new data
-        from transformers import LlamaForCausalLM
-
-        model = LlamaForCausalLM.from_pretrained(args.init_from, dtype=torch.float32)
-        c = model.config
-        arch = {"hidden": c.hidden_size, "layers": c.num_hidden_layers, "intermediate": c.intermediate_size}
-        state = {"step": 0, "tokens": 0, "seconds": 0.0, "curve": [], "init_from": str(args.init_from)}
-        log(f"starting from the draft in {args.init_from}")
-    else:
-        arch = {"hidden": args.hidden, "layers": args.layers, "intermediate": args.intermediate}
-        target, _ = load_target(torch.device("cpu"))
-        model = init_draft(target, **arch)
-        del target
-        state = {"step": 0, "tokens": 0, "seconds": 0.0, "curve": []}
+    model, arch, state = _open_draft(args)
     lm_head = None
     if args.feature_shards:  # labels come from the target's features: only its output head is needed
         target, _ = load_target(torch.device("cpu"))
@@ -371,14 +327,11 @@ def cmd_train(args: argparse.Namespace) -> None:
         del target
     state["train_args"] = vars(args)
     model.to(device).train()
-    ema = {k: v.detach().clone().float() for k, v in model.state_dict().items()}
-    if "ema" in state:
-        ema = state["ema"]
+    ema = state["ema"] if "ema" in state else {k: v.detach().clone().float() for k, v in model.state_dict().items()}
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.0)
     if "opt" in state:
         opt.load_state_dict(state["opt"])
-    n_params = sum(p.numel() for p in model.parameters())
-    log(f"draft {arch}: {n_params / 1e6:.2f} M parameters on {device}")
+    log(f"draft {arch}: {sum(p.numel() for p in model.parameters()) / 1e6:.2f} M parameters on {device}")
 
     rows: list[dict] = []
     seen: set[str] = set()
@@ -389,6 +342,11 @@ def cmd_train(args: argparse.Namespace) -> None:
     last_ckpt = time.perf_counter()
     deadline = parse_deadline(args.deadline)
     decay_from = time.time() + 0.75 * (deadline - time.time()) if deadline else 0.0
+
+    def save() -> None:
+        state.update(step=step, arch=arch, model=model.state_dict(), ema=ema, opt=opt.state_dict(), data_tokens=n_avail)
+        save_ckpt(state)
+
     while step < args.steps:
         if step % 50 == 0:
             n_avail += load_rows(seen, rows, data_dir)
@@ -397,77 +355,103 @@ def cmd_train(args: argparse.Namespace) -> None:
             time.sleep(30)
             n_avail += load_rows(seen, rows, data_dir)
             continue
-        # Linear warm-up, then constant (data keeps arriving), then a cosine decay to 10% over the
-        # last --decay-steps steps, or over the last quarter of the time left before --deadline.
-        warm = min(1.0, (step + 1) / args.warmup)
-        if deadline:
-            now = time.time()
-            if now >= deadline:
-                log("deadline reached")
-                break
-            frac = max(0.0, (now - decay_from) / max(1.0, deadline - decay_from))
-        else:
-            frac = max(0.0, (step - (args.steps - args.decay_steps)) / max(1, args.decay_steps))
-        lr = args.lr * warm * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
+        if deadline and time.time() >= deadline:
+            log("deadline reached")
+            break
+        lr = _learning_rate(args, step, deadline, decay_from)
         for g in opt.param_groups:
             g["lr"] = lr
         batch = rng.sample(rows, min(args.batch, len(rows)))
-        for r in batch:
-            if "topk_ids" not in r:
-                label_from_features(r, lm_head)
-        input_ids, attn, pos, top_ids, top_probs = make_batch(batch, args.max_len)
-        out = model.model(input_ids=input_ids.to(device), attention_mask=attn.to(device))
-        hidden = out.last_hidden_state[pos[:, 0].to(device), pos[:, 1].to(device)]  # [N, H]
-        # The [N, 49152] head matmul is most of a step's FLOPs: bf16 autocast makes it ~1.7x faster
-        # on CPUs with AVX512-bf16 (the loss itself is computed in float32).
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16_head):
-            logits = model.lm_head(hidden)  # [N, V]: only where there is a label
-        loss = topk_kl(logits, top_ids.to(device), top_probs.to(device)).mean()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        with torch.no_grad():
-            d = args.ema if step > args.warmup else 0.0
-            for k, v in model.state_dict().items():
-                ema[k].mul_(d).add_(v.detach().float(), alpha=1 - d)
+        loss, n_labels = _train_step(model, opt, ema, batch, args, device, lm_head, step)
         step += 1
-        tok_window += len(pos)
-        loss_window.append(loss.item())
-        state["tokens"] += len(pos)
+        tok_window += n_labels
+        loss_window.append(loss)
+        state["tokens"] += n_labels
         if step % args.log_every == 0:
-            dt = time.perf_counter() - t_last
-            state["seconds"] += dt
-            mean_loss = sum(loss_window) / len(loss_window)
-            state["curve"].append(
-                {
-                    "step": step,
-                    "kl": round(mean_loss, 4),
-                    "tokens": state["tokens"],
-                    "seconds": round(state["seconds"], 1),
-                    "data_tokens": n_avail,
-                }
-            )
-            eta = (args.steps - step) * dt / args.log_every
-            log(
-                f"step {step}/{args.steps} kl {mean_loss:.4f} lr {lr:.2e} {tok_window / dt:.0f} tok/s "
-                f"data {n_avail} tokens in {len(rows)} seqs, ETA {eta / 60:.0f} min"
-            )
+            _log_window(state, args, step, lr, tok_window, loss_window, time.perf_counter() - t_last, n_avail, rows)
             t_last, tok_window, loss_window = time.perf_counter(), 0, []
         if (
             time.perf_counter() - last_ckpt > args.ckpt_minutes * 60
             or step == args.steps
             or (deadline and time.time() >= deadline)
         ):
-            state.update(
-                step=step, arch=arch, model=model.state_dict(), ema=ema, opt=opt.state_dict(), data_tokens=n_avail
-            )
-            save_ckpt(state)
+            save()
             last_ckpt = time.perf_counter()
             log(f"checkpoint at step {step}")
-    state.update(step=step, arch=arch, model=model.state_dict(), ema=ema, opt=opt.state_dict(), data_tokens=n_avail)
-    save_ckpt(state)
+    save()
     log(f"training stopped at step {step}; checkpoint saved")
+
+
+def _open_draft(args: argparse.Namespace):
+    """(model, arch, state): resumed from the checkpoint, continued from --init-from, or a fresh draft."""
+    from transformers import LlamaForCausalLM
+
+    ckpt_path = CKPT / "latest.pt"
+    if ckpt_path.exists():
+        state = torch.load(ckpt_path, weights_only=False)
+        model = LlamaForCausalLM(draft_config(**state["arch"]))
+        model.load_state_dict(state["model"])
+        log(f"resumed from step {state['step']}")
+        return model, state["arch"], state
+    if args.init_from:  # continue from a shipped draft (e.g. assets/draft) on new data
+        model = LlamaForCausalLM.from_pretrained(args.init_from, dtype=torch.float32)
+        c = model.config
+        arch = {"hidden": c.hidden_size, "layers": c.num_hidden_layers, "intermediate": c.intermediate_size}
+        log(f"starting from the draft in {args.init_from}")
+        return model, arch, {"step": 0, "tokens": 0, "seconds": 0.0, "curve": [], "init_from": str(args.init_from)}
+    arch = {"hidden": args.hidden, "layers": args.layers, "intermediate": args.intermediate}
+    target, _ = load_target(torch.device("cpu"))
+    model = init_draft(target, **arch)
+    return model, arch, {"step": 0, "tokens": 0, "seconds": 0.0, "curve": []}
+
+
+def _learning_rate(args: argparse.Namespace, step: int, deadline: float, decay_from: float) -> float:
+    """Linear warm-up, then constant (data keeps arriving), then a cosine decay to 10% over the
+    last --decay-steps steps, or over the last quarter of the time left before --deadline."""
+    warm = min(1.0, (step + 1) / args.warmup)
+    if deadline:
+        frac = max(0.0, (time.time() - decay_from) / max(1.0, deadline - decay_from))
+    else:
+        frac = max(0.0, (step - (args.steps - args.decay_steps)) / max(1, args.decay_steps))
+    return args.lr * warm * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
+
+
+def _train_step(model, opt, ema: dict, batch: list[dict], args, device, lm_head, step: int) -> tuple[float, int]:
+    """One optimiser step on `batch` and the EMA update: (the KL loss, the number of labels)."""
+    for r in batch:
+        if "topk_ids" not in r:
+            label_from_features(r, lm_head)
+    input_ids, attn, pos, top_ids, top_probs = make_batch(batch, args.max_len)
+    out = model.model(input_ids=input_ids.to(device), attention_mask=attn.to(device))
+    hidden = out.last_hidden_state[pos[:, 0].to(device), pos[:, 1].to(device)]  # [N, H]
+    # The [N, 49152] head matmul is most of a step's FLOPs: bf16 autocast makes it ~1.7x faster
+    # on CPUs with AVX512-bf16 (the loss itself is computed in float32).
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16_head):
+        logits = model.lm_head(hidden)  # [N, V]: only where there is a label
+    loss = topk_kl(logits, top_ids.to(device), top_probs.to(device)).mean()
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    with torch.no_grad():
+        d = args.ema if step > args.warmup else 0.0
+        for k, v in model.state_dict().items():
+            ema[k].mul_(d).add_(v.detach().float(), alpha=1 - d)
+    return loss.item(), len(pos)
+
+
+def _log_window(state: dict, args, step: int, lr: float, tokens: int, losses: list[float], seconds: float,
+                n_avail: int, rows: list[dict]) -> None:
+    """The learning curve's point for the last --log-every steps, and a progress line."""
+    state["seconds"] += seconds
+    mean_loss = sum(losses) / len(losses)
+    state["curve"].append({"step": step, "kl": round(mean_loss, 4), "tokens": state["tokens"],
+                           "seconds": round(state["seconds"], 1), "data_tokens": n_avail})
+    eta = (args.steps - step) * seconds / args.log_every
+    log(
+        f"step {step}/{args.steps} kl {mean_loss:.4f} lr {lr:.2e} {tokens / seconds:.0f} tok/s "
+        f"data {n_avail} tokens in {len(rows)} seqs, ETA {eta / 60:.0f} min"
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -681,8 +665,6 @@ template-prompt answers, 997 steps) with the same (32+1)-bin KL loss, AdamW lr {
 (shipped). {seen} of wall time on a 2-core CPU shared with the feature head's training (the run was paused while
 data was generated, and the minutes include the pause).
 """
-        from feature_data import shard_caps  # it imports this module
-
         caps = shard_caps()
         reproduce = f"""```bash
 python scripts/feature_data.py --workers 2 --worker 0 {caps} &   # shared with the head
@@ -725,22 +707,11 @@ same commands run unchanged (without `--threads`), much faster.
 
 def _quality_text() -> str:
     """The card's Measured section from docs/benchmarks.json's bench.quality rows (natural vs template)."""
-    path = ROOT / "docs" / "benchmarks.json"
-    quality = json.loads(path.read_text()).get("quality") if path.exists() else None
+    quality = benchmarks().get("quality")
     lines = ["## Measured (`python -m bench.quality`, docs/benchmarks.md)", ""]
     if not quality:
         return "\n".join(lines + ["Not measured yet: run `python -m bench.quality --into docs`.", ""])
-    fmt = lambda x, f=".3f": "—" if x is None else format(x, f)  # noqa: E731
-    lines += ["| dtype | shape | T | natural tokens/verify | template tokens/verify | natural acceptance "
-              "| template acceptance | natural α | template α |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
-    key_of = lambda r: (r["dtype"], r["shape"], r["temperature"])  # noqa: E731
-    mine = [r for r in quality["rows"] if r["proposer"] == "draft"]
-    for key in sorted({key_of(r) for r in mine}):
-        got = {r["set"]: r for r in mine if key_of(r) == key}
-        nat, tem = got.get("natural", {}), got.get("template", {})
-        lines.append(f"| {key[0]} | {key[1]} | {key[2]:g} | {fmt(nat.get('tokens_per_verify'), '.2f')} | "
-                     f"{fmt(tem.get('tokens_per_verify'), '.2f')} | {fmt(nat.get('acceptance_rate'))} | "
-                     f"{fmt(tem.get('acceptance_rate'))} | {fmt(nat.get('alpha'))} | {fmt(tem.get('alpha'))} |")
+    lines += quality_table([r for r in quality["rows"] if r["proposer"] == "draft"], by_proposer=False)
     return "\n".join(lines + [""])
 
 
@@ -762,18 +733,8 @@ ratio {f3("cost_ratio_p10")}); greedy agreement along the sampled continuations
 """
 
 
-def write_card(info: dict) -> None:
-    """assets/draft/README.md: what the draft is, how it was made, and what it measures."""
-    training, reproduce = _training_text(info)
-    m = info.get("metrics", {})
-    arch = info["arch"]
-    weights = sum(f.stat().st_size for f in EXPORT.glob("*.safetensors"))
-
-    def f3(key: str, src: dict = m) -> str:
-        v = src.get(key)
-        return f"{v:.3f}" if isinstance(v, (int, float)) else "n/a"
-
-    curve = info["curve"]
+def _curve_rows(curve: list[dict]) -> list[str]:
+    """About a dozen points of the training curve, the last included, as table rows."""
     keep = curve[:: max(1, len(curve) // 12)] + ([curve[-1]] if curve else [])
     seen_steps: set[int] = set()
     rows = []
@@ -783,12 +744,16 @@ def write_card(info: dict) -> None:
         seen_steps.add(c["step"])
         minutes = c["seconds"] / 60
         rows.append(f"| {c['step']} | {c['tokens']:,} | {c['data_tokens']:,} | {minutes:.0f} | {c['kl']:.3f} |")
+    return rows
+
+
+def _bounds_table(m: dict, f3, weights: int) -> str:
+    """The draft's bounds (α, greedy agreement, cost ratio, size) and whether `eval` met them."""
     alpha_ok = isinstance(m.get("alpha"), float) and m["alpha"] >= 0.5
     greedy_ok = isinstance(m.get("greedy_agreement"), float) and m["greedy_agreement"] >= 0.6
     cost_ok = isinstance(m.get("cost_ratio"), float) and m["cost_ratio"] <= 0.12
-    sampled, greedy = m.get("sampled_T1", {}), m.get("greedy_path", {})
     yes = {True: "yes", False: "no"}
-    table = "\n".join(
+    return "\n".join(
         [
             "| metric | value | bound | met |",
             "|--------|------:|------:|:---:|",
@@ -801,6 +766,22 @@ def write_card(info: dict) -> None:
             f"| shipped weights | {weights / 1e6:.1f} MB | ≤ 30 MB | {yes[weights <= 30e6]} |",
         ]
     )
+
+
+def write_card(info: dict) -> None:
+    """assets/draft/README.md: what the draft is, how it was made, and what it measures."""
+    training, reproduce = _training_text(info)
+    m = info.get("metrics", {})
+    arch = info["arch"]
+    weights = sum(f.stat().st_size for f in EXPORT.glob("*.safetensors"))
+
+    def f3(key: str, src: dict = m) -> str:
+        v = src.get(key)
+        return f"{v:.3f}" if isinstance(v, (int, float)) else "n/a"
+
+    rows = _curve_rows(info["curve"])
+    sampled, greedy = m.get("sampled_T1", {}), m.get("greedy_path", {})
+    table = _bounds_table(m, f3, weights)
     if m.get("exact"):
         alpha_source = "α and agreement use the target's full distribution (a fresh forward pass)."
     else:

@@ -42,7 +42,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT))
 
 from feature_data import DATA, WORK, held_out, shard_caps  # noqa: E402
-from train_draft import load_target, log, pick_device, save_ckpt  # noqa: E402
+from train_draft import save_ckpt  # noqa: E402
+from training_common import benchmarks, load_target, log, pick_device, quality_table  # noqa: E402
 
 from specviz.feature_head import FeatureHead, _layer_config, target_fingerprint  # noqa: E402
 
@@ -376,18 +377,28 @@ def curve_rows(every: int = 6) -> list[str]:
 def cmd_card(args: argparse.Namespace) -> None:
     """assets/feature_head/README.md from the exported head's info and docs/benchmarks.json."""
     meta = json.loads((args.out / "config.json").read_text())
+    info = meta["info"]
+    bench = benchmarks()
+    lines = _card_head(meta, (args.out / "model.safetensors").stat().st_size / 1e6) + _card_curve_and_reproduce(info)
+    if bench.get("quality"):
+        lines += ["## Measured (`python -m bench.quality`, docs/benchmarks.md)", "",
+                  *quality_table(bench["quality"]["rows"], by_proposer=True), ""]
+    elif bench.get("proposers"):  # the older proposer section: it measured the previous head
+        lines += _card_proposers(args, meta, bench["proposers"])
+    (args.out / "README.md").write_text("\n".join(lines))
+    log(f"wrote {args.out / 'README.md'}")
+
+
+def _card_head(meta: dict, size_mb: float) -> list[str]:
+    """The card's title and what the head is, how big, and what it was trained on."""
     info, layer = meta["info"], meta["layer_config"]
-    bench_path = ROOT / "docs" / "benchmarks.json"
-    pr = json.loads(bench_path.read_text()).get("proposers") if bench_path.exists() else None
-    size_mb = (args.out / "model.safetensors").stat().st_size / 1e6
     rows = [r for p in sorted(DATA.glob("shard-*.pt")) for r in torch.load(p)["rows"]] if DATA.exists() else []
     generated = sum(len(r["ids"]) - r["num_prompt"] for r in rows)
     by_source: dict[str, int] = {}
     for r in rows:
         source = r.get("source", "template")
         by_source[source] = by_source.get(source, 0) + len(r["ids"]) - r["num_prompt"]
-    caps = shard_caps()
-    lines = [
+    return [
         "# specviz feature head for SmolLM2-135M-Instruct (EAGLE-style)",
         "",
         "A one-layer draft head that reads the target's own final hidden states (`specviz/feature_head.py`,",
@@ -418,6 +429,12 @@ def cmd_card(args: argparse.Namespace) -> None:
         f"{info.get('train_args', {}).get('unroll', 3)} passes, each feeding",
         "  a random half of the inputs with the previous pass's own predictions.",
         "",
+    ]
+
+
+def _card_curve_and_reproduce(info: dict) -> list[str]:
+    caps = shard_caps()
+    return [
         "## Held-out curve (agreement = the head's argmax equals the target's, per draft depth)",
         "",
         "The natural set (96 answers to hand-written prompts) is fixed. The training-mix held-out rows are the",
@@ -445,54 +462,39 @@ def cmd_card(args: argparse.Namespace) -> None:
         "they appear), so a rerun lands close to, not exactly on, these numbers.",
         "",
     ]
-    quality = json.loads(bench_path.read_text()).get("quality") if bench_path.exists() else None
-    if quality:
-        lines += ["## Measured (`python -m bench.quality`, docs/benchmarks.md)", "",
-                  "| dtype | proposer | shape | T | natural tokens/verify | template tokens/verify "
-                  "| natural acceptance | template acceptance | natural α | template α |",
-                  "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
-        fmt = lambda x, f=".3f": "—" if x is None else format(x, f)  # noqa: E731
-        key_of = lambda r: (r["dtype"], r["proposer"], r["shape"], r["temperature"])  # noqa: E731
-        for key in sorted({key_of(r) for r in quality["rows"]}):
-            got = {r["set"]: r for r in quality["rows"] if key_of(r) == key}
-            nat, tem = got.get("natural", {}), got.get("template", {})
-            lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]:g} | "
-                         f"{fmt(nat.get('tokens_per_verify'), '.2f')} | {fmt(tem.get('tokens_per_verify'), '.2f')} | "
-                         f"{fmt(nat.get('acceptance_rate'))} | {fmt(tem.get('acceptance_rate'))} | "
-                         f"{fmt(nat.get('alpha'))} | {fmt(tem.get('alpha'))} |")
-        lines.append("")
-        pr = None  # the older proposer section measured the previous head
-    if pr:
-        k = pr["quality_k"]
-        sys.path.insert(0, str(ROOT))
-        from bench.report import _best_learned, _best_speed
 
-        info["preferred_over_draft"] = _best_learned(pr) == "feature"  # the faster one at T=0
-        meta["info"] = info
-        (args.out / "config.json").write_text(json.dumps(meta, indent=1))  # preferred_proposer() reads this
-        speed = {p: (_best_speed(pr, (p,)) or {}).get("measured_speedup") or 0.0 for p in ("draft", "feature")}
-        lines += [f"The app and CLI open on the {'feature head' if info['preferred_over_draft'] else 'draft model'}, "
-                  f"the faster learned proposer at T=0: best {speed['feature']:.2f}x (head) vs "
-                  f"{speed['draft']:.2f}x (draft) the target's plain greedy `generate`.", ""]
-        lines += [f"## Measured (held-out prompts, `docs/benchmarks.md`, K={k})", "",
-                  "| proposer | T=0 acceptance | T=0 tokens/cycle | T=1 α | c (draft step ÷ target step) |",
-                  "|---|---:|---:|---:|---:|"]
-        for p in pr["proposers"]:
-            g = pr["greedy"].get(f"{p}_K{k}_T0", {})
-            a = pr["sampled"].get(p, {})
-            c = ((pr["cost"].get(p) or {}).get("c") or {}).get("median")
-            fmt = lambda x, f=".3f": "—" if x is None else format(x, f)  # noqa: E731
-            lines.append(f"| {p} | {fmt(g.get('acceptance_rate'))} | {fmt(g.get('tokens_per_cycle'), '.2f')} | "
-                         f"{fmt(a.get('alpha'))} | {fmt(c)} |")
-        best = max((r for r in pr["rows"] if r["measured_speedup"] is not None), key=lambda r: r["measured_speedup"],
-                   default=None)
-        if best:
-            lines += ["", f"Best speed at T=0: {best['proposer']} at K={best['K']}, "
-                      f"{best['measured_speedup']:.2f}x the "
-                      "target's plain greedy `generate` (median of per-prompt ratios)."]
-        lines += ["", "Bounds of the issue and whether they are met: see the Goals table of docs/benchmarks.md.", ""]
-    (args.out / "README.md").write_text("\n".join(lines))
-    log(f"wrote {args.out / 'README.md'}")
+
+def _card_proposers(args: argparse.Namespace, meta: dict, pr: dict) -> list[str]:
+    """The Measured section from docs/benchmarks.json's proposers section (before bench.quality
+    existed); it also records in config.json whether the head is the faster learned proposer."""
+    from bench.report import _best_learned, _best_speed
+
+    k, info = pr["quality_k"], meta["info"]
+    info["preferred_over_draft"] = _best_learned(pr) == "feature"  # the faster one at T=0
+    meta["info"] = info
+    (args.out / "config.json").write_text(json.dumps(meta, indent=1))  # preferred_proposer() reads this
+    speed = {p: (_best_speed(pr, (p,)) or {}).get("measured_speedup") or 0.0 for p in ("draft", "feature")}
+    fmt = lambda x, f=".3f": "—" if x is None else format(x, f)  # noqa: E731
+    lines = [f"The app and CLI open on the {'feature head' if info['preferred_over_draft'] else 'draft model'}, "
+              f"the faster learned proposer at T=0: best {speed['feature']:.2f}x (head) vs "
+              f"{speed['draft']:.2f}x (draft) the target's plain greedy `generate`.", ""]
+    lines += [f"## Measured (held-out prompts, `docs/benchmarks.md`, K={k})", "",
+              "| proposer | T=0 acceptance | T=0 tokens/cycle | T=1 α | c (draft step ÷ target step) |",
+              "|---|---:|---:|---:|---:|"]
+    for p in pr["proposers"]:
+        g = pr["greedy"].get(f"{p}_K{k}_T0", {})
+        a = pr["sampled"].get(p, {})
+        c = ((pr["cost"].get(p) or {}).get("c") or {}).get("median")
+        lines.append(f"| {p} | {fmt(g.get('acceptance_rate'))} | {fmt(g.get('tokens_per_cycle'), '.2f')} | "
+                     f"{fmt(a.get('alpha'))} | {fmt(c)} |")
+    best = max((r for r in pr["rows"] if r["measured_speedup"] is not None), key=lambda r: r["measured_speedup"],
+               default=None)
+    if best:
+        lines += ["", f"Best speed at T=0: {best['proposer']} at K={best['K']}, "
+                  f"{best['measured_speedup']:.2f}x the "
+                  "target's plain greedy `generate` (median of per-prompt ratios)."]
+    lines += ["", "Bounds of the issue and whether they are met: see the Goals table of docs/benchmarks.md.", ""]
+    return lines
 
 
 def main() -> None:

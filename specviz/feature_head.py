@@ -229,8 +229,8 @@ class FeatureHead(nn.Module):
 
     def _one_step(self, inputs: torch.Tensor, cache: Any) -> torch.Tensor:
         """One drafting step straight through the layer: a single new query attends to every
-        cached position, so it needs no mask, and skipping the model wrapper's mask and
-        bookkeeping saves a fifth of a draft step (what keeps the head's cost ratio low)."""
+        cached position, so it needs no mask; skipping the model wrapper's mask and bookkeeping
+        keeps the head's cost ratio low."""
         start = cache.get_seq_length()
         positions = torch.arange(start, start + 1, device=inputs.device)[None]  # [1, 1]
         rotary = self.decoder.rotary_emb(inputs, positions)

@@ -65,14 +65,8 @@ def checkpoints_for(n: int) -> list[int]:
     return [p for p in points if p <= n]
 
 
-def run_exactness_lab(
-    pair: Any,
-    context_ids: Sequence[int],
-    config: DecodeConfig,
-    n: int,
-    progress: Progress | None = None,
-    top: int = 12,
-) -> LabResult:
+def run_exactness_lab(pair: Any, context_ids: Sequence[int], config: DecodeConfig, n: int,
+                      progress: Progress | None = None, top: int = 12) -> LabResult:
     """Sample n speculative and n target-only next tokens from `context_ids`.
 
     `pair` is a specviz ModelPair. Raises SpecvizError subclasses from the decoders unchanged.
@@ -80,14 +74,8 @@ def run_exactness_lab(
     from . import AutoregressiveDecoder, SpeculativeDecoder  # torch only when the lab runs
 
     ctx = list(context_ids)
-    cfg = config.replace(
-        k=1,
-        forced_outcomes=(),
-        check_invariant=False,
-        max_new_tokens=4,
-        top_n=max(top, config.top_n),
-        max_context=max(len(ctx) + 8, 16),
-    )
+    cfg = config.replace(k=1, forced_outcomes=(), check_invariant=False, max_new_tokens=4,
+                         top_n=max(top, config.top_n), max_context=max(len(ctx) + 8, 16))
     base_seed = config.seed * 1_000_003 + len(ctx)
     spec_tokens: list[int] = []
     target_tokens: list[int] = []
@@ -108,13 +96,10 @@ def run_exactness_lab(
         if progress is not None:
             progress((i + 1) / n, f"{i + 1}/{n} speculative + target-only samples")
     assert exact_top is not None
-    ids = [tp.token_id for tp in exact_top]
     probs = [tp.prob for tp in exact_top]
-    texts = [tp.text for tp in exact_top]
-    other = max(0.0, 1.0 - sum(probs))
-    ids.append(OTHER)
-    probs.append(other)
-    texts.append("(other)")
+    probs.append(max(0.0, 1.0 - sum(probs)))
+    ids = [tp.token_id for tp in exact_top] + [OTHER]
+    texts = [tp.text for tp in exact_top] + ["(other)"]
     index = {t: i for i, t in enumerate(ids)}
 
     def bucket(tokens: Sequence[int]) -> list[int]:
@@ -123,15 +108,9 @@ def run_exactness_lab(
 
     cps = checkpoints_for(n)
     return LabResult(
-        token_ids=tuple(ids),
-        token_texts=tuple(texts),
-        exact=tuple(probs),
-        spec_counts=tuple(bucket(spec_tokens)),
-        target_counts=tuple(bucket(target_tokens)),
-        checkpoints=tuple(cps),
+        token_ids=tuple(ids), token_texts=tuple(texts), exact=tuple(probs), spec_counts=tuple(bucket(spec_tokens)),
+        target_counts=tuple(bucket(target_tokens)), checkpoints=tuple(cps),
         tv_spec=tuple(total_variation(bucket(spec_tokens[:m]), probs) for m in cps),
         tv_target=tuple(total_variation(bucket(target_tokens[:m]), probs) for m in cps),
-        n=n,
-        context_len=len(ctx),
-        temperature=config.temperature,
+        n=n, context_len=len(ctx), temperature=config.temperature,
     )

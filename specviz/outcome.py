@@ -8,13 +8,8 @@ of the context (`SpeculativeDecoder._trim`): an accepted draft can end the text,
 or bonus token that was already drawn is then thrown away. The trace records the *result* — the
 committed `emitted` tokens, the `finish_reason`, the truncate and free events — and this module
 turns those records into the facts every view states, so that no view ever re-derives a count
-from a formula that assumes no cut:
-
-* `cycle_outcome(trace)`: how many tokens the acceptance rule produced (`drawn`), which were
-  committed, which accepted drafts the cut removed and whether the corrected / bonus token
-  survived it;
-* `dropped_entries(trace, events, n_after)`: for each rollback truncation, the cache positions
-  it dropped, each named by the token whose K/V it held (x_n or d_i) and *why* it had to go.
+from a formula that assumes no cut: `cycle_outcome` (what was drawn, committed and cut) and
+`dropped_entries` (each position a rollback dropped, named by its token, and why it had to go).
 
 Positions are 0-based (docs/design.md §1): x_n sits at position n−1 and d_i at position n+i−1.
 """
@@ -62,23 +57,12 @@ def cycle_outcome(trace: CycleTrace) -> CycleOutcome:
     The emitted tokens are always the accepted drafts in order followed by the drawn token, cut
     from the end; so the first `len(emitted)` of that list survived and the rest were cut."""
     accepted = [d for d in trace.drafts if d.verdict == "accepted"]
-    if trace.k == 0:
-        final_kind = "generated"
-    elif trace.rejected_at is not None:
-        final_kind = "corrected"
-    else:
-        final_kind = "bonus"
+    final_kind = "generated" if trace.k == 0 else "bonus" if trace.rejected_at is None else "corrected"
     drawn = len(accepted) + 1
     kept = len(trace.emitted)
     final = trace.emitted[-1] if kept == drawn and trace.emitted[-1].kind == final_kind else None
-    return CycleOutcome(
-        drawn=drawn,
-        committed=trace.emitted,
-        final_kind=final_kind,
-        final=final,
-        cut_drafts=tuple(accepted[kept:]),
-        finish_reason=trace.finish_reason,
-    )
+    return CycleOutcome(drawn=drawn, committed=trace.emitted, final_kind=final_kind, final=final,
+                        cut_drafts=tuple(accepted[kept:]), finish_reason=trace.finish_reason)
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,7 @@ from .errors import CacheCapacityError, SpecvizError
 from .kv import ContiguousKVCache, PagedKVCache, SpecvizCache
 from .proposers import PROPOSER_CLASSES
 from .runfile import RunRecord
+from .runtime import sized_cache
 from .trace import CYCLE_PHASES, CacheEvent, CacheSnapshot, CycleTrace, PhaseSnapshot, TreeTrace
 
 # Phases of a cycle in which caches change (every phase but "start"), in order.
@@ -102,14 +103,8 @@ def replay_run(
     target_snap, draft_snap = record.prefill
 
     def new_cache(recorded: Sequence[CacheSnapshot | None]) -> SpecvizCache:
-        # Sized exactly as the decoder sizes its caches (runtime.open_cache_with_features,
-        # FeatureProposer.start): the context limit is the hard limit, the run's reach the start.
-        if config.cache_layout == "contiguous":
-            cache = _ContiguousStandIn(1, max_len=record.max_context, initial_len=record.cache_reach)
-        else:
-            cache = _PagedStandIn(1, max_len=record.max_context, page_size=config.page_size,
-                                  policy=config.free_policy, num_blocks=config.num_blocks,
-                                  initial_len=record.cache_reach)
+        cache = sized_cache(1, config, record.max_context, record.cache_reach,
+                            contiguous=_ContiguousStandIn, paged=_PagedStandIn)  # as the decoder sizes its own
         cache.recorded_bytes_per_slot = max((s.bytes_per_slot for s in recorded if s is not None), default=0)
         return cache
 

@@ -18,16 +18,12 @@ that `specviz.replay` can also re-run its cache bookkeeping in another layout wi
 `start()` (n = the prompt's length); the first cycle's "start" snapshot is the same picture.
 `config` is the config the run was *started* with: the caches were sized from it.
 
-Token texts: `token_texts` maps every token id of the run -- the prompt, every slot of every
-snapshot of both caches, catch-up, drafts, every top-N list, the emitted tokens -- to its text,
-so no view ever needs a tokenizer. `token_text(id)` falls back to ``<id>`` only for an id that
-is not part of the run.
+`token_texts` maps every token id of the run (`run_token_ids`) to its text, so no view ever
+needs a tokenizer.
 
 The older export (`specviz.traces_to_json`, `python -m specviz walk --json`) is a JSON list of
-traces. `load_run` turns it into a `RunRecord` too: the prompt comes from the first cycle's target
-snapshots (slot positions and tokens), the prefill view is that cycle's "start" snapshot, token
-texts come from the texts the traces carry, and the settings the list does not hold are
-estimated and said so in `notes`.
+traces. `load_run` rebuilds a `RunRecord` from it (`_from_old_export`): what the list does not
+hold is estimated and said so in `notes`.
 
 Anything wrong with a file -- not JSON, another format, a newer major version, missing fields,
 a cycle that cannot be rebuilt, no cycles, too large -- raises `RunFileError` with a sentence
@@ -39,7 +35,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -152,21 +148,18 @@ def record_run(
     reach = _cache_reach(config, len(prompt_ids), max_context, target)
     ids = run_token_ids(prompt_ids, prefill, traces)
     return RunRecord(
-        title=title,
-        created=datetime.now(UTC).isoformat(timespec="seconds"),
-        pair=pair_description,
-        proposer=proposer,
-        config=config,
-        max_context=max_context,
-        cache_reach=reach,
-        prompt_text=prompt_text,
-        chat=bool(chat),
-        prompt_ids=prompt_ids,
-        prefill=(target, draft),
-        traces=traces,
-        token_texts={i: token_text(i) for i in sorted(ids)},
-        baseline_ms_per_token=baseline_ms_per_token,
+        title=title, created=datetime.now(UTC).isoformat(timespec="seconds"), pair=pair_description,
+        proposer=proposer, config=config, max_context=max_context, cache_reach=reach, prompt_text=prompt_text,
+        chat=bool(chat), prompt_ids=prompt_ids, prefill=(target, draft), traces=traces,
+        token_texts={i: token_text(i) for i in sorted(ids)}, baseline_ms_per_token=baseline_ms_per_token,
     )
+
+
+def _texts_in(trace: CycleTrace) -> Iterator[tuple[int, str]]:
+    """(token id, text) of every token a trace names with its text: catch-up, drafts, top-N lists, emitted."""
+    tops = [tp for step in trace.drafts for tp in (*step.draft_top, *step.target_top)]
+    for tok in (*trace.catch_up, *trace.emitted, *trace.drafts, *tops, *trace.residual_top, *trace.bonus_top):
+        yield tok.token_id, tok.text
 
 
 def run_token_ids(
@@ -176,11 +169,7 @@ def run_token_ids(
     ids = set(prompt_ids)
     snapshots = [s for s in prefill if s is not None]
     for t in traces:
-        ids.update(tok.token_id for tok in (*t.catch_up, *t.emitted))
-        for step in t.drafts:
-            ids.add(step.token_id)
-            ids.update(tp.token_id for tp in (*step.draft_top, *step.target_top))
-        ids.update(tp.token_id for tp in (*t.residual_top, *t.bonus_top))
+        ids.update(token_id for token_id, _ in _texts_in(t))
         if t.tree is not None:  # a tree's nodes are its drafts; what the proposer fed while growing it too
             ids.update(t.tree.proposer_fed)
         snapshots.extend(s for snap in t.snapshots for s in (snap.target, snap.draft) if s is not None)
@@ -238,21 +227,11 @@ def load_run(data: str | bytes | bytearray) -> RunRecord:
     max_context = _int_field(obj, "max_context", _max_context_of(prefill[0], config))
     reach = _int_field(obj, "cache_reach", _cache_reach(config, len(prompt_ids), max_context, prefill[0]))
     return RunRecord(
-        title=str(obj.get("title", "")),
-        created=str(obj.get("created", "")),
-        pair=str(obj.get("pair", "")),
-        proposer=str(obj.get("proposer", traces[0].proposer)),
-        config=config,
-        max_context=max_context,
-        cache_reach=reach,
-        prompt_text=str(obj.get("prompt_text", "")),
-        chat=bool(obj.get("chat", False)),
-        prompt_ids=tuple(prompt_ids),
-        prefill=prefill,
-        traces=traces,
-        token_texts=_token_texts_from(obj["token_texts"]),
-        baseline_ms_per_token=_optional_float(obj.get("baseline_ms_per_token")),
-        version=str(obj["version"]),
+        title=str(obj.get("title", "")), created=str(obj.get("created", "")), pair=str(obj.get("pair", "")),
+        proposer=str(obj.get("proposer", traces[0].proposer)), config=config, max_context=max_context,
+        cache_reach=reach, prompt_text=str(obj.get("prompt_text", "")), chat=bool(obj.get("chat", False)),
+        prompt_ids=tuple(prompt_ids), prefill=prefill, traces=traces, token_texts=_token_texts_from(obj["token_texts"]),
+        baseline_ms_per_token=_optional_float(obj.get("baseline_ms_per_token")), version=str(obj["version"]),
         notes=tuple(notes),
     )
 
@@ -387,7 +366,8 @@ def _optional_float(value: Any) -> float | None:
 
 
 def _from_old_export(items: list[Any]) -> RunRecord:
-    """A RunRecord from a bare list of traces (traces_to_json / `walk --json`)."""
+    """A RunRecord from a bare list of traces (traces_to_json / `walk --json`): the prompt from the
+    first cycle's target snapshots, the prefill from its "start" snapshot, the token texts the traces carry."""
     traces = _traces_from(items)
     first = traces[0]
     if not first.snapshots:
@@ -410,20 +390,10 @@ def _from_old_export(items: list[Any]) -> RunRecord:
     reach = start.target.capacity or len(prompt_ids)  # a paged pool tells it to whole pages only
     texts = _texts_carried(traces)
     return RunRecord(
-        title=OLD_FORMAT_TITLE,
-        created="",
-        pair="unknown pair (older export)",
-        proposer=first.proposer,
-        config=config,
-        max_context=max_context,
-        cache_reach=reach,
-        prompt_text="".join(texts.get(t, f"<{t}>") for t in prompt_ids),
-        chat=False,
-        prompt_ids=tuple(prompt_ids),
-        prefill=(start.target, start.draft),
-        traces=traces,
-        token_texts=texts,
-        notes=tuple(notes),
+        title=OLD_FORMAT_TITLE, created="", pair="unknown pair (older export)", proposer=first.proposer, config=config,
+        max_context=max_context, cache_reach=reach, prompt_text="".join(texts.get(t, f"<{t}>") for t in prompt_ids),
+        chat=False, prompt_ids=tuple(prompt_ids), prefill=(start.target, start.draft), traces=traces,
+        token_texts=texts, notes=tuple(notes),
     )
 
 
@@ -472,18 +442,8 @@ def _config_of_old(traces: Sequence[CycleTrace], target: CacheSnapshot, notes: l
 def _texts_carried(traces: Iterable[CycleTrace]) -> dict[int, str]:
     """Token texts the traces themselves carry (empty texts -- instrument off -- are not texts)."""
     texts: dict[int, str] = {}
-
-    def add(token_id: int, text: str) -> None:
-        if text and token_id not in texts:
-            texts[token_id] = text
-
     for t in traces:
-        for tok in (*t.catch_up, *t.emitted):
-            add(tok.token_id, tok.text)
-        for step in t.drafts:
-            add(step.token_id, step.text)
-            for tp in (*step.draft_top, *step.target_top):
-                add(tp.token_id, tp.text)
-        for tp in (*t.residual_top, *t.bonus_top):
-            add(tp.token_id, tp.text)
+        for token_id, text in _texts_in(t):
+            if text and token_id not in texts:
+                texts[token_id] = text
     return texts

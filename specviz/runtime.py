@@ -20,7 +20,7 @@ import torch
 from . import tokenbytes
 from .config import DecodeConfig
 from .errors import ConfigError, PromptError
-from .kv import SpecvizCache, create_cache
+from .kv import ContiguousKVCache, PagedKVCache, SpecvizCache, num_attention_layers
 
 
 def model_device(model: torch.nn.Module) -> torch.device:
@@ -139,10 +139,21 @@ def output_head_inputs(model: Any, enabled: bool = True) -> Iterator[list[torch.
 
 def expected_reach(cfg: DecodeConfig, prompt_len: int, limit: int | None = None) -> int:
     """Positions a run's caches can reach: prompt + max_new_tokens + K + 1 (the verify pass
-    appends K+1 positions provisionally; a tree verify appends tree_nodes + 1), capped by `limit`.
-    Caches are sized for this and grow past it only if K, the tree or max_new_tokens grow live."""
+    appends K+1 positions provisionally; a tree verify appends tree_nodes + 1), capped by `limit`."""
     reach = prompt_len + cfg.max_new_tokens + (max(cfg.k, cfg.tree_nodes) if cfg.is_tree else cfg.k) + 1
     return reach if limit is None else min(reach, limit)
+
+
+def sized_cache(num_layers: int, cfg: DecodeConfig, max_len: int, reach: int, *,
+                contiguous: type[ContiguousKVCache] = ContiguousKVCache,
+                paged: type[PagedKVCache] = PagedKVCache) -> SpecvizCache:
+    """The one cache-sizing rule, for the target, every proposer's cache and a replay's stand-ins:
+    the configured layout, storage for `reach` positions at start (`expected_reach`), growing on
+    demand up to `max_len`, the context limit (a paged pool capped at `cfg.num_blocks` if set)."""
+    if cfg.cache_layout == "contiguous":
+        return contiguous(num_layers, max_len=max_len, initial_len=reach)
+    return paged(num_layers, max_len=max_len, page_size=cfg.page_size, policy=cfg.free_policy,
+                 num_blocks=cfg.num_blocks, initial_len=reach)
 
 
 def open_cache(
@@ -161,11 +172,8 @@ def open_cache_with_features(
     *, reach: int | None = None,
 ) -> tuple[SpecvizCache, torch.Tensor | None]:
     """As `open_cache`, and the prefill's features [n-1, H] (None for a one-token prompt)."""
-    cache = create_cache(
-        model, cfg.cache_layout, page_size=cfg.page_size, policy=cfg.free_policy,
-        max_len=max_len, num_blocks=cfg.num_blocks,
-        initial_len=expected_reach(cfg, len(prompt_ids), max_len) if reach is None else reach,
-    )
+    reach = expected_reach(cfg, len(prompt_ids), max_len) if reach is None else reach
+    cache = sized_cache(num_attention_layers(model), cfg, max_len, reach)
     caught = None
     if len(prompt_ids) > 1:
         caught = forward_with_features(model, cache, prompt_ids[:-1], "prefill", last_only=True, features=features)[1]

@@ -125,20 +125,12 @@ def acceptance_stats(traces: Sequence[CycleTrace]) -> AcceptanceStats:
                 accepted += 1
                 accepted_pos[d.index - 1] += 1
     return AcceptanceStats(
-        cycles=len(used),
-        tokens=sum(len(t.emitted) for t in used),
-        tested=tested,
-        accepted=accepted,
-        mean_ratio=ratio_sum / tested if tested else 0.0,
-        accepted_hist=tuple(hist),
-        tested_by_position=tuple(tested_pos),
-        accepted_by_position=tuple(accepted_pos),
-        mean_k=sum(t.k for t in chains) / len(chains) if chains else 0.0,
-        forced_cycles=len(traces) - len(used),
-        k_values=tuple(sorted({t.k for t in chains})),
-        plain_cycles=sum(1 for t in chains if t.k == 0),
-        tree_cycles=len(trees),
-        tree_nodes=sum(t.k for t in trees),
+        cycles=len(used), tokens=sum(len(t.emitted) for t in used), tested=tested, accepted=accepted,
+        mean_ratio=ratio_sum / tested if tested else 0.0, accepted_hist=tuple(hist),
+        tested_by_position=tuple(tested_pos), accepted_by_position=tuple(accepted_pos),
+        mean_k=sum(t.k for t in chains) / len(chains) if chains else 0.0, forced_cycles=len(traces) - len(used),
+        k_values=tuple(sorted({t.k for t in chains})), plain_cycles=sum(1 for t in chains if t.k == 0),
+        tree_cycles=len(trees), tree_nodes=sum(t.k for t in trees),
         tree_path_tokens=sum(t.num_accepted for t in trees),
     )
 
@@ -228,16 +220,11 @@ def pass_costs(traces: Sequence[CycleTrace], baseline_ms_per_token: float | None
     if not costs or not baseline_ms_per_token or baseline_ms_per_token <= 0:
         return None
 
-    def steps(ms: Sequence[float]) -> float:
-        return sum(ms) / len(costs) / baseline_ms_per_token
+    def steps(piece: str) -> float:
+        return sum(getattr(c, f"{piece}_ms") for c in costs) / len(costs) / baseline_ms_per_token
 
-    return PassCosts(
-        draft=steps([c.draft_ms for c in costs]),
-        verify=steps([c.verify_ms for c in costs]),
-        bookkeeping=steps([c.bookkeeping_ms for c in costs]),
-        check=steps([c.check_ms for c in costs]),
-        plain_ms_per_token=baseline_ms_per_token,
-    )
+    return PassCosts(draft=steps("draft"), verify=steps("verify"), bookkeeping=steps("bookkeeping"),
+                     check=steps("check"), plain_ms_per_token=baseline_ms_per_token)
 
 
 @dataclass(frozen=True)
@@ -281,15 +268,9 @@ def measured_speedup(traces: Sequence[CycleTrace], baseline_ms_per_token: float 
     measured = baseline_ms_per_token / spec_per_token if baseline_ms_per_token and spec_per_token > 0 else None
     costs = pass_costs(used, baseline_ms_per_token)
     return SpeedupReport(
-        alpha=st.alpha,
-        k=st.mean_k,
-        c=c,
-        expected_tokens_per_cycle=expected,
-        measured_tokens_per_cycle=st.tokens_per_cycle,
-        theoretical_speedup=theory,
-        spec_ms_per_token=spec_per_token,
-        baseline_ms_per_token=baseline_ms_per_token,
-        measured_speedup=measured,
+        alpha=st.alpha, k=st.mean_k, c=c, expected_tokens_per_cycle=expected,
+        measured_tokens_per_cycle=st.tokens_per_cycle, theoretical_speedup=theory,
+        spec_ms_per_token=spec_per_token, baseline_ms_per_token=baseline_ms_per_token, measured_speedup=measured,
         costs=costs,
         theory_with_pass_costs=expected / costs.passes if costs and costs.passes > 0 and chain else None,
         theory_with_bookkeeping=expected / costs.total if costs and costs.total > 0 and chain else None,
@@ -299,23 +280,21 @@ def measured_speedup(traces: Sequence[CycleTrace], baseline_ms_per_token: float 
 
 def cycle_rows(traces: Sequence[CycleTrace]) -> list[dict[str, object]]:
     """One row per cycle for a history table: what was proposed, what survived, what it cost."""
-    rows = []
-    for t in traces:
-        rows.append(
-            {
-                "cycle": t.cycle + 1,  # numbered from 1 wherever a person reads it
-                "n": t.context_len,
-                "proposer": t.proposer,
-                "K": t.k if t.tree is None else t.tree.depth,  # a tree's K is its depth
-                "tree": "" if t.tree is None else f"width {t.tree.width}, {t.k} nodes",
-                "T": t.temperature,
-                "accepted": t.num_accepted,
-                "rejected at": t.rejected_at if t.rejected_at is not None else "—",
-                "committed": "".join(e.text for e in t.emitted),
-                "last token": t.emitted[-1].kind if t.emitted else "—",
-                "note": "no proposal: plain target step" if t.k == 0 else "",
-                "forced": "what-if: not in the statistics" if t.forced else "",
-                "ms": round(cycle_ms(t), 1),
-            }
-        )
-    return rows
+    return [
+        {
+            "cycle": t.cycle + 1,  # numbered from 1 wherever a person reads it
+            "n": t.context_len,
+            "proposer": t.proposer,
+            "K": t.k if t.tree is None else t.tree.depth,  # a tree's K is its depth
+            "tree": "" if t.tree is None else f"width {t.tree.width}, {t.k} nodes",
+            "T": t.temperature,
+            "accepted": t.num_accepted,
+            "rejected at": t.rejected_at if t.rejected_at is not None else "—",
+            "committed": "".join(e.text for e in t.emitted),
+            "last token": t.emitted[-1].kind if t.emitted else "—",
+            "note": "no proposal: plain target step" if t.k == 0 else "",
+            "forced": "what-if: not in the statistics" if t.forced else "",
+            "ms": round(cycle_ms(t), 1),
+        }
+        for t in traces
+    ]

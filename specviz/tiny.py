@@ -37,18 +37,10 @@ def _tiny_llama(vocab_size: int, seed: int, layers: int, hidden: int, eos_id: in
 
     torch.manual_seed(seed)
     config = LlamaConfig(
-        vocab_size=vocab_size,
-        hidden_size=hidden,
-        intermediate_size=hidden * 2,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
+        vocab_size=vocab_size, hidden_size=hidden, intermediate_size=hidden * 2, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
         initializer_range=0.4,  # peaked distributions instead of near-uniform ones
-        bos_token_id=None,
-        eos_token_id=eos_id,
-        pad_token_id=None,
-        tie_word_embeddings=False,
+        bos_token_id=None, eos_token_id=eos_id, pad_token_id=None, tie_word_embeddings=False,
     )
     model = LlamaForCausalLM(config).eval()
     model.generation_config.eos_token_id = eos_id

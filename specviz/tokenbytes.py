@@ -22,6 +22,7 @@ No torch and no tokenizer here: the views read labels from traces.
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -37,13 +38,8 @@ def byte_level_table() -> dict[str, int]:
     are moved to U+0100 onwards in byte order, so that no vocabulary string holds a space or a
     control character."""
     printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    table = {chr(b): b for b in printable}
-    shifted = 0
-    for b in range(256):
-        if b not in printable:
-            table[chr(256 + shifted)] = b
-            shifted += 1
-    return table
+    moved = [b for b in range(256) if b not in printable]
+    return {chr(b): b for b in printable} | {chr(256 + i): b for i, b in enumerate(moved)}
 
 
 def byte_level_bytes(piece: str) -> bytes | None:
@@ -77,14 +73,8 @@ def bytes_label(raw: bytes) -> str:
 
 def label_bytes(label: str) -> bytes:
     """The inverse of `bytes_label`: the bytes a label stands for."""
-    out = bytearray()
-    last = 0
-    for match in BYTE_TOKEN.finditer(label):
-        out += label[last : match.start()].encode("utf-8")
-        out.append(int(match.group(1), 16))
-        last = match.end()
-    out += label[last:].encode("utf-8")
-    return bytes(out)
+    parts = BYTE_TOKEN.split(label)  # text, hex digits of a byte, text, ..., text
+    return b"".join(bytes([int(p, 16)]) if i % 2 else p.encode("utf-8") for i, p in enumerate(parts))
 
 
 def is_whole(raw: bytes) -> bool:
@@ -113,16 +103,10 @@ def character_spans(pieces: Sequence[bytes | None]) -> list[CharacterSpan]:
     merged into one span (a token holding the end of one character and the start of the next joins
     them). A None piece (bytes unknown) joins nothing."""
     spans: list[CharacterSpan] = []
-    start = 0
-    while start < len(pieces):
-        if pieces[start] is None:
-            start += 1
-            continue
-        end = start
-        while end < len(pieces) and pieces[end] is not None:
-            end += 1
-        spans += _spans_in_run(pieces[start:end], start)  # type: ignore[arg-type]
-        start = end
+    for known, group in itertools.groupby(enumerate(pieces), key=lambda item: item[1] is not None):
+        if known:  # a run of consecutive tokens whose bytes are known
+            run = list(group)
+            spans += _spans_in_run([piece for _, piece in run], run[0][0])  # type: ignore[misc]
     return spans
 
 
@@ -151,10 +135,4 @@ def _spans_in_run(pieces: Sequence[bytes], offset: int) -> list[CharacterSpan]:
 
 def _utf8_length(lead: int) -> int:
     """Bytes of the character a UTF-8 lead byte starts (1 for ASCII and for a stray byte)."""
-    if lead >= 0xF0:
-        return 4
-    if lead >= 0xE0:
-        return 3
-    if lead >= 0xC0:
-        return 2
-    return 1
+    return 4 if lead >= 0xF0 else 3 if lead >= 0xE0 else 2 if lead >= 0xC0 else 1

@@ -64,28 +64,20 @@ class CacheEvent:
     def describe(self) -> str:
         """A one-line, human-readable account of the event."""
         ids = ", ".join(str(b) for b in self.blocks)
-        if self.kind == "append":
-            return f"append K/V for positions {self.start}..{self.end - 1} (provisional)"
-        if self.kind == "truncate":
-            return f"truncate length {self.start} -> {self.end} (drop positions {self.end}..{self.start - 1})"
-        if self.kind == "pointer":
-            return f"write pointer {self.start} -> {self.end}"
-        if self.kind == "alloc":
-            return f"allocate block(s) [{ids}] from the free pool"
-        if self.kind == "free":
-            return f"free block(s) [{ids}] back to the pool"
-        if self.kind == "grow":
-            if self.blocks:
-                added = ids if len(self.blocks) <= 4 else f"{self.blocks[0]}..{self.blocks[-1]}"
-                return (
-                    f"grow the block pool from {self.start} to {self.end} blocks "
-                    f"(new block(s) [{added}] join the free list; old blocks copied)"
-                )
-            return f"grow the buffer from {self.start} to {self.end} rows (old rows copied)"
-        if self.kind == "move":
-            where = f" (block {self.blocks[0]} -> block {self.blocks[1]})" if len(self.blocks) == 2 else ""
-            return f"move K/V of entry {self.start} to entry {self.end}{where}"
-        return f"reuse reserved block(s) [{ids}]"
+        if self.kind == "grow" and self.blocks:  # the paged pool; without blocks, the contiguous buffer
+            added = ids if len(self.blocks) <= 4 else f"{self.blocks[0]}..{self.blocks[-1]}"
+            return (f"grow the block pool from {self.start} to {self.end} blocks "
+                    f"(new block(s) [{added}] join the free list; old blocks copied)")
+        where = f" (block {self.blocks[0]} -> block {self.blocks[1]})" if len(self.blocks) == 2 else ""
+        return {
+            "append": f"append K/V for positions {self.start}..{self.end - 1} (provisional)",
+            "truncate": f"truncate length {self.start} -> {self.end} (drop positions {self.end}..{self.start - 1})",
+            "pointer": f"write pointer {self.start} -> {self.end}",
+            "alloc": f"allocate block(s) [{ids}] from the free pool",
+            "free": f"free block(s) [{ids}] back to the pool",
+            "grow": f"grow the buffer from {self.start} to {self.end} rows (old rows copied)",
+            "move": f"move K/V of entry {self.start} to entry {self.end}{where}",
+        }.get(self.kind, f"reuse reserved block(s) [{ids}]")
 
 
 @dataclass(frozen=True)

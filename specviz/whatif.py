@@ -8,9 +8,9 @@ leash:
   cleared (`exact_again`) and exact decoding resumes.
 * **Forcing stops at an end-of-text draft.** Forcing d_i to be accepted when d_i is the
   end-of-text token would end the whole generation — a side effect nobody asked for when they
-  ticked "accept d1–d3". So from the first end-of-text draft whose acceptance was forced, the real test decides: the
-  outcomes forced *before* it still apply, and if the target itself accepts the end-of-text token
-  the text ends exactly as plain decoding would have let it.
+  ticked "accept d1–d3". So from the first end-of-text draft whose acceptance was forced, the
+  real test decides: the outcomes forced *before* it still apply, and if the target itself accepts
+  the end-of-text token the text ends exactly as plain decoding would have let it.
 
 The engine applies forced outcomes inside `step()` and itself stops forcing at the first
 end-of-text draft (`specviz.rules.accept_chain`), so `forced_step` only runs the cycle and reports
@@ -37,9 +37,8 @@ class ForcedStep:
 
 
 def forced_step(dec: Any) -> ForcedStep:
-    """Run one cycle with the decoder's forced outcomes. The engine itself stops forcing at the
-    first end-of-text draft (the real test decides from there on); `stopped_at` names that draft
-    when a forced outcome was asked for it or after it. Without forced outcomes this is `dec.step()`."""
+    """Run one cycle with the decoder's forced outcomes (`dec.step()` when there are none);
+    `stopped_at` names the end-of-text draft where the engine stopped forcing, when one was forced there or after."""
     forced: Forced = tuple(dec.config.forced_outcomes)
     trace = dec.step()
     if not forced:

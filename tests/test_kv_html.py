@@ -1,5 +1,5 @@
 """The HTML KV view (specviz/viz/kv_html.py) on real tiny-pair traces, and the colour-blind checks
-of its palette (specviz/viz/cvd.py)."""
+of its palette (tests/cvd.py)."""
 
 from __future__ import annotations
 
@@ -9,14 +9,15 @@ import re
 import struct
 import zlib
 
+import cvd
 import numpy as np
 import pytest
+from sample_traces import demo_token_text, demo_traces
 
+from specviz.proposers import registry
 from specviz.trace import CYCLE_PHASES, CycleTrace, PhaseSnapshot
-from specviz.viz import cvd
-from specviz.viz.cache_words import NO_CACHE, PANEL_TITLES, memory_text
+from specviz.viz.cache_words import memory_text, no_cache_html, panel_title
 from specviz.viz.kv_html import FREE_LIST_SHOWN, FREE_LIST_TAIL, kv_stage_html
-from specviz.viz.sample import demo_token_text, demo_traces
 from specviz.viz.style import KIND_COLORS, PHASE_TITLES, SLOT_COLORS, esc_attr
 
 CELL = re.compile(r"<div class='svkv-cell ([^']*)'([^>]*) title='slot (\d+)")
@@ -272,8 +273,9 @@ def test_prompt_lookup_draws_the_target_alone(layout):
         # one cache (the target's), the words saying why there is no second one, no proposer title
         opening = "<section class='svkv-cache' data-key='t-cache' aria-label='Target cache'>"
         assert len(sections(html)) == 1 and sections(html)[0].startswith(opening)
-        assert f"<div class='svkv-nocache'>{NO_CACHE}</div>" in html and "Prompt lookup keeps no draft cache" in html
-        assert not any(title in html for title in PANEL_TITLES.values())
+        assert f"<div class='svkv-nocache'>{no_cache_html('lookup')}</div>" in html
+        assert "Prompt lookup keeps no draft cache" in html
+        assert not any(e.cache_title in html for e in registry.entries() if e.has_cache)
         assert "target only" in html and "Prompt lookup keeps no draft cache." in html  # aria-label, description
 
 
@@ -345,14 +347,14 @@ def test_block_table_tags_and_free_list_on_the_demo_cycle(policy):
 def test_proposer_panel_is_captioned_by_proposer():
     token_text, (tr, *_) = run(cycles=1)
     sec = sections(stage(tr, token_text, "draft"))[1]
-    assert sec.startswith(f"<section class='svkv-cache' data-key='p-cache' aria-label='{PANEL_TITLES['draft']}'>")
-    assert f"<h3 class='svkv-title'>{PANEL_TITLES['draft']} <span" in sec
+    assert sec.startswith(f"<section class='svkv-cache' data-key='p-cache' aria-label='{panel_title('draft')}'>")
+    assert f"<h3 class='svkv-title'>{panel_title('draft')} <span" in sec
     token_text, (tr, *_) = run(proposer="feature", prompt="abcabcabcab", cycles=1)
     head = tr.snapshot("draft").draft
     # d2..dK were fed the head's PREDICTED features: K-1 entries, drawn provisional
     assert head.seq_len - head.num_committed == tr.k - 1 == 3
     sec = sections(stage(tr, token_text, "draft", max_rows=100))[1]
-    assert f"<h3 class='svkv-title'>{esc_attr(PANEL_TITLES['feature'])} <span" in sec
+    assert f"<h3 class='svkv-title'>{esc_attr(panel_title('feature'))} <span" in sec
     assert f"({head.num_committed} from real features + 3 from predicted features)" in sec
     assert states(sec).count("provisional") == 3
     # each entry says what it pairs: the feature at p and the token at p+1

@@ -5,12 +5,12 @@ from __future__ import annotations
 import math
 
 import pytest
+from sample_traces import demo_traces
 
 from specviz import narrative, stats
 from specviz.lab import checkpoints_for, total_variation
 from specviz.trace import CYCLE_PHASES
 from specviz.viz.exactness import lab_figure
-from specviz.viz.sample import demo_traces
 from specviz.viz.statistics import speedup_figure, stats_figure
 
 

@@ -7,6 +7,7 @@ import random
 import re
 
 import pytest
+from sample_traces import demo_token_text, demo_traces
 
 from specviz.runtime import TokenTexts
 from specviz.tokenbytes import (
@@ -18,7 +19,6 @@ from specviz.tokenbytes import (
     label_bytes,
 )
 from specviz.viz import tokens
-from specviz.viz.sample import demo_token_text, demo_traces
 
 TEXTS = [
     "🙂", "你好", "naïve", "The quick brown fox jumps over the lazy dog.", "I 🙂 you 👍🏽! 你好, naïve café ♥\n\tend"

@@ -7,11 +7,11 @@ import functools
 from pathlib import Path
 
 import pytest
+from sample_traces import demo_token_text, demo_traces
 
 from specviz.trace import CYCLE_PHASES
 from specviz.viz import acceptance, distributions, proposals, tokens
 from specviz.viz.kv_html import kv_stage_html
-from specviz.viz.sample import demo_token_text, demo_traces
 from specviz.viz.style import show_token
 
 VIZ = Path(__file__).resolve().parent.parent / "specviz" / "viz"
@@ -201,7 +201,7 @@ def test_lookup_one_hot_q_in_proposals_and_acceptance():
 
 
 def test_demo_traces_simulate_lookup_and_plain_steps():
-    prompt, traces = demo_traces(accepted_counts=(None, 2, 5), k=4, proposer="lookup")
+    prompt, traces = demo_traces(accepted_counts=(None, 2, 4), k=4, proposer="lookup")
     plain, rej, full = traces
     assert plain.k == 0 and [e.kind for e in plain.emitted] == ["generated"]
     assert all(s.draft is None for t in traces for s in t.snapshots)
@@ -212,3 +212,5 @@ def test_demo_traces_simulate_lookup_and_plain_steps():
             assert html.count("<section class='svkv-cache'") == 1 and "Prompt lookup keeps no draft cache" in html
     with pytest.raises(ValueError):
         demo_traces(proposer="feature")
+    with pytest.raises(ValueError):
+        demo_traces(accepted_counts=(5,), k=4)  # more accepted than drafted

@@ -14,13 +14,13 @@ import dataclasses
 import functools
 
 import pytest
+from sample_traces import demo_traces
 
 import specviz
 from specviz import narrative, stats, whatif
 from specviz.config import DecodeConfig
 from specviz.trace import CYCLE_PHASES
 from specviz.viz import proposals, statistics, tokens
-from specviz.viz.sample import demo_traces
 
 ALL_ACCEPTED = tuple((i, True) for i in range(1, 6))
 

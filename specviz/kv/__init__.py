@@ -4,10 +4,8 @@
 * `PagedKVCache` (paged.py): vLLM-style blocks from a `BlockPool`, found through a block table,
   with two rollback policies ("free" and "keep").
 
-Both are `SpecvizCache`s (base.py): `transformers.cache_utils.Cache` subclasses for one
-sequence, with `reserve` / `truncate`, `dense_kv`, an event log, cheap snapshots and
-`memory_bytes()` (allocated vs held vs valid). Storage is allocated for `initial_len` positions
-(what the run is expected to reach) and grows on demand up to `max_len` (base.py).
+Both are `SpecvizCache`s (base.py, which explains the bookkeeping and the memory sizing):
+`transformers.cache_utils.Cache` subclasses for one sequence.
 
     cache = create_cache(model, layout="paged", page_size=16, policy="free", max_len=2048, initial_len=180)
     cache.reserve(ids, phase="prefill")
@@ -25,18 +23,8 @@ from specviz.kv.contiguous import ContiguousKVCache
 from specviz.kv.paged import POLICIES, BlockPool, BlockTable, KVBlock, PagedKVCache
 
 __all__ = [
-    "LAYOUTS",
-    "POLICIES",
-    "BlockPool",
-    "DEFAULT_INITIAL_LEN",
-    "BlockTable",
-    "ContiguousKVCache",
-    "KVBlock",
-    "KVMemory",
-    "PagedKVCache",
-    "SpecvizCache",
-    "SpecvizLayer",
-    "create_cache",
+    "LAYOUTS", "POLICIES", "BlockPool", "DEFAULT_INITIAL_LEN", "BlockTable", "ContiguousKVCache", "KVBlock",
+    "KVMemory", "PagedKVCache", "SpecvizCache", "SpecvizLayer", "create_cache",
 ]
 
 
@@ -50,18 +38,13 @@ def create_cache(
     num_blocks: int | None = None,
     initial_len: int | None = None,
 ) -> SpecvizCache:
-    """An empty one-sequence cache for `model` (one layer entry per decoder layer).
-
-    Storage is allocated for `initial_len` positions (None: `DEFAULT_INITIAL_LEN`; capped by
-    `max_len`; rounded up to whole pages) and grows on demand up to `max_len`, the hard limit.
-    A paged pool's cap is the blocks `max_len` needs, or `num_blocks` when given.
-    """
+    """An empty one-sequence cache for `model` (one layer entry per decoder layer), with storage for
+    `initial_len` positions (None: `DEFAULT_INITIAL_LEN`) that grows on demand up to `max_len`; a
+    paged pool's cap is the blocks `max_len` needs, or `num_blocks` when given."""
     num_layers = num_attention_layers(model)
     if layout == "contiguous":
         return ContiguousKVCache(num_layers, max_len=max_len, initial_len=initial_len)
     if layout == "paged":
-        return PagedKVCache(
-            num_layers, max_len=max_len, page_size=page_size, policy=policy, num_blocks=num_blocks,
-            initial_len=initial_len,
-        )
+        return PagedKVCache(num_layers, max_len=max_len, page_size=page_size, policy=policy, num_blocks=num_blocks,
+                            initial_len=initial_len)
     raise ConfigError(f"cache layout must be one of {LAYOUTS}, got {layout!r}")

@@ -172,10 +172,9 @@ class SpecvizLayer(CacheLayerMixin):
     # -- the transformers CacheLayerMixin interface --------------------------------------
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         # Storage for the cache's allocated slots is created on the first update, with the
-        # layer's own dtype and device (layers of one model may sit on different devices).
+        # layer's own dtype and device (layers of one model may sit on different devices), as
+        # normal tensors (see `grown`), whatever mode the first forward ran in.
         self.dtype, self.device = key_states.dtype, key_states.device
-        # Normal (not inference-mode) tensors, so that later writes work whether or not they
-        # run under torch.inference_mode(), whatever mode the first forward ran in.
         with torch.inference_mode(False):
             self.allocate(key_states, value_states)
         self.is_initialized = True
@@ -360,9 +359,8 @@ class SpecvizCache(Cache):
     def move(self, moves: Sequence[tuple[int, int]], phase: str) -> None:
         """Copy the K/V of entry `src` to entry `dst` for every (src, dst) of `moves`, in every layer.
 
-        A tree's compaction: each dst < src < L and the dsts increase, which is the order in which
-        one-at-a-time copies would be safe; the layers gather all sources before writing, so the
-        result is the same. Checked first: a bad move raises ValueError with nothing changed.
+        Each dst < src < L and the dsts increase (the order in which one-at-a-time copies would be
+        safe). Checked first: a bad move raises ValueError with nothing changed.
         """
         moves = [(int(a), int(b)) for a, b in moves]
         if not moves:
@@ -422,6 +420,14 @@ class SpecvizCache(Cache):
     def snapshot(self, num_committed: int) -> CacheSnapshot:
         raise NotImplementedError
 
+    def _snapshot(self, num_committed: int, listed: int, **layout: Any) -> CacheSnapshot:
+        """The fields every layout's snapshot shares; slots 0..listed-1 are listed, `layout` adds the rest."""
+        return CacheSnapshot(
+            layout=self.layout, seq_len=self.seq_len, num_committed=min(num_committed, self.seq_len),
+            slot_positions=tuple(self.slot_positions[:listed]), slot_tokens=tuple(self.slot_tokens[:listed]),
+            max_capacity=self.limit_slots, bytes_per_slot=self.bytes_per_position(), **layout,
+        )
+
     # -- called by the layers during a forward -------------------------------------------
     def begin_write(self, layer_idx: int, num_new: int) -> int:
         """A layer is about to write `num_new` positions; returns the first position L."""
@@ -458,8 +464,5 @@ class SpecvizCache(Cache):
         raise NotImplementedError
 
     def __repr__(self) -> str:
-        name = type(self).__name__
-        return (
-            f"{name}(layers={len(self.layers)}, seq_len={self.seq_len}, "
-            f"allocated={self.allocated_slots}, max_len={self.max_len})"
-        )
+        return (f"{type(self).__name__}(layers={len(self.layers)}, seq_len={self.seq_len}, "
+                f"allocated={self.allocated_slots}, max_len={self.max_len})")

@@ -30,11 +30,9 @@ class ContiguousLayer(SpecvizLayer):
     """One layer: `keys`/`values` buffers `[1, H_kv, rows, D]`; row p holds position p."""
 
     def allocate(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        _, heads, _, _ = key_states.shape  # [B, H, T, D]
-        shape_k = (1, heads, self.owner.rows, key_states.shape[-1])
-        shape_v = (1, heads, self.owner.rows, value_states.shape[-1])
-        self.keys = torch.zeros(shape_k, dtype=key_states.dtype, device=key_states.device)
-        self.values = torch.zeros(shape_v, dtype=value_states.dtype, device=value_states.device)
+        heads, rows = key_states.shape[1], self.owner.rows  # key_states [B, H, T, D]
+        self.keys = key_states.new_zeros(1, heads, rows, key_states.shape[-1])
+        self.values = value_states.new_zeros(1, heads, rows, value_states.shape[-1])
 
     def write_and_read(
         self, start: int, key_states: torch.Tensor, value_states: torch.Tensor
@@ -110,16 +108,4 @@ class ContiguousKVCache(SpecvizCache):
         return list(range(start, end))
 
     def snapshot(self, num_committed: int) -> CacheSnapshot:
-        n = self.num_touched
-        return CacheSnapshot(
-            layout="contiguous",
-            seq_len=self.seq_len,
-            num_committed=min(num_committed, self.seq_len),
-            capacity=self.rows,
-            page_size=0,
-            num_blocks=0,
-            slot_positions=tuple(self.slot_positions[:n]),
-            slot_tokens=tuple(self.slot_tokens[:n]),
-            max_capacity=self.max_len,
-            bytes_per_slot=self.bytes_per_position(),
-        )
+        return self._snapshot(num_committed, self.num_touched, capacity=self.rows, page_size=0, num_blocks=0)

@@ -58,6 +58,10 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def block_ids(blocks: Iterable[KVBlock]) -> tuple[int, ...]:
+    return tuple(b.block_id for b in blocks)
+
+
 @dataclass
 class KVBlock:
     """One physical block of `page_size` token slots (vLLM's KVCacheBlock, minus prefix hashing)."""
@@ -109,7 +113,7 @@ class BlockPool:
     @property
     def free_block_ids(self) -> tuple[int, ...]:
         """The free list, in the order the blocks will be handed out."""
-        return tuple(b.block_id for b in self.free_block_queue)
+        return block_ids(self.free_block_queue)
 
     def get_new_blocks(self, num_blocks: int) -> list[KVBlock]:
         if num_blocks > self.num_free_blocks:
@@ -186,50 +190,40 @@ class PagedLayer(SpecvizLayer):
         return (self.keys[0, 0].nbytes + self.values[0, 0].nbytes) if self.is_initialized else 0
 
     def allocate(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        _, heads, _, _ = key_states.shape  # [B, H, T, D]
-        pool_shape = (self.owner.pool.num_blocks, self.owner.page_size, heads)
-        self.keys = torch.zeros(
-            *pool_shape, key_states.shape[-1], dtype=key_states.dtype, device=key_states.device
-        )
-        self.values = torch.zeros(
-            *pool_shape, value_states.shape[-1], dtype=value_states.dtype, device=value_states.device
-        )
+        pool_shape = (self.owner.pool.num_blocks, self.owner.page_size, key_states.shape[1])  # key_states [B, H, T, D]
+        self.keys = key_states.new_zeros(*pool_shape, key_states.shape[-1])
+        self.values = value_states.new_zeros(*pool_shape, value_states.shape[-1])
+
+    @staticmethod
+    def slots_of(pool: torch.Tensor) -> torch.Tensor:
+        """The pool as one row per slot: [num_blocks * page_size, H, D] (a view)."""
+        return pool.view(-1, pool.shape[2], pool.shape[3])
 
     def gather(self, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        heads = self.keys.shape[2]
-        keys = self.keys.view(-1, heads, self.keys.shape[-1]).index_select(0, slots)  # [T, H, D]
-        values = self.values.view(-1, heads, self.values.shape[-1]).index_select(0, slots)
+        keys = self.slots_of(self.keys).index_select(0, slots)  # [T, H, D]
+        values = self.slots_of(self.values).index_select(0, slots)
         return keys.transpose(0, 1).unsqueeze(0), values.transpose(0, 1).unsqueeze(0)  # [1, H, T, D]
 
     def write_and_read(
         self, start: int, key_states: torch.Tensor, value_states: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        end = start + key_states.shape[-2]
-        slots = self.owner.slot_ids(end, self.keys.device)  # [L+T]
-        heads = self.keys.shape[2]
-        flat_k = self.keys.view(-1, heads, self.keys.shape[-1])  # [num_blocks * page_size, H, D]
-        flat_v = self.values.view(-1, heads, self.values.shape[-1])
-        flat_k.index_copy_(0, slots[start:], key_states[0].transpose(0, 1))  # [T, H, D]
-        flat_v.index_copy_(0, slots[start:], value_states[0].transpose(0, 1))
+        slots = self.owner.slot_ids(start + key_states.shape[-2], self.keys.device)  # [L+T]
+        self.slots_of(self.keys).index_copy_(0, slots[start:], key_states[0].transpose(0, 1))  # [T, H, D]
+        self.slots_of(self.values).index_copy_(0, slots[start:], value_states[0].transpose(0, 1))
         return self.gather(slots)
 
     def dense(self, length: int) -> tuple[torch.Tensor, torch.Tensor]:
         return self.gather(self.owner.slot_ids(length, self.keys.device))
 
     def copy_slots(self, src: torch.Tensor, dst: torch.Tensor) -> None:
-        heads = self.keys.shape[2]
         for pool in (self.keys, self.values):
-            flat = pool.view(-1, heads, pool.shape[-1])  # [num_blocks * page_size, H, D]
+            flat = self.slots_of(pool)
             flat.index_copy_(0, dst, flat.index_select(0, src))  # gathered first: overlaps are safe
 
 
 class PagedKVCache(SpecvizCache):
     """A block table over a growable BlockPool (events: "append", "grow", "alloc", "reuse",
-    "truncate", "free").
-
-    `num_blocks` is a hard cap on the pool (None: the blocks `max_len` needs); the pool starts
-    with the blocks `initial_len` needs (at most the cap) and grows on demand.
-    """
+    "truncate", "free"); `num_blocks` caps the pool (None: the blocks `max_len` needs)."""
 
     layout = "paged"
     layer_class = PagedLayer
@@ -320,7 +314,7 @@ class PagedKVCache(SpecvizCache):
         self._grow_pool(self.table.num_new_blocks(end) - self.pool.num_free_blocks, phase)
         new = self.table.grow(end)
         if new:
-            self.events.append(CacheEvent("alloc", phase, blocks=tuple(b.block_id for b in new)))
+            self.events.append(CacheEvent("alloc", phase, blocks=block_ids(new)))
 
     def _grow_pool(self, shortfall: int, phase: str) -> None:
         """Add at least `shortfall` blocks (twice the pool, if the cap allows) to the free list."""
@@ -331,7 +325,7 @@ class PagedKVCache(SpecvizCache):
         old = pool.num_blocks
         self._grow_storage(target * self.page_size)  # tensors first: an allocation failure changes nothing
         new = pool.grow(target - old)
-        self.events.append(CacheEvent("grow", phase, old, pool.num_blocks, blocks=tuple(b.block_id for b in new)))
+        self.events.append(CacheEvent("grow", phase, old, pool.num_blocks, blocks=block_ids(new)))
 
     def _release(self, old_end: int, new_len: int, phase: str) -> None:
         self._slot_cache.clear()
@@ -349,7 +343,7 @@ class PagedKVCache(SpecvizCache):
     def _free(self, num_positions: int, phase: str) -> None:
         freed = self.table.shrink(num_positions)
         if freed:
-            self.events.append(CacheEvent("free", phase, blocks=tuple(b.block_id for b in freed)))
+            self.events.append(CacheEvent("free", phase, blocks=block_ids(freed)))
 
     def _slot_list(self, start: int, end: int) -> list[int]:
         return [self.table.slot(p) for p in range(start, end)]
@@ -358,19 +352,9 @@ class PagedKVCache(SpecvizCache):
         return (from_slot // self.page_size, to_slot // self.page_size)
 
     def snapshot(self, num_committed: int) -> CacheSnapshot:
-        n = cdiv(self.num_touched, self.page_size) * self.page_size
-        return CacheSnapshot(
-            layout="paged",
-            seq_len=self.seq_len,
-            num_committed=min(num_committed, self.seq_len),
-            capacity=self.pool.num_blocks * self.page_size,
-            page_size=self.page_size,
-            num_blocks=self.pool.num_blocks,
-            block_table=tuple(self.table.ids),
-            free_blocks=self.pool.free_block_ids,
+        listed = cdiv(self.num_touched, self.page_size) * self.page_size  # whole blocks
+        return self._snapshot(
+            num_committed, listed, capacity=self.pool.num_blocks * self.page_size, page_size=self.page_size,
+            num_blocks=self.pool.num_blocks, block_table=tuple(self.table.ids), free_blocks=self.pool.free_block_ids,
             policy=self.policy,
-            slot_positions=tuple(self.slot_positions[:n]),
-            slot_tokens=tuple(self.slot_tokens[:n]),
-            max_capacity=self.limit_slots,
-            bytes_per_slot=self.bytes_per_position(),
         )

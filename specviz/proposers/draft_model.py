@@ -35,21 +35,25 @@ class DraftModelProposer(Proposer):
     def start(self, prompt_ids: list[int], prefill_features: torch.Tensor | None) -> None:
         self.cache = open_cache(self.draft, self.config, self.max_context, prompt_ids)
 
+    def _catch_up(self, committed: list[int]) -> tuple[torch.Tensor, list[int]]:
+        """Feed the committed tokens the cache lacks: the logits after x_n [V], and their positions."""
+        first = self.cache.get_seq_length()
+        logits = forward(self.draft, self.cache, committed[first:], "draft", last_only=True)[-1]
+        return logits, list(range(first, len(committed)))
+
     def propose(self, committed: list[int], k: int, distribution: Distribution, greedy: bool,
                 generator: torch.Generator, min_confidence: float = 0.0) -> Drafts:
         cache = self.cache
-        first = cache.get_seq_length()
-        logits = forward(self.draft, cache, committed[first:], "draft", last_only=True)[-1]  # [V]
+        logits, caught_up = self._catch_up(committed)
         tokens, probs = draft_tokens(
             logits, k, lambda token: forward(self.draft, cache, [token], "draft", last_only=True)[-1],
             distribution, greedy, generator, min_confidence,
         )  # d_k is never fed: the draft catches up on it next cycle
-        return Drafts(tokens, probs, list(range(first, len(committed))))
+        return Drafts(tokens, probs, caught_up)
 
     def propose_tree(self, committed: list[int], shape: trees.TreeShape) -> TreeDrafts:
         cache = self.cache
-        first = cache.get_seq_length()
-        root_logits = forward(self.draft, cache, committed[first:], "draft", last_only=True)[-1]  # [V]
+        root_logits, caught_up = self._catch_up(committed)
         self.tree_base = prefix = cache.get_seq_length()  # x_1..x_n
 
         def run(frontier: list[int], pool: list[trees.Candidate], mask: torch.Tensor,
@@ -58,7 +62,7 @@ class DraftModelProposer(Proposer):
 
         feeder = TreeFeeder(prefix, next(self.draft.parameters()).dtype, model_device(self.draft), run)
         tree, fed = trees.grow(committed[-1], root_logits, feeder, shape, max_fed=cache.max_len - prefix)
-        return TreeDrafts(tree, list(range(first, len(committed))), tree_note(tree, shape, feeder.calls), fed)
+        return TreeDrafts(tree, caught_up, tree_note(tree, shape, feeder.calls), fed)
 
     def rollback(self, committed: list[int]) -> None:
         keep = len(committed) - 1
@@ -73,3 +77,8 @@ class DraftModelProposer(Proposer):
 
     def check_invariant(self, committed: list[int]) -> float | None:
         return max_abs_kv_diff(self.draft, self.cache, committed[: self.cache.get_seq_length()])
+
+    @classmethod
+    def from_pair(cls, pair: Any, config: DecodeConfig, max_context: int, vocab_size: int) -> DraftModelProposer:
+        """Built by `make_proposer` (the proposer table) once it knows the pair has a draft model."""
+        return cls(pair.draft, config, max_context)

@@ -41,9 +41,11 @@ import torch
 from .. import tree as trees
 from ..config import DecodeConfig
 from ..feature_head import FeatureHead
-from ..kv import create_cache
-from ..runtime import expected_reach, model_device, output_head_inputs, tree_inputs
+from ..kv import num_attention_layers
+from ..runtime import expected_reach, model_device, output_head_inputs, sized_cache, tree_inputs
 from .base import Distribution, Drafts, Proposer, TreeDrafts, TreeFeeder, draft_tokens, tree_note
+
+NO_FEATURE_YET = "no target feature yet (one-token context): a plain target step"
 
 
 class FeatureProposer(Proposer):
@@ -60,9 +62,8 @@ class FeatureProposer(Proposer):
 
     def start(self, prompt_ids: list[int], prefill_features: torch.Tensor | None) -> None:
         cfg = self.config
-        self.cache = create_cache(self.head.decoder, cfg.cache_layout, page_size=cfg.page_size,
-                                  policy=cfg.free_policy, max_len=self.max_context, num_blocks=cfg.num_blocks,
-                                  initial_len=expected_reach(cfg, len(prompt_ids), self.max_context))  # grows on demand
+        self.cache = sized_cache(num_attention_layers(self.head.decoder), cfg, self.max_context,
+                                 expected_reach(cfg, len(prompt_ids), self.max_context))
         hidden = self.head.layer_config.hidden_size
         empty = torch.zeros(0, hidden, device=model_device(self.target), dtype=self.head.fuse.weight.dtype)
         self.features = empty if prefill_features is None else prefill_features.to(empty.dtype)
@@ -90,19 +91,24 @@ class FeatureProposer(Proposer):
             cache.truncate(start, phase)
             raise
 
+    def _catch_up(self, committed: list[int]) -> tuple[torch.Tensor, int]:
+        """Feed the real pairs (F[p], x[p+1]) for p = m..n-2 (the entry that yields q_1 is always
+        recomputed); the head's last output [1, H] and m, the cache's length before."""
+        n = len(committed)
+        m = min(self.cache.get_seq_length(), n - 2)
+        if self.cache.get_seq_length() > m:
+            self.cache.truncate(m, "draft")
+        predicted = self._feed(self.features[m : n - 1], committed[m + 1 : n], "draft")[-1:]
+        self.num_real = n - 1
+        return predicted, m
+
     @torch.inference_mode()
     def propose(self, committed: list[int], k: int, distribution: Distribution, greedy: bool,
                 generator: torch.Generator, min_confidence: float = 0.0) -> Drafts:
         n = len(committed)
-        m = self.cache.get_seq_length()
         if n < 2:  # no target feature exists yet: nothing to draft from
-            return Drafts([], [], [], "no target feature yet (one-token context): a plain target step")
-        if m > n - 2:  # the entry that yields q_1 must be (re)computed this cycle
-            self.cache.truncate(n - 2, "draft")
-            m = n - 2
-        # catch-up: the real pairs (F[p], x[p+1]) for p = m..n-2
-        predicted = self._feed(self.features[m : n - 1], committed[m + 1 : n], "draft")[-1:]  # [1, H]
-        self.num_real = n - 1
+            return Drafts([], [], [], NO_FEATURE_YET)
+        predicted, m = self._catch_up(committed)
 
         def next_logits(token: int) -> torch.Tensor:
             nonlocal predicted  # the next pair rests on the head's own prediction, not on the target
@@ -121,15 +127,10 @@ class FeatureProposer(Proposer):
     @torch.inference_mode()
     def propose_tree(self, committed: list[int], shape: trees.TreeShape) -> TreeDrafts:
         n = len(committed)
-        m = self.cache.get_seq_length()
         if n < 2:
-            return TreeDrafts(trees.TokenTree([committed[-1]], [-1], [0]), [],
-                              "no target feature yet (one-token context): a plain target step")
-        if m > n - 2:
-            self.cache.truncate(n - 2, "draft")
-            m = n - 2
-        root = self._feed(self.features[m : n - 1], committed[m + 1 : n], "draft")[-1]  # [H]: G[n-1]
-        self.num_real = prefix = n - 1
+            return TreeDrafts(trees.TokenTree([committed[-1]], [-1], [0]), [], NO_FEATURE_YET)
+        root, m = self._catch_up(committed)
+        root, prefix = root[0], n - 1  # [H]: G[n-1]
         predicted: dict[int, torch.Tensor] = {}  # candidate -> the head's output at its entry
 
         def run(frontier: list[int], pool: list[trees.Candidate], mask: torch.Tensor,
@@ -196,4 +197,9 @@ class FeatureProposer(Proposer):
         keys, values = self.cache.dense_kv(0)
         ref = reference.layers[0]
         return max((keys - ref.keys).abs().max().item(), (values - ref.values).abs().max().item())
+
+    @classmethod
+    def from_pair(cls, pair: Any, config: DecodeConfig, max_context: int, vocab_size: int) -> FeatureProposer:
+        """Built by `make_proposer` (the proposer table) once it knows the pair carries a head."""
+        return cls(pair.feature_head, pair.target, config, max_context)
 

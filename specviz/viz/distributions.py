@@ -23,6 +23,7 @@ from ..trace import CycleTrace, TokenProb
 from .style import (
     BONUS_COLOR,
     DRAFT_COLOR,
+    GRID_COLOR,
     KIND_COLORS,
     RESIDUAL_COLOR,
     TARGET_COLOR,
@@ -64,24 +65,16 @@ def pq_figure(trace: CycleTrace, index: int, tested: bool = True) -> go.Figure:
         ids = sorted(ids[:11] + [d.token_id], key=lambda t: -mass(t))
     names = [_name(p.get(t) or q[t]) for t in ids]
     fig = go.Figure()
-    fig.add_trace(
-        go.Bar(
-            x=names,
-            y=[q[t].prob if t in q else None for t in ids],
-            name=f"q{index} (draft)",
-            marker_color=DRAFT_COLOR,
-            hovertemplate="q=%{y:.4f}<extra></extra>",
+    for letter, probs, who, color in (("q", q, "draft", DRAFT_COLOR), ("p", p, "target", TARGET_COLOR)):
+        fig.add_trace(
+            go.Bar(
+                x=names,
+                y=[probs[t].prob if t in probs else None for t in ids],
+                name=f"{letter}{index} ({who})",
+                marker_color=color,
+                hovertemplate=letter + "=%{y:.4f}<extra></extra>",
+            )
         )
-    )
-    fig.add_trace(
-        go.Bar(
-            x=names,
-            y=[p[t].prob if t in p else None for t in ids],
-            name=f"p{index} (target)",
-            marker_color=TARGET_COLOR,
-            hovertemplate="p=%{y:.4f}<extra></extra>",
-        )
-    )
     drafted = names[ids.index(d.token_id)]
     fig.add_annotation(
         x=drafted,
@@ -101,7 +94,7 @@ def pq_figure(trace: CycleTrace, index: int, tested: bool = True) -> go.Figure:
         )
     )
     fig.update_layout(barmode="group", bargap=0.25)
-    fig.update_yaxes(title="probability", gridcolor="#eef0f4", rangemode="tozero")
+    _probability_axis(fig)
     _note_missing(fig)
     return fig
 
@@ -111,7 +104,7 @@ def residual_figure(trace: CycleTrace) -> go.Figure:
     j = trace.rejected_at
     corrected = trace.corrected_token
     if j is None or corrected is None:
-        return _empty("No rejection this cycle: no residual was needed.")
+        return empty_figure("No rejection this cycle: no residual was needed.")
     d = trace.drafts[j - 1]
     p = {tp.token_id: tp.prob for tp in d.target_top}
     q = {tp.token_id: tp.prob for tp in d.draft_top}
@@ -128,32 +121,21 @@ def residual_figure(trace: CycleTrace) -> go.Figure:
             hovertemplate="residual=%{y:.4f}<extra></extra>",
         )
     )
-    fig.add_trace(
-        go.Scatter(
-            x=names,
-            y=[p.get(tp.token_id) for tp in items],
-            mode="markers",
-            name=f"p{j}",
-            marker=dict(color=TARGET_COLOR, symbol="diamond", size=9),
-        )
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=names,
-            y=[q.get(tp.token_id) for tp in items],
-            mode="markers",
-            name=f"q{j}",
-            marker=dict(color=DRAFT_COLOR, symbol="circle", size=9, line=dict(color="#92400e", width=1)),
-        )
-    )
+    for name, probs, marker in (
+        (f"p{j}", p, dict(color=TARGET_COLOR, symbol="diamond", size=9)),
+        (f"q{j}", q, dict(color=DRAFT_COLOR, symbol="circle", size=9, line=dict(color="#92400e", width=1))),
+    ):
+        fig.add_trace(go.Scatter(x=names, y=[probs.get(tp.token_id) for tp in items], mode="markers", name=name,
+                                 marker=marker))
     greedy = trace.temperature == 0
     how = f"argmax p{j} (greedy)" if greedy else f"sampled from the residual norm(max(0, p{j} − q{j}))"
     if trace.proposer == "lookup" and not greedy:
         how = f"q{j} is one-hot: the residual is p{j} without d{j}, renormalised"
-    if corrected.token_id in [tp.token_id for tp in items]:
+    chosen = next((tp for tp in items if tp.token_id == corrected.token_id), None)
+    if chosen is not None:
         fig.add_annotation(
-            x=_name(next(tp for tp in items if tp.token_id == corrected.token_id)),
-            y=next(tp.prob for tp in items if tp.token_id == corrected.token_id),
+            x=_name(chosen),
+            y=chosen.prob,
             text=f"corrected = {esc(repr(corrected.text))}",
             showarrow=True,
             arrowhead=2,
@@ -166,7 +148,7 @@ def residual_figure(trace: CycleTrace) -> go.Figure:
             f"{how} — no bonus token after a rejection",
         )
     )
-    fig.update_yaxes(title="probability", gridcolor="#eef0f4", rangemode="tozero")
+    _probability_axis(fig)
     return fig
 
 
@@ -182,7 +164,7 @@ def bonus_figure(trace: CycleTrace) -> go.Figure:
         return _plain_step_figure(trace)
     bonus = trace.bonus_token
     if bonus is None:
-        return _empty("A draft was rejected: no bonus token this cycle.")
+        return empty_figure("A draft was rejected: no bonus token this cycle.")
     k = trace.k
     return _chosen_bars(
         trace.bonus_top, bonus.token_id, f"p{k + 1}", dict(color=(BONUS_COLOR, "#e4cfe0")),
@@ -195,7 +177,7 @@ def _plain_step_figure(trace: CycleTrace) -> go.Figure:
     """No proposal: the target's p_1 (recorded in `bonus_top`) and the token generated from it."""
     token = next((e for e in trace.emitted if e.kind == "generated"), None)
     if token is None or not trace.bonus_top:
-        return _empty("No proposal this cycle: the target took one plain step.")
+        return empty_figure("No proposal this cycle: the target took one plain step.")
     how = "argmax p1 (greedy)" if trace.temperature == 0 else "sampled from p1"
     return _chosen_bars(
         trace.bonus_top, token.token_id, "p1",
@@ -222,7 +204,7 @@ def _chosen_bars(
         )
     )
     fig.update_layout(**base_layout(title, 340, subtitle))
-    fig.update_yaxes(title="probability", gridcolor="#eef0f4", rangemode="tozero")
+    _probability_axis(fig)
     return fig
 
 
@@ -244,5 +226,5 @@ def _note_missing(fig: go.Figure) -> None:
     fig.update_layout(margin=dict(b=60))
 
 
-def _empty(message: str) -> go.Figure:
-    return empty_figure(message)
+def _probability_axis(fig: go.Figure) -> None:
+    fig.update_yaxes(title="probability", gridcolor=GRID_COLOR, rangemode="tozero")

@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..lab import LabResult
-from .style import DRAFT_COLOR, KIND_COLORS, TARGET_COLOR, base_layout, esc, show_token
+from .style import DRAFT_COLOR, GRID_COLOR, KIND_COLORS, TARGET_COLOR, base_layout, esc, show_token
 
 
 def lab_figure(res: LabResult) -> go.Figure:
@@ -29,45 +29,23 @@ def lab_figure(res: LabResult) -> go.Figure:
         ),
     )
     names = [esc(show_token(t, 10)) for t in res.token_texts]
-    fig.add_trace(go.Bar(x=names, y=list(res.exact), name="exact p", marker_color=TARGET_COLOR), 1, 1)
-    fig.add_trace(
-        go.Bar(x=names, y=res.spec_freq(), name="speculative (empirical)", marker_color=KIND_COLORS["accepted"]), 1, 1
-    )
-    fig.add_trace(go.Bar(x=names, y=res.target_freq(), name="target only (empirical)", marker_color=DRAFT_COLOR), 1, 1)
+    for name, ys, color in (
+        ("exact p", list(res.exact), TARGET_COLOR),
+        ("speculative (empirical)", res.spec_freq(), KIND_COLORS["accepted"]),
+        ("target only (empirical)", res.target_freq(), DRAFT_COLOR),
+    ):
+        fig.add_trace(go.Bar(x=names, y=ys, name=name, marker_color=color), 1, 1)
     ns = list(res.checkpoints)
-    fig.add_trace(
-        go.Scatter(
-            x=ns,
-            y=list(res.tv_spec),
-            mode="lines+markers",
-            name="TV speculative",
-            line=dict(color=KIND_COLORS["accepted"]),
-        ),
-        1,
-        2,
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=ns, y=list(res.tv_target), mode="lines+markers", name="TV target only", line=dict(color=DRAFT_COLOR)
-        ),
-        1,
-        2,
-    )
     scale = res.tv_target[-1] * math.sqrt(ns[-1]) if ns else 1.0
-    fig.add_trace(
-        go.Scatter(
-            x=ns,
-            y=[scale / math.sqrt(n) for n in ns],
-            mode="lines",
-            name="∝ 1/√N",
-            line=dict(color="#9ca3af", dash="dot"),
-        ),
-        1,
-        2,
-    )
+    for name, ys, mode, line in (
+        ("TV speculative", list(res.tv_spec), "lines+markers", dict(color=KIND_COLORS["accepted"])),
+        ("TV target only", list(res.tv_target), "lines+markers", dict(color=DRAFT_COLOR)),
+        ("∝ 1/√N", [scale / math.sqrt(n) for n in ns], "lines", dict(color="#9ca3af", dash="dot")),
+    ):
+        fig.add_trace(go.Scatter(x=ns, y=ys, mode=mode, name=name, line=line), 1, 2)
     fig.update_layout(**base_layout(f"Exactness lab · temperature {res.temperature:g}", 380))
     fig.update_layout(barmode="group", legend=dict(y=-0.25, yanchor="top", x=0, xanchor="left"))
     fig.update_xaxes(type="log", title_text="N samples", row=1, col=2)
     fig.update_yaxes(type="log", row=1, col=2)
-    fig.update_yaxes(gridcolor="#eef0f4")
+    fig.update_yaxes(gridcolor=GRID_COLOR)
     return fig

@@ -4,11 +4,7 @@
 * acceptance by position: P(d_i accepted | d_i tested). Under the i.i.d. model of Leviathan et
   al. it is flat at α; in practice later positions are often harder;
 * theory vs measurement: expected tokens per cycle (1 − α^(K+1))/(1 − α) as a function of K for the
-  measured α, with the measured point, and the expected against the measured speedup.
-
-Cycles with no proposal (k = 0, prompt lookup without a match) test nothing: they are left out of
-the histogram and counted in the title as plain target steps (see `specviz.stats`).
-
+  measured α, with the measured point;
 * speedup: the textbook prediction, the same formula with the measured verify cost v(K), then with
   the per-cycle bookkeeping too, and the measurement — each bar one measured factor away from the
   previous one (`stats.SpeedupReport`), so a measurement below the textbook is explained, not just
@@ -16,8 +12,10 @@ the histogram and counted in the title as plain target steps (see `specviz.stats
 * time per cycle: each cycle's wall time split into the proposer's passes, the target's one verify
   pass and the bookkeeping, next to what plain decoding would have spent on the same tokens.
 
-Every axis that counts something starts at zero, and cycles are numbered from 1. Forced (what-if)
-cycles are drawn hatched in the time bar and left out of every statistic.
+Cycles with no proposal (k = 0, prompt lookup without a match) test nothing: they are left out of
+the histogram and counted in the title as plain target steps (see `specviz.stats`). Every axis
+that counts something starts at zero, and cycles are numbered from 1. Forced (what-if) cycles are
+drawn hatched in the time bar and left out of every statistic.
 """
 
 from __future__ import annotations
@@ -26,80 +24,54 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..stats import AcceptanceStats, CycleCost, SpeedupReport, expected_tokens_per_cycle
-from .style import DRAFT_COLOR, KIND_COLORS, TARGET_COLOR, base_layout
+from .style import DRAFT_COLOR, GRID_COLOR, KIND_COLORS, TARGET_COLOR, base_layout
+
+STATS_PANELS = ("Accepted drafts per cycle", "Acceptance by draft position", "Tokens per cycle: theory vs measured")
 
 
 def stats_figure(st: AcceptanceStats, report: SpeedupReport | None = None) -> go.Figure:
-    fig = make_subplots(
-        rows=1,
-        cols=3,
-        horizontal_spacing=0.08,
-        subplot_titles=(
-            "Accepted drafts per cycle",
-            "Acceptance by draft position",
-            "Tokens per cycle: theory vs measured",
-        ),
-    )
+    """The three acceptance panels side by side (`report` is accepted for the callers' symmetry)."""
+    fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.08, subplot_titles=STATS_PANELS)
     fig.add_trace(
-        go.Bar(
-            x=list(range(len(st.accepted_hist))),
-            y=list(st.accepted_hist),
-            name="cycles",
-            marker_color=KIND_COLORS["accepted"],
-            showlegend=False,
-            hovertemplate="%{y} cycles accepted %{x} drafts<extra></extra>",
-        ),
-        1,
-        1,
-    )
+        go.Bar(x=list(range(len(st.accepted_hist))), y=list(st.accepted_hist), name="cycles",
+               marker_color=KIND_COLORS["accepted"], showlegend=False,
+               hovertemplate="%{y} cycles accepted %{x} drafts<extra></extra>"),
+        1, 1,
+    )  # fmt: skip
     by_pos = st.acceptance_by_position()
     fig.add_trace(
-        go.Bar(
-            x=[f"d{i + 1}" for i in range(len(by_pos))],
-            y=by_pos,
-            showlegend=False,
-            marker_color=TARGET_COLOR,
-            text=[f"{a}/{t}" for a, t in zip(st.accepted_by_position, st.tested_by_position, strict=True)],
-            textposition="outside",
-            cliponaxis=False,
-            hovertemplate="%{x}: %{y:.2f} (%{text} tested)<extra></extra>",
-        ),
-        1,
-        2,
-    )
-    fig.add_hline(
-        y=st.alpha,
-        line_dash="dot",
-        line_color="#6b7280",
-        row=1,
-        col=2,
-        annotation_text=f"α = {st.alpha:.2f}",
-        annotation_position="bottom right",
-    )
+        go.Bar(x=[f"d{i + 1}" for i in range(len(by_pos))], y=by_pos, showlegend=False, marker_color=TARGET_COLOR,
+               text=[f"{a}/{t}" for a, t in zip(st.accepted_by_position, st.tested_by_position, strict=True)],
+               textposition="outside", cliponaxis=False,
+               hovertemplate="%{x}: %{y:.2f} (%{text} tested)<extra></extra>"),
+        1, 2,
+    )  # fmt: skip
+    fig.add_hline(y=st.alpha, line_dash="dot", line_color="#6b7280", row=1, col=2,
+                  annotation_text=f"α = {st.alpha:.2f}", annotation_position="bottom right")  # fmt: skip
     ks = list(range(1, 17))
     fig.add_trace(
-        go.Scatter(
-            x=ks,
-            y=[expected_tokens_per_cycle(st.alpha, k) for k in ks],
-            mode="lines",
-            name=f"theory (α = {st.alpha:.2f})",
-            line=dict(color="#6b7280", dash="dash"),
-        ),
-        1,
-        3,
-    )
+        go.Scatter(x=ks, y=[expected_tokens_per_cycle(st.alpha, k) for k in ks], mode="lines",
+                   name=f"theory (α = {st.alpha:.2f})", line=dict(color="#6b7280", dash="dash")),
+        1, 3,
+    )  # fmt: skip
     if st.cycles:
         fig.add_trace(
-            go.Scatter(
-                x=[st.mean_k],
-                y=[st.tokens_per_cycle],
-                mode="markers",
-                name="measured",
-                marker=dict(size=12, color=KIND_COLORS["corrected"]),
-            ),
-            1,
-            3,
-        )
+            go.Scatter(x=[st.mean_k], y=[st.tokens_per_cycle], mode="markers", name="measured",
+                       marker=dict(size=12, color=KIND_COLORS["corrected"])),
+            1, 3,
+        )  # fmt: skip
+    fig.update_layout(**base_layout(_stats_title(st), 330))
+    fig.update_xaxes(title_text="accepted", dtick=1, rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(title_text="cycles", rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(range=[0, 1.15], row=1, col=2)
+    fig.update_xaxes(title_text="K", rangemode="tozero", row=1, col=3)
+    fig.update_yaxes(title_text="tokens per cycle", rangemode="tozero", row=1, col=3)
+    fig.update_layout(legend=dict(x=1, xanchor="right", y=0.02, yanchor="bottom"))
+    fig.update_yaxes(gridcolor=GRID_COLOR)
+    return fig
+
+
+def _stats_title(st: AcceptanceStats) -> str:
     title = (
         f"{st.cycles} cycles · α = {st.alpha:.3f} ({st.accepted}/{st.tested} tested drafts accepted) · "
         f"{st.tokens_per_cycle:.2f} tokens/cycle"
@@ -108,15 +80,7 @@ def stats_figure(st: AcceptanceStats, report: SpeedupReport | None = None) -> go
         title += f" · {st.plain_cycles} plain step(s) without a proposal"
     if st.forced_cycles:
         title += f" · {st.forced_cycles} forced (what-if) cycle(s) excluded"
-    fig.update_layout(**base_layout(title, 330))
-    fig.update_xaxes(title_text="accepted", dtick=1, rangemode="tozero", row=1, col=1)
-    fig.update_yaxes(title_text="cycles", rangemode="tozero", row=1, col=1)
-    fig.update_yaxes(range=[0, 1.15], row=1, col=2)
-    fig.update_xaxes(title_text="K", rangemode="tozero", row=1, col=3)
-    fig.update_yaxes(title_text="tokens per cycle", rangemode="tozero", row=1, col=3)
-    fig.update_layout(legend=dict(x=1, xanchor="right", y=0.02, yanchor="bottom"))
-    fig.update_yaxes(gridcolor="#eef0f4")
-    return fig
+    return title
 
 
 SPEEDUP_BARS = (
@@ -147,7 +111,7 @@ def speedup_figure(report: SpeedupReport) -> go.Figure:
     title = f"Speedup · α = {report.alpha:.2f}, K ≈ {report.k:.1f}, c = {c}, v(K) = {v}"
     fig.update_layout(**base_layout(title, 300, "v(K): one verify pass over K+1 tokens, in plain decoding steps"))
     fig.update_layout(showlegend=False)
-    fig.update_yaxes(title="× faster", rangemode="tozero", gridcolor="#eef0f4")
+    fig.update_yaxes(title="× faster", rangemode="tozero", gridcolor=GRID_COLOR)
     return fig
 
 
@@ -198,5 +162,5 @@ def cycle_time_figure(costs: list[CycleCost], plain_ms_per_token: float | None =
         subtitle += f" · {forced} hatched what-if cycle(s): not in the statistics"
     fig.update_layout(**base_layout("Time per cycle", 280, subtitle), barmode="stack")
     fig.update_xaxes(title_text="cycle", type="category")
-    fig.update_yaxes(title_text="ms", rangemode="tozero", gridcolor="#eef0f4")
+    fig.update_yaxes(title_text="ms", rangemode="tozero", gridcolor=GRID_COLOR)
     return fig

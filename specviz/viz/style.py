@@ -9,9 +9,9 @@ one module is what makes the page readable at a glance.
 The palette is built on Okabe & Ito's colour-blind-safe set (blue #0072B2, orange #E69F00,
 bluish green #009E73, vermillion, sky blue #56B4E9, reddish purple): every pair of slot states
 and every pair of accepted / rejected / corrected / bonus stays at CIE ΔE76 ≥ 20 under simulated
-deuteranopia and protanopia (viz/cvd.py; tests/test_kv_html.py). The previous palette put
-accepted green and rejected red at ΔE 2 for a deuteranope: the same colour. Colour is still never
-the only cue: the KV view adds patterns and glyphs (viz/kv_html.py).
+deuteranopia and protanopia (tests/cvd.py, tests/test_kv_html.py); the usual green vs red is ΔE 2
+for a deuteranope, the same colour. Colour is still never the only cue: the KV view adds patterns
+and glyphs (viz/kv_html.py).
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ DRAFT_COLOR = "#e69f00"  # q: the draft's distribution
 RESIDUAL_COLOR = KIND_COLORS["corrected"]
 BONUS_COLOR = KIND_COLORS["bonus"]
 U_COLOR = "#1f2937"
+GRID_COLOR = "#eef0f4"
 FONT = "Inter, 'Segoe UI', Roboto, Helvetica, Arial, sans-serif"
 
 PHASE_TITLES: dict[str, str] = {
@@ -95,10 +96,6 @@ def esc(text: str) -> str:
 def esc_attr(text: str) -> str:
     """Escape for an HTML attribute value or text in the token strip (quotes included)."""
     return html.escape(text, quote=True)
-
-
-def label(text: str, limit: int = 12) -> str:
-    return esc(show_token(text, limit))
 
 
 def base_layout(title: str, height: int, subtitle: str = "") -> dict:
