@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from specviz import DecodeConfig, SpeculativeDecoder
-from specviz.config import PROPOSERS
+from specviz.proposers import registry
 from specviz.stats import expected_tokens_per_cycle
 
 from .common import Log, Settings, interleaved, median, summary
@@ -32,7 +32,13 @@ from .systems import SEED, hf, spec
 
 
 def available(pair: Any) -> tuple[str, ...]:
-    return tuple(p for p in PROPOSERS if p != "feature" or getattr(pair, "feature_head", None) is not None)
+    """The proposer table's rows this pair can run."""
+    return tuple(entry.name for entry in registry.available(pair))
+
+
+def runs_a_model(proposer: str) -> bool:
+    """Whether drafting costs a forward pass (prompt lookup's copy runs no model: its c is 0)."""
+    return registry.get(proposer).needs is not None
 
 
 def name(proposer: str, k: int, t: int) -> str:
@@ -90,11 +96,9 @@ def run(pair: Any, prompts: list[list[int]], s: Settings, log: Log) -> dict[str,
     qk = s.quality_k
     out: dict[str, Any] = {"proposers": list(props), "quality_k": qk, "ks": list(s.proposer_ks)}
 
-    log(f"proposers: cost of one draft step ({', '.join(p for p in props if p != 'lookup')})")
+    log(f"proposers: cost of one draft step ({', '.join(p for p in props if runs_a_model(p))})")
     cost: dict[str, Any] = {}
-    for p in props:
-        if p == "lookup":
-            continue
+    for p in filter(runs_a_model, props):
         ratios, d_ms, t_ms = [], [], []
         for prompt in prompts[: max(1, s.cost_rounds)]:
             d, t = step_cost_ms(pair, p, prompt, s.cost_tokens)
@@ -184,7 +188,7 @@ def predictions(out: dict[str, Any], props: tuple[str, ...], ks: tuple[int, ...]
     greedy = out["greedy"]
     target_ms = median([c["target_step_ms"]["median"] for c in out["cost"].values()]) if out["cost"] else None
     for p in props:
-        c = (out["cost"].get(p) or {}).get("c", {}).get("median", 0.0 if p == "lookup" else None)
+        c = (out["cost"].get(p) or {}).get("c", {}).get("median", None if runs_a_model(p) else 0.0)
         for k in ks:
             row = greedy.get(name(p, k, 0), {})
             a = row.get("acceptance_rate")

@@ -25,9 +25,10 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from . import models, precision, prompting
-from .config import PROPOSERS, DecodeConfig
+from .config import DecodeConfig
 from .errors import SpecvizError
 from .outcome import cycle_outcome
+from .proposers import registry
 from .trace import CacheSnapshot, CycleTrace, TokenProb, TreeTrace
 
 DEFAULT_PROMPT = "Explain in two sentences what a KV cache is."
@@ -57,10 +58,11 @@ def format_cycle(trace: CycleTrace) -> str:
     out = [f"=== cycle {trace.cycle + 1}: n = {n} committed tokens, {size}, temperature {trace.temperature:g}, "
            f"proposer {trace.proposer} ==="]
     catch = " ".join(f"'{_show(t.text)}'@{t.position}" for t in trace.catch_up)
-    if trace.proposer == "feature":
+    offset = registry.get(trace.proposer).cache_token_offset  # what its cache entry p holds (None: no cache)
+    if offset == 1:
         fed = len(trace.catch_up)
         out.append(f"draft   catch-up: the head is fed {fed} pair(s) (target feature at p-1, token at p): {catch}")
-    elif trace.proposer == "draft":
+    elif offset == 0:
         out.append(f"draft   catch-up: feeds {len(trace.catch_up)} token(s) it lacks: {catch}")
     if trace.proposer_note:
         out.append(f"draft   {trace.proposer_note}")
@@ -190,25 +192,17 @@ def walk(args: argparse.Namespace, out: TextIO) -> int:
 
     pair = _load_pair(args, progress)
     cfg = DecodeConfig(
-        proposer=args.proposer or models.preferred_proposer(pair),
-        k=args.k,
-        tree_width=args.tree_width,
-        tree_nodes=args.tree_nodes,
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        seed=args.seed,
-        cache_layout=args.layout,
-        page_size=args.page_size,
-        free_policy=args.policy,
-        max_new_tokens=args.max_new_tokens,
-        check_invariant=args.check,
-    )
+        proposer=args.proposer or models.preferred_proposer(pair), k=args.k, tree_width=args.tree_width,
+        tree_nodes=args.tree_nodes, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
+        cache_layout=args.layout, page_size=args.page_size, free_policy=args.policy,
+        max_new_tokens=args.max_new_tokens, check_invariant=args.check,
+    )  # fmt: skip
     dec = SpeculativeDecoder(pair, cfg)
     ids = prompting.encode_prompt(pair.tokenizer, args.prompt, args.chat)  # the app's ids for the same prompt
     dec.start(ids)
+    entry = registry.get(cfg.proposer)
     print(f"prompt: {len(ids)} tokens; target {pair.target_name}, proposer {cfg.proposer} "
-          f"({dec.proposer.label if cfg.proposer != 'draft' else pair.draft_name}), {dec.dtype}", file=out)
+          f"({pair.draft_name if entry.needs == 'draft' else entry.description}), {dec.dtype}", file=out)
     traces = []
     for _ in range(args.cycles):
         if dec.finished:
@@ -259,8 +253,9 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--target", help="target model: hub id, local directory or .gguf file")
     w.add_argument("--draft", help="draft model: hub id, local directory or .gguf file")
     w.add_argument("--tiny", action="store_true", help="random tiny pair (smoke run, no model files)")
-    w.add_argument("--proposer", choices=list(PROPOSERS),
-                   help="who drafts: draft model, feature head or prompt lookup (default: the pair's best)")
+    w.add_argument("--proposer", choices=registry.names(),
+                   help="who drafts (default: the pair's best): "
+                        + "; ".join(f"{e.name} = {e.cli_help}" for e in registry.entries()))
     w.add_argument("--feature-head", help="a saved feature head directory for --target/--draft pairs")
     w.add_argument("--dtype", default=precision.DEFAULT_DTYPE,
                    help=f"the pair's precision: {' or '.join(precision.DTYPES)} (default {precision.DEFAULT_DTYPE}: "

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Literal, get_args
 
 from .errors import ConfigError
+from .proposers import registry
 
 MAX_K = 64  # a draft longer than this is never useful and only wastes memory
 MAX_TREE_WIDTH = 16  # children kept per expanded node of a token tree
@@ -28,10 +29,8 @@ MAX_TREE_NODES = 128  # draft nodes one tree verify may hold (EAGLE-2 uses 60 on
 # the CLI, the app's selectors and the caches' own checks all use these.
 CacheLayout = Literal["paged", "contiguous"]
 FreePolicy = Literal["free", "keep"]  # paged rollback: free blocks, or keep them reserved (vLLM v1)
-ProposerName = Literal["draft", "feature", "lookup"]  # who guesses the drafts (specviz.proposers)
 LAYOUTS: tuple[str, ...] = get_args(CacheLayout)
 POLICIES: tuple[str, ...] = get_args(FreePolicy)
-PROPOSERS: tuple[str, ...] = get_args(ProposerName)
 
 # Fields that may change between cycles without restarting the decoder.
 LIVE_FIELDS = frozenset(
@@ -47,7 +46,7 @@ class DecodeConfig:
     # verified exactly as without trees; > 1 = an EAGLE-2-style tree of depth k.
     tree_width: int = 1
     tree_nodes: int = 16  # a tree's node budget: the most draft nodes one verify pass holds (width > 1 only)
-    proposer: ProposerName = "draft"
+    proposer: str = "draft"  # who guesses the drafts: a name in the proposer table (specviz.proposers.registry)
     lookup_max_ngram: int = 3  # prompt lookup: longest suffix n-gram matched first
     lookup_min_ngram: int = 1  # ... and the shortest tried before giving up
     # Adaptive K (HF's assistant_confidence_threshold): stop drafting once the proposer's most
@@ -93,8 +92,7 @@ class DecodeConfig:
             )
         if self.tree_width > 1 and self.forced_outcomes:
             raise ConfigError("what-if forcing (forced_outcomes) works on chains only: set tree_width to 1")
-        if self.proposer not in PROPOSERS:
-            raise ConfigError(f"proposer must be one of {PROPOSERS}, got {self.proposer!r}")
+        registry.get(self.proposer)  # ConfigError naming the known proposers
         if not (isinstance(self.lookup_min_ngram, int) and isinstance(self.lookup_max_ngram, int)
                 and 1 <= self.lookup_min_ngram <= self.lookup_max_ngram <= 64):
             raise ConfigError(

@@ -180,9 +180,8 @@ def convert_gguf(gguf_path: str | Path, progress: Progress | None = None) -> Pat
     _report(progress, f"Converting {gguf_path.name} to safetensors (one time, ~20 s)…", 0.0)
     t0 = time.perf_counter()
     try:
-        model = AutoModelForCausalLM.from_pretrained(
-            str(gguf_path.parent), gguf_file=gguf_path.name, dtype=torch.float32
-        )
+        model = AutoModelForCausalLM.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name,
+                                                     dtype=torch.float32)
         _report(progress, "De-quantised the GGUF weights; loading its tokenizer…", 0.6)
         tokenizer = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
     except Exception as exc:  # noqa: BLE001 - anything here means "cannot read this GGUF"
@@ -239,35 +238,11 @@ def default_draft_dir() -> Path:
 
 # Model families whose layers keep a recurrent state (SSM, linear attention, RWKV, hybrids):
 # their cache cannot be rolled back by truncation.
-RECURRENT_MODEL_TYPES = frozenset(
-    {
-        "mamba",
-        "mamba2",
-        "falcon_mamba",
-        "falcon_h1",
-        "jamba",
-        "zamba",
-        "zamba2",
-        "bamba",
-        "rwkv",
-        "rwkv5",
-        "rwkv6",
-        "rwkv7",
-        "recurrent_gemma",
-        "xlstm",
-        "lfm2",
-        "lfm2_vl",
-        "granitemoehybrid",
-        "nemotron_h",
-        "qwen3_next",
-        "minimax",
-        "plamo2",
-        "lfm2_moe",
-        "hunyuan_v1_dense_linear",
-        "kimi_linear",
-        "mamba_ssm",
-    }
-)
+RECURRENT_MODEL_TYPES = frozenset({
+    "mamba", "mamba2", "falcon_mamba", "falcon_h1", "jamba", "zamba", "zamba2", "bamba", "rwkv", "rwkv5", "rwkv6",
+    "rwkv7", "recurrent_gemma", "xlstm", "lfm2", "lfm2_vl", "granitemoehybrid", "nemotron_h", "qwen3_next",
+    "minimax", "plamo2", "lfm2_moe", "hunyuan_v1_dense_linear", "kimi_linear", "mamba_ssm",
+})  # fmt: skip
 # Families whose (default) attention uses a sliding window on some or all layers.
 SLIDING_WINDOW_MODEL_TYPES = frozenset(
     {"mistral3_sliding", "gemma2", "gemma3", "gemma3_text", "gemma3n", "gemma3n_text", "cohere2", "gpt_oss"}
@@ -307,11 +282,8 @@ def _check_architecture(config: Any, name: str) -> None:
     max_pos = getattr(text, "max_position_embeddings", None)
     # Qwen2-style configs carry a window size but switch it off with use_sliding_window=False;
     # a window at least as long as the model's context never slides either.
-    window_active = (
-        window is not None
-        and use_window is not False
-        and not (isinstance(max_pos, int) and isinstance(window, int) and window >= max_pos)
-    )
+    never_slides = isinstance(max_pos, int) and isinstance(window, int) and window >= max_pos
+    window_active = window is not None and use_window is not False and not never_slides
     if window_active or (model_type in SLIDING_WINDOW_MODEL_TYPES and window):
         raise IncompatiblePairError(
             f"{name} ({model_type}) uses sliding-window attention (window {window}). Positions "
@@ -327,14 +299,8 @@ def _token_strings(tokenizer: Any, n: int) -> list[str | None]:
     return list(tokenizer.convert_ids_to_tokens(list(range(n))))
 
 
-def check_compatible(
-    target_config: Any,
-    draft_config: Any,
-    target_tokenizer: Any,
-    draft_tokenizer: Any,
-    target_name: str = "target",
-    draft_name: str = "draft",
-) -> None:
+def check_compatible(target_config: Any, draft_config: Any, target_tokenizer: Any, draft_tokenizer: Any,
+                     target_name: str = "target", draft_name: str = "draft") -> None:
     """Raise IncompatiblePairError unless the two models can be paired for exact decoding.
 
     Both must be decoder-only full-attention causal LMs, and both tokenizers must map every id of
@@ -374,10 +340,8 @@ _HUB_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken", "*
 
 
 def _hub_offline_forced() -> bool:
-    return any(
-        os.environ.get(var, "").strip().lower() in {"1", "true", "yes", "on"}
-        for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
-    )
+    flags = (os.environ.get(var, "").strip().lower() for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+    return any(flag in {"1", "true", "yes", "on"} for flag in flags)
 
 
 def _hub_reachable(timeout: float = 2.0) -> bool:
@@ -409,12 +373,8 @@ def _hub_cache_dir() -> str:
 
 
 def _looks_like_path(spec: str) -> bool:
-    return (
-        spec.startswith(("/", "./", "../", "~", "\\"))
-        or os.path.isabs(spec)
-        or spec.count("/") > 1
-        or spec.endswith(".gguf")
-    )
+    return (spec.startswith(("/", "./", "../", "~", "\\")) or os.path.isabs(spec) or spec.count("/") > 1
+            or spec.endswith(".gguf"))
 
 
 def _unavailable_message(repo_id: str, why: str) -> str:
@@ -514,9 +474,8 @@ def _load_model(path: Path, name: str, device: torch.device, dtype: torch.dtype)
     from transformers import AutoModelForCausalLM
 
     try:
-        model = AutoModelForCausalLM.from_pretrained(
-            str(path), dtype=dtype, trust_remote_code=False, local_files_only=True
-        )
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, trust_remote_code=False,
+                                                     local_files_only=True)
     except Exception as exc:  # noqa: BLE001
         raise ModelLoadError(f"Could not load model {name} ({path}): {exc}") from exc
     model.to(device)
@@ -526,25 +485,18 @@ def _load_model(path: Path, name: str, device: torch.device, dtype: torch.dtype)
 
 
 def _load_pair_dirs(
-    target_dir: Path,
-    draft_dir: Path,
-    target_name: str,
-    draft_name: str,
-    device: torch.device | str | None,
-    dtype: torch.dtype | str | None,
-    draft_device: torch.device | str | None,
-    draft_dtype: torch.dtype | str | None,
-    progress: Progress | None,
-    target_tokenizer_dir: Path | None = None,
-) -> ModelPair:
+    target_dir: Path, draft_dir: Path, target_name: str, draft_name: str,
+    device: torch.device | str | None, dtype: torch.dtype | str | None,
+    draft_device: torch.device | str | None, draft_dtype: torch.dtype | str | None,
+    progress: Progress | None, target_tokenizer_dir: Path | None = None,
+) -> ModelPair:  # fmt: skip
     t_dev = torch.device(device) if device is not None else default_device()
     d_dev = torch.device(draft_device) if draft_device is not None else t_dev
     t_dtype = as_dtype(dtype, t_dev)
-    d_dtype = (
-        as_dtype(draft_dtype, d_dev)
-        if draft_dtype is not None
-        else (t_dtype if draft_device is None else default_dtype(d_dev))
-    )
+    if draft_dtype is not None:
+        d_dtype = as_dtype(draft_dtype, d_dev)
+    else:  # the target's precision on the target's device; that device's default elsewhere
+        d_dtype = t_dtype if draft_device is None else default_dtype(d_dev)
     _report(progress, "Checking that the two models can be paired…", 0.1)
     target_cfg = _load_config(target_dir, target_name)
     draft_cfg = _load_config(draft_dir, draft_name)
@@ -572,14 +524,8 @@ def _load_pair_dirs(
         "target_vocab_size": int(_text_config(target_cfg).vocab_size),
         "draft_vocab_size": int(_text_config(draft_cfg).vocab_size),
     }
-    return ModelPair(
-        target=target,
-        draft=draft,
-        tokenizer=tokenizer,
-        target_name=target_name,
-        draft_name=draft_name,
-        info=info,
-    )
+    return ModelPair(target=target, draft=draft, tokenizer=tokenizer, target_name=target_name,
+                     draft_name=draft_name, info=info)
 
 
 def load_pair(
@@ -610,17 +556,8 @@ def load_pair(
     target_dir = resolve_model_dir(target, progress)
     _report(progress, f"Locating the draft {draft}…", 0.05)
     draft_dir = resolve_model_dir(draft, progress)
-    pair = _load_pair_dirs(
-        target_dir,
-        draft_dir,
-        str(target),
-        str(draft),
-        device,
-        dtype,
-        draft_device,
-        draft_dtype,
-        progress,
-    )
+    pair = _load_pair_dirs(target_dir, draft_dir, str(target), str(draft), device, dtype, draft_device, draft_dtype,
+                           progress)
     return attach_feature_head(pair, feature_head)
 
 
@@ -685,16 +622,7 @@ def load_default_pair(
             f"The default draft model is missing from {draft_dir}. It is shipped with specviz "
             "(assets/draft); rebuild it with `python scripts/train_draft.py data|train|export`."
         )
-    pair = _load_pair_dirs(
-        target_dir,
-        draft_dir,
-        DEFAULT_TARGET_NAME,
-        DEFAULT_DRAFT_NAME,
-        device,
-        dtype,
-        draft_device,
-        draft_dtype,
-        progress,
-    )
+    pair = _load_pair_dirs(target_dir, draft_dir, DEFAULT_TARGET_NAME, DEFAULT_DRAFT_NAME, device, dtype,
+                           draft_device, draft_dtype, progress)
     head_dir = default_feature_head_dir()
     return attach_feature_head(pair, head_dir if (head_dir / "config.json").is_file() else None)

@@ -24,7 +24,7 @@ recorded calls on them, in order:
   decisions, not the layout);
 * the token an append wrote is the committed sequence's (or the cycle's draft's) at that
   position -- shifted by one for a feature head, whose entry p pairs F[p] with x[p+1]
-  (`Proposer.cache_token_offset`). In a tree cycle the target's verify entries hold the tree's
+  (the proposer table's `cache_token_offset`). In a tree cycle the target's verify entries hold the tree's
   nodes in node order (`trace.drafts`), and the proposer's entries past its prefix hold the
   tokens it fed while growing the tree (`trace.tree.proposer_fed`).
 
@@ -50,7 +50,7 @@ import torch
 
 from .errors import CacheCapacityError, SpecvizError
 from .kv import ContiguousKVCache, PagedKVCache, SpecvizCache
-from .proposers import PROPOSER_CLASSES
+from .proposers import registry
 from .runfile import RunRecord
 from .runtime import sized_cache
 from .trace import CYCLE_PHASES, CacheEvent, CacheSnapshot, CycleTrace, PhaseSnapshot, TreeTrace
@@ -96,10 +96,9 @@ def replay_run(
     config = record.config.replace(
         cache_layout=cache_layout, page_size=page_size, free_policy=free_policy, num_blocks=num_blocks
     )  # validated: ConfigError for a bad value
-    proposer = PROPOSER_CLASSES.get(record.proposer)
-    if proposer is None:
+    if record.proposer not in registry.names():
         raise ReplayError(f"this run's proposer {record.proposer!r} is unknown to this version of specviz")
-    offset = proposer.cache_token_offset
+    offset = registry.get(record.proposer).cache_token_offset or 0  # entry p holds x[p + offset]
     target_snap, draft_snap = record.prefill
 
     def new_cache(recorded: Sequence[CacheSnapshot | None]) -> SpecvizCache:

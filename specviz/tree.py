@@ -51,7 +51,6 @@ from dataclasses import dataclass, field
 import torch
 
 
-
 @dataclass(frozen=True)
 class TreeShape:
     """What a proposer may grow: `width` children per expanded node, `depth` levels, `nodes` drafts."""

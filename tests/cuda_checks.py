@@ -53,6 +53,7 @@ from specviz import DecodeConfig, FeatureHead, SpeculativeDecoder  # noqa: E402
 from specviz.autoregressive import AutoregressiveDecoder  # noqa: E402
 from specviz.kv import create_cache  # noqa: E402
 from specviz.models import ModelPair  # noqa: E402
+from specviz.proposers import registry  # noqa: E402
 from specviz.runtime import max_abs_kv_diff  # noqa: E402
 from specviz.sampling import process_logits  # noqa: E402
 
@@ -73,7 +74,7 @@ TOLERANCE = {
 }
 PROMPT = [3, 17, 42, 5, 9, 28, 11, 3, 17]  # ends on an earlier 2-gram: prompt lookup proposes too
 PARITY_CASES = [("contiguous", 16, "free"), ("paged", 3, "free"), ("paged", 3, "keep"), ("paged", 1, "free")]
-PROPOSERS = ("draft", "feature", "lookup")
+PROPOSERS = registry.names()  # every proposer in the table
 
 
 def on_device(pair: ModelPair, device: str, dtype: torch.dtype, head_vocab=None, seed: int = 0) -> ModelPair:

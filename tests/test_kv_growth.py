@@ -28,11 +28,12 @@ from specviz import CycleTrace, DecodeConfig, SpeculativeDecoder
 from specviz.autoregressive import AutoregressiveDecoder
 from specviz.errors import CacheCapacityError, PoolExhaustedError
 from specviz.kv import ContiguousKVCache, PagedKVCache, create_cache
+from specviz.proposers import registry
 from specviz.runtime import expected_reach
 from specviz.trace import CacheEvent
 
 PROMPT = [3, 17, 42, 5, 9, 28, 11]
-PROPOSERS = ["draft", "feature", "lookup"]
+PROPOSERS = registry.names()  # every proposer in the table
 LAYOUTS = [("paged", 4, "free"), ("paged", 3, "keep"), ("contiguous", 16, "free")]
 
 

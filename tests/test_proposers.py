@@ -21,7 +21,7 @@ from engine_helpers import LAYOUT_CASES, TOL, assert_invariant, make_pair
 from specviz import DecodeConfig, FeatureHead, ModelPair, SpeculativeDecoder
 from specviz.errors import ConfigError, IncompatiblePairError, PoolExhaustedError
 from specviz.models import attach_feature_head
-from specviz.proposers import PROPOSERS, LookupProposer, find_continuation
+from specviz.proposers import LookupProposer, find_continuation, registry
 from specviz.runtime import open_cache_with_features
 from specviz.trace import CYCLE_PHASES, CycleTrace
 
@@ -85,7 +85,7 @@ def state(decoder: SpeculativeDecoder) -> tuple:
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "gpt2"])
-@pytest.mark.parametrize("proposer", PROPOSERS)
+@pytest.mark.parametrize("proposer", registry.names())
 @pytest.mark.parametrize(("layout", "k"), [("paged", 1), ("paged", 4), ("contiguous", 3)])
 def test_greedy_equals_target_generate(arch, proposer, layout, k):
     dec = SpeculativeDecoder(greedy_pair(arch), DecodeConfig(k=k, proposer=proposer, temperature=0,
@@ -202,7 +202,7 @@ def test_one_token_prompt_starts_with_a_plain_target_step(pair, proposer):
     assert dec.committed[:2] == [5, trace.emitted[0].token_id] and len(dec.committed) > 2
 
 
-@pytest.mark.parametrize("proposer", PROPOSERS)
+@pytest.mark.parametrize("proposer", registry.names())
 def test_k_is_clamped_to_the_room_left(pair, repeating_prompt, proposer):
     """K = 8 with 3 positions left in the context: the cycle drafts 3 (lookup: at most 3), verify
     fills the context exactly, and the sequence ends there with every cache still exact."""
@@ -222,7 +222,7 @@ def test_k_is_clamped_to_the_room_left(pair, repeating_prompt, proposer):
     assert_invariant(dec)
 
 
-@pytest.mark.parametrize("proposer", PROPOSERS)
+@pytest.mark.parametrize("proposer", registry.names())
 def test_k_is_clamped_to_the_tokens_left(pair, repeating_prompt, proposer):
     """K = 8 with 2 new tokens allowed: one draft, and exactly 2 tokens committed."""
     prompt = repeating_prompt if proposer == "lookup" else PROMPT
@@ -276,7 +276,7 @@ def test_head_made_for_another_target_is_refused(pair, other_arch):
     assert head._target[1] is pair.target.get_output_embeddings()
 
 
-@pytest.mark.parametrize("proposer", PROPOSERS)
+@pytest.mark.parametrize("proposer", registry.names())
 @pytest.mark.parametrize("k", [5, 8])
 def test_pool_exhaustion_inside_step_changes_nothing(pair, proposer, k):
     """3 blocks of 4 slots hold a 9-token prompt but not K drafts. With K = 5 the feature head
@@ -300,7 +300,7 @@ def test_pool_exhaustion_inside_step_changes_nothing(pair, proposer, k):
     assert_invariant(dec)
 
 
-@pytest.mark.parametrize("proposer", PROPOSERS)
+@pytest.mark.parametrize("proposer", registry.names())
 def test_error_after_verify_changes_nothing(pair, proposer, monkeypatch):
     """A failure after the target's verify pass (here: inside resolve) undoes the provisional
     K/V, the head's drafted entries and the verify features it was handed."""

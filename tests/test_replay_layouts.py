@@ -23,11 +23,11 @@ import torch
 import specviz
 from specviz import DecodeConfig, SpeculativeDecoder
 from specviz.errors import ConfigError, PoolExhaustedError
-from specviz.proposers import PROPOSER_CLASSES
+from specviz.proposers import registry
 from specviz.replay import ReplayError, replay_run
 from specviz.runfile import RunRecord, load_run, record_run
 
-PROPOSERS = ("draft", "feature", "lookup")
+PROPOSERS = registry.names()  # every proposer in the table
 TEMPERATURES = (1.0, 0.0)
 LAYOUTS = [("contiguous", 16, "free")] + [("paged", page, policy) for page in (1, 4, 16) for policy in ("free", "keep")]
 PROMPT_TEXT = "the cat sat on the mat. the cat"
@@ -211,9 +211,7 @@ def test_replay_from_a_file_builds_no_model(monkeypatch):
 def test_cache_token_offsets():
     """Which token a proposer's cache entry p holds: x[p] for a draft model, x[p+1] for a feature head
     (pinned here; the replay's equality above depends on it)."""
-    assert {name: cls.cache_token_offset for name, cls in PROPOSER_CLASSES.items()} == {
-        "draft": 0, "feature": 1, "lookup": 0,
-    }
+    assert {e.name: e.cache_token_offset for e in registry.entries()} == {"draft": 0, "feature": 1, "lookup": None}
 
 
 def test_bad_settings_and_damaged_records():

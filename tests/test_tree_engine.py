@@ -29,12 +29,12 @@ from specviz import tree as trees
 from specviz.errors import ConfigError, PoolExhaustedError
 from specviz.kv import create_cache
 from specviz.models import attach_feature_head
-from specviz.proposers import TreeDrafts
+from specviz.proposers import TreeDrafts, registry
 from specviz.runtime import forward, forward_with_features
 from specviz.tree import TokenTree
 
 PROMPT = [3, 17, 42, 5, 9, 28, 11, 3, 17]  # ends on an earlier 2-gram: prompt lookup proposes too
-PROPOSERS = ("draft", "feature", "lookup")
+PROPOSERS = registry.names()  # every proposer in the table
 NEW = 16
 
 

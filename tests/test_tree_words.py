@@ -15,7 +15,6 @@ import re
 from test_tree_view import in_place_cycle, moving_cycle, tree_run
 
 from specviz import cli, narrative
-from specviz.narrative_tree import phase_markdown as tree_words
 from specviz.stats import acceptance_stats, measured_speedup
 from specviz.trace import CYCLE_PHASES
 from specviz.ui import quiz
@@ -26,12 +25,20 @@ def words(tr, phase: str) -> str:
     return narrative.phase_markdown(tr, phase)
 
 
+# What only a tree's words say, per phase (one of them where there are alternatives).
+TREE_WORDS = {
+    "start": ("drafts a **token tree**",), "draft": ("grows a token tree",), "verify": ("slot ≠ position",),
+    "accept": ("Greedy walk", "Deterministic siblings"), "resolve": ("from one verify pass",),
+    "rollback": ("**Compaction.**", "**No copy needed.**"),
+}
+
+
 def test_every_phase_of_a_tree_cycle_has_tree_words_not_chain_words():
     rec = tree_run()
     for tr in rec.traces:
         for phase in CYCLE_PHASES:
             text = words(tr, phase)
-            assert text == tree_words(tr, phase)
+            assert any(mark in text for mark in TREE_WORDS[phase]), (phase, text)
             assert "min(1, p/q)" not in text and "K−j+1" not in text and "never tested" not in text, (phase, text)
 
 

@@ -70,17 +70,18 @@ class TreeDrafts:
 
 
 class Proposer:
-    """Base class. Subclasses set `name`, `label` and implement `propose` (and, when they keep
+    """Base class. Subclasses set `name` (their row in the proposer table, `registry.py`, which holds
+    everything else said about them), implement `from_pair` and `propose` (and, when they keep
     state, `start`, `rollback`, `check_invariant`, `save`/`restore`)."""
 
     name: ClassVar[str] = ""
-    label: ClassVar[str] = ""  # a few words for views: "independent draft model"
     wants_target_features: ClassVar[bool] = False
-    # Cache entry p holds the K/V of the token at sequence position p + cache_token_offset: 0 for
-    # a draft model (entry p is token x[p]), 1 for a feature head (entry p pairs F[p] with x[p+1]).
-    # `specviz.replay` reads it to know which token each recorded append wrote.
-    cache_token_offset: ClassVar[int] = 0
     cache: SpecvizCache | None = None
+
+    @classmethod
+    def from_pair(cls, pair: Any, config: Any, max_context: int, vocab_size: int) -> Proposer:
+        """The proposer for `pair` (`make_proposer` has checked that the pair has what it needs)."""
+        raise NotImplementedError
 
     def start(self, prompt_ids: list[int], prefill_features: torch.Tensor | None) -> None:
         """Prepare for a new sequence whose prompt is `prompt_ids` (the target's prefill gave

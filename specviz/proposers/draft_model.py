@@ -26,7 +26,6 @@ from .base import Distribution, Drafts, Proposer, TreeDrafts, TreeFeeder, draft_
 
 class DraftModelProposer(Proposer):
     name = "draft"
-    label = "independent draft model"
 
     def __init__(self, draft: Any, config: DecodeConfig, max_context: int) -> None:
         self.draft, self.config, self.max_context = draft, config, max_context

@@ -50,9 +50,7 @@ NO_FEATURE_YET = "no target feature yet (one-token context): a plain target step
 
 class FeatureProposer(Proposer):
     name = "feature"
-    label = "feature head (EAGLE-style)"
     wants_target_features = True
-    cache_token_offset = 1  # entry p holds the pair (F[p], x[p+1])
 
     def __init__(self, head: FeatureHead, target: Any, config: DecodeConfig, max_context: int) -> None:
         self.head, self.target, self.config, self.max_context = head, target, config, max_context

@@ -59,7 +59,6 @@ def find_continuations(tokens: list[int], depth: int, max_ngram: int, min_ngram:
 
 class LookupProposer(Proposer):
     name = "lookup"
-    label = "prompt lookup (n-gram)"
 
     def __init__(self, vocab_size: int, device: torch.device, max_ngram: int = 3, min_ngram: int = 1) -> None:
         self.vocab_size, self.device = vocab_size, device
@@ -94,3 +93,10 @@ class LookupProposer(Proposer):
             note = (f"no earlier occurrence of the last {self.min_ngram}..{self.max_ngram} token(s): "
                     "no proposal, this cycle is one plain target step")
         return TreeDrafts(tree, [], note)
+
+    @classmethod
+    def from_pair(cls, pair: object, config: object, max_context: int, vocab_size: int) -> LookupProposer:
+        """Built by `make_proposer` (the proposer table): no weights, only the pair's vocabulary and device."""
+        from ..runtime import model_device
+
+        return cls(vocab_size, model_device(pair.target), config.lookup_max_ngram, config.lookup_min_ngram)

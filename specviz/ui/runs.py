@@ -27,6 +27,7 @@ import streamlit as st
 
 from ..config import LAYOUTS, POLICIES, DecodeConfig
 from ..errors import SpecvizError
+from ..proposers import registry
 from ..replay import replay_run
 from ..runfile import RunRecord, load_run, record_run
 from ..scenarios import Scenario, load_scenarios
@@ -48,46 +49,30 @@ def record_fields(run: Run) -> dict[str, Any]:
     these until it is clicked: building the record then, not on every script run, keeps a click
     on Next phase free of a pass over every token of the run, and an idle run's KV caches free."""
     return dict(
-        title=run.title,
-        pair_description=run.pair_description or _pair_text(run),
-        proposer=run.proposer,
-        config=run.dec.config if run.dec is not None else run.config,
-        prompt_text=run.prompt_text,
-        chat=run.chat,
-        prompt_ids=run.prompt_ids,
-        prefill=run.prefill,
-        traces=run.traces,
-        token_text=run.texts,
-        baseline_ms_per_token=run.baseline_ms_per_token,
-        max_context=run.max_context,
-    )
+        title=run.title, pair_description=run.pair_description or _pair_text(run), proposer=run.proposer,
+        config=run.dec.config if run.dec is not None else run.config, prompt_text=run.prompt_text, chat=run.chat,
+        prompt_ids=run.prompt_ids, prefill=run.prefill, traces=run.traces, token_text=run.texts,
+        baseline_ms_per_token=run.baseline_ms_per_token, max_context=run.max_context,
+    )  # fmt: skip
 
 
 def run_of(record: RunRecord, run_id: int, source: str, title: str | None = None) -> Run:
     """A recorded run to step through: nothing revealed yet, no model."""
     return Run(
-        id=run_id,
-        title=title or record.title,
-        source=source,  # type: ignore[arg-type]
+        id=run_id, title=title or record.title, source=source,  # type: ignore[arg-type]
         restart_key=None,  # type: ignore[arg-type]  # adopts the sidebar when shown (app.showing_recording)
-        config=record.config,
-        prompt_ids=tuple(record.prompt_ids),
-        prefill=record.prefill,
-        texts=record.token_text,
-        prompt_text=record.prompt_text,
-        chat=record.chat,
-        pair_description=record.pair,
-        traces=tuple(record.traces),
-        baseline_ms_per_token=record.baseline_ms_per_token,
+        config=record.config, prompt_ids=tuple(record.prompt_ids), prefill=record.prefill, texts=record.token_text,
+        prompt_text=record.prompt_text, chat=record.chat, pair_description=record.pair,
+        traces=tuple(record.traces), baseline_ms_per_token=record.baseline_ms_per_token,
         max_context=record.max_context,
-    )
+    )  # fmt: skip
 
 
 def _pair_text(run: Run) -> str:
     """The pair in words for a run file: the target's name and who proposed."""
     if run.pair is None:
         return ""
-    who = run.pair.draft_name if run.proposer == "draft" else run.proposer
+    who = run.pair.draft_name if registry.get(run.proposer).needs == "draft" else run.proposer  # the model it ran
     return f"{run.pair.target_name} + {who}"
 
 
@@ -110,13 +95,10 @@ def on_open_file() -> None:
 
 def open_file_control() -> None:
     st.file_uploader(
-        "Open a run file (JSON) — no model needed",
-        type=["json"],
-        key="run_file",
-        on_change=on_open_file,
+        "Open a run file (JSON) — no model needed", type=["json"], key="run_file", on_change=on_open_file,
         help="A run exported from the Export tab (or traces from `python -m specviz walk --json`). "
         "Every view works without loading a model.",
-    )
+    )  # fmt: skip
 
 
 # ---------------------------------------------------------------- run list ----------------------

@@ -18,10 +18,11 @@ from typing import Any
 
 import streamlit as st
 
-from ..config import LAYOUTS, MAX_TREE_NODES, MAX_TREE_WIDTH, POLICIES, PROPOSERS, DecodeConfig
+from ..config import LAYOUTS, MAX_TREE_NODES, MAX_TREE_WIDTH, POLICIES, DecodeConfig
 from ..errors import SpecvizError
 from ..models import preferred_proposer
 from ..precision import DEFAULT_DTYPE, DTYPES, INVARIANT_TOLERANCE
+from ..proposers import registry
 from ..server import ServerSettings
 
 PAIR_LABELS = {
@@ -29,11 +30,6 @@ PAIR_LABELS = {
     "tiny": "Tiny random pair (instant; for demos of the mechanics)",
     "custom": "Custom: hub ids or local directories",
 }
-# Who guesses the K drafts (docs/design.md §1b); the selector opens on `preferred_proposer(pair)`.
-PROPOSER_LABELS = dict(
-    zip(PROPOSERS, ("Draft model (a small LM)", "Feature head (EAGLE-style)", "Prompt lookup (n-gram copy)"),
-        strict=True)
-)  # fmt: skip
 DEFAULT_PROMPT = "Explain in two sentences why the sky is blue."
 EXAMPLES_FILE = Path(__file__).resolve().parents[2] / "assets" / "prompts" / "examples.json"
 SPEEDS = {"slow (2 s)": 2.0, "normal (1 s)": 1.0, "fast (0.5 s)": 0.5}
@@ -42,20 +38,11 @@ LIVE = ("k", "tree_width", "tree_nodes", "temperature", "top_k", "top_p", "check
         "forced_outcomes")
 # (widget key, what it is called in "restarted because the … changed"): the settings of a run.
 RESTART_WIDGETS = (
-    ("pair_kind", "model pair"),
-    ("custom_target", "target"),
-    ("custom_draft", "draft"),
-    ("proposer", "proposer"),
-    ("prompt", "prompt"),
-    ("chat", "chat template"),
-    ("layout", "cache layout"),
-    ("page_size", "page size"),
-    ("policy", "rollback policy"),
-    ("seed", "seed"),
-    ("num_blocks", "pool size"),
-    ("max_context", "max context"),
+    ("pair_kind", "model pair"), ("custom_target", "target"), ("custom_draft", "draft"), ("proposer", "proposer"),
+    ("prompt", "prompt"), ("chat", "chat template"), ("layout", "cache layout"), ("page_size", "page size"),
+    ("policy", "rollback policy"), ("seed", "seed"), ("num_blocks", "pool size"), ("max_context", "max context"),
     ("dtype", "precision"),
-)
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -119,33 +106,13 @@ def init_state() -> None:
     env_pair = os.environ.get("SPECVIZ_PAIR", "default")
     defaults = dict(
         pair_kind=env_pair if env_pair in PAIR_LABELS else "default",
-        custom_target=os.environ.get("SPECVIZ_TARGET", ""),
-        custom_draft=os.environ.get("SPECVIZ_DRAFT", ""),
-        prompt=DEFAULT_PROMPT,
-        example=DEFAULT_PROMPT,
-        chat=True,
-        k=5,
-        tree_width=1,  # 1 = a chain (docs/design.md §1c): trees are opt-in
-        tree_nodes=16,
-        temperature=1.0,
-        top_k=0,
-        top_p=1.0,
-        max_new=128,
-        layout="paged",
-        page_size=16,
-        num_blocks=0,
-        max_context=2048,
-        dtype=DEFAULT_DTYPE,
-        policy="free",
-        seed=0,
-        check=False,
-        speed="normal (1 s)",
-        whatif=False,
-        force_accept=[],
-        force_reject=[],
-        lecture=False,
-        quiz=False,
-    )
+        custom_target=os.environ.get("SPECVIZ_TARGET", ""), custom_draft=os.environ.get("SPECVIZ_DRAFT", ""),
+        prompt=DEFAULT_PROMPT, example=DEFAULT_PROMPT, chat=True,
+        k=5, tree_width=1, tree_nodes=16,  # tree width 1 = a chain (docs/design.md §1c): trees are opt-in
+        temperature=1.0, top_k=0, top_p=1.0, max_new=128,
+        layout="paged", page_size=16, num_blocks=0, max_context=2048, dtype=DEFAULT_DTYPE, policy="free", seed=0,
+        check=False, speed="normal (1 s)", whatif=False, force_accept=[], force_reject=[], lecture=False, quiz=False,
+    )  # fmt: skip
     if env_pair == "tiny":
         defaults.update(page_size=4)  # short prompts: small pages show block traffic
     for key, value in defaults.items():
@@ -183,138 +150,131 @@ def sidebar(settings: ServerSettings, on_walkthrough: Any) -> Controls | None:
 
 def _sidebar(settings: ServerSettings, on_walkthrough: Any) -> Controls:
     ss = st.session_state
-    lim = settings.limits
     with st.sidebar:
-        st.markdown("### :material/visibility: specviz")
-        if settings.classroom:
-            st.info(settings.sidebar_markdown(), icon=":material/school:")
-        st.toggle("Lecture mode (bigger type, fewer panels)", key="lecture")
-        st.toggle(
-            "Quiz: predict the outcome before it is shown",
-            key="quiz",
-            help="After the verify phase the page asks how many drafts will pass and what the rollback drops "
-            "(for a token tree: which path the target will accept), then reveals and scores.",
-        )
-        kind = st.radio("Model pair", settings.allowed_pairs(PAIR_LABELS), format_func=PAIR_LABELS.get, key="pair_kind")
-        target = draft = ""
-        if kind == "custom":
-            target = st.text_input(
-                "Target (hub id or directory)", key="custom_target", placeholder="HuggingFaceTB/SmolLM2-360M-Instruct"
-            )
-            draft = st.text_input(
-                "Draft (hub id or directory)", key="custom_draft", placeholder="HuggingFaceTB/SmolLM2-135M-Instruct"
-            )
+        _header(settings)
+        kind, target, draft = _pair_controls(settings)
         dtype = st.radio(
-            "Precision — changing it starts a new run",
-            DTYPES,
-            key="dtype",
-            horizontal=True,
+            "Precision — changing it starts a new run", DTYPES, key="dtype", horizontal=True,
             help="The number format both models and their KV caches run in. float32: the exactness demo. "
             "bfloat16: half the memory, and faster where the CPU (AMX) or GPU has bfloat16 units. Exactness is "
             "relative to the model as run; the invariant check allows each format's rounding "
             f"(max |ΔK/V| ≤ {INVARIANT_TOLERANCE['float32']:g} in float32, ≤ {INVARIANT_TOLERANCE['bfloat16']:g} "
             "in bfloat16).",
-        )
+        )  # fmt: skip
         proposer_slot = st.container()
-        st.markdown("**Prompt**")
-        st.selectbox(
-            "Example prompts", example_prompts(), key="example", on_change=_use_example, label_visibility="collapsed"
-        )
-        prompt = st.text_area("Prompt", key="prompt", height=90, max_chars=lim.prompt_chars)
-        chat = st.toggle(
-            "Apply the chat template",
-            key="chat",
-            help="Wrap the prompt as a user message with the tokenizer's chat template "
-            "(when it has one). Off: the raw text is the prompt.",
-        )
-        st.markdown("**Sampling** — applies from the next cycle")
-        k = st.slider("K (draft length; a tree's depth)", 1, lim.k, key="k")
-        tree_width, tree_nodes = _tree_controls()
-        temperature = st.slider("Temperature (0 = greedy)", 0.0, 2.0, step=0.05, key="temperature")
-        c1, c2 = st.columns(2)
-        top_k = c1.number_input("top-k (0 = off)", 0, 100000, step=1, key="top_k")
-        top_p = c2.number_input("top-p (1 = off)", 0.01, 1.0, step=0.05, key="top_p")
-        max_new = st.number_input("Max new tokens", 1, lim.max_new_tokens, step=16, key="max_new")
-        st.markdown("**Cache** — changing these starts a new run (earlier runs stay in the run list)")
-        layout = st.radio("Cache layout", LAYOUTS, key="layout", horizontal=True)
-        page = st.select_slider("Page size (tokens per block)", PAGE_SIZES, key="page_size", disabled=layout != "paged")
-        policy = st.radio(
-            "Paged rollback policy",
-            POLICIES,
-            key="policy",
-            horizontal=True,
-            disabled=layout != "paged",
-            help="free: blocks holding only rejected positions return to the pool. "
-            "keep (vLLM v1): they stay reserved and are overwritten.",
-        )
-        with st.expander("Pool and context limits"):
-            num_blocks = st.number_input(
-                "Blocks in each pool (0 = enough for the context)",
-                0,
-                65536,
-                step=1,
-                key="num_blocks",
-                disabled=layout != "paged",
-                help="A small pool shows what happens when the BlockPool runs out.",
-            )
-            max_context = st.number_input("Max context (positions)", 16, 32768, step=64, key="max_context")
+        prompt, chat = _prompt_controls(settings.limits.prompt_chars)
+        sampling = _sampling_controls(settings)
+        cache = _cache_controls()
         seed = st.number_input("Seed", 0, 2**31 - 1, step=1, key="seed")
         check = st.toggle(
-            "Check the cache invariant every cycle",
-            key="check",
+            "Check the cache invariant every cycle", key="check",
             help="Compare both caches with a fresh prefill of the committed sequence (slower). The largest "
             "difference is judged by the precision's tolerance (rounding, not a bug).",
-        )
+        )  # fmt: skip
         st.markdown("**Play**")
         st.select_slider("Play speed", list(SPEEDS), key="speed")
-        whatif = _whatif_controls(on_walkthrough, tree=tree_width > 1)
+        whatif = _whatif_controls(on_walkthrough, tree=sampling["tree_width"] > 1)
     forced: tuple[tuple[int, bool], ...] = ()
-    if whatif and tree_width == 1:  # forcing is for chains only (the config refuses it on a tree)
+    if whatif and sampling["tree_width"] == 1:  # forcing is for chains only (the config refuses it on a tree)
         forced = tuple(sorted([(i, True) for i in ss.force_accept] + [(i, False) for i in ss.force_reject]))
-    settings.check_config(int(k), int(max_new))  # behind the widgets' bounds: never past a cap
-    cfg = DecodeConfig(
-        k=int(k),
-        tree_width=int(tree_width),
-        tree_nodes=int(tree_nodes),
-        temperature=float(temperature),
-        top_k=int(top_k),
-        top_p=float(top_p),
-        seed=int(seed),
-        cache_layout=layout,
-        page_size=int(page),
-        free_policy=policy,
-        max_new_tokens=int(max_new),
-        check_invariant=bool(check),
-        forced_outcomes=forced,
-        num_blocks=int(num_blocks) if num_blocks and layout == "paged" else None,
-        max_context=int(max_context),
-    )
+    settings.check_config(sampling["k"], sampling["max_new_tokens"])  # behind the widgets' bounds: never past a cap
+    cfg = DecodeConfig(**sampling, **cache, seed=int(seed), check_invariant=bool(check), forced_outcomes=forced)
     return Controls(kind, target.strip(), draft.strip(), prompt, chat, cfg, proposer_slot, dtype)
 
 
+def _header(settings: ServerSettings) -> None:
+    st.markdown("### :material/visibility: specviz")
+    if settings.classroom:
+        st.info(settings.sidebar_markdown(), icon=":material/school:")
+    st.toggle("Lecture mode (bigger type, fewer panels)", key="lecture")
+    st.toggle(
+        "Quiz: predict the outcome before it is shown", key="quiz",
+        help="After the verify phase the page asks how many drafts will pass and what the rollback drops "
+        "(for a token tree: which path the target will accept), then reveals and scores.",
+    )  # fmt: skip
+
+
+def _pair_controls(settings: ServerSettings) -> tuple[str, str, str]:
+    kind = st.radio("Model pair", settings.allowed_pairs(PAIR_LABELS), format_func=PAIR_LABELS.get, key="pair_kind")
+    target = draft = ""
+    if kind == "custom":
+        target = st.text_input(
+            "Target (hub id or directory)", key="custom_target", placeholder="HuggingFaceTB/SmolLM2-360M-Instruct"
+        )
+        draft = st.text_input(
+            "Draft (hub id or directory)", key="custom_draft", placeholder="HuggingFaceTB/SmolLM2-135M-Instruct"
+        )
+    return kind, target, draft
+
+
+def _prompt_controls(max_chars: int) -> tuple[str, bool]:
+    st.markdown("**Prompt**")
+    st.selectbox(
+        "Example prompts", example_prompts(), key="example", on_change=_use_example, label_visibility="collapsed"
+    )
+    prompt = st.text_area("Prompt", key="prompt", height=90, max_chars=max_chars)
+    chat = st.toggle(
+        "Apply the chat template", key="chat",
+        help="Wrap the prompt as a user message with the tokenizer's chat template "
+        "(when it has one). Off: the raw text is the prompt.",
+    )  # fmt: skip
+    return prompt, chat
+
+
+def _sampling_controls(settings: ServerSettings) -> dict[str, Any]:
+    """The live settings (they apply from the next cycle), as DecodeConfig fields."""
+    lim = settings.limits
+    st.markdown("**Sampling** — applies from the next cycle")
+    k = st.slider("K (draft length; a tree's depth)", 1, lim.k, key="k")
+    tree_width, tree_nodes = _tree_controls()
+    temperature = st.slider("Temperature (0 = greedy)", 0.0, 2.0, step=0.05, key="temperature")
+    c1, c2 = st.columns(2)
+    top_k = c1.number_input("top-k (0 = off)", 0, 100000, step=1, key="top_k")
+    top_p = c2.number_input("top-p (1 = off)", 0.01, 1.0, step=0.05, key="top_p")
+    max_new = st.number_input("Max new tokens", 1, lim.max_new_tokens, step=16, key="max_new")
+    return dict(k=int(k), tree_width=tree_width, tree_nodes=tree_nodes, temperature=float(temperature),
+                top_k=int(top_k), top_p=float(top_p), max_new_tokens=int(max_new))
+
+
+def _cache_controls() -> dict[str, Any]:
+    """The cache settings (each starts a new run), as DecodeConfig fields."""
+    st.markdown("**Cache** — changing these starts a new run (earlier runs stay in the run list)")
+    layout = st.radio("Cache layout", LAYOUTS, key="layout", horizontal=True)
+    paged = layout == "paged"
+    page = st.select_slider("Page size (tokens per block)", PAGE_SIZES, key="page_size", disabled=not paged)
+    policy = st.radio(
+        "Paged rollback policy", POLICIES, key="policy", horizontal=True, disabled=not paged,
+        help="free: blocks holding only rejected positions return to the pool. "
+        "keep (vLLM v1): they stay reserved and are overwritten.",
+    )  # fmt: skip
+    with st.expander("Pool and context limits"):
+        num_blocks = st.number_input(
+            "Blocks in each pool (0 = enough for the context)", 0, 65536, step=1, key="num_blocks",
+            disabled=not paged, help="A small pool shows what happens when the BlockPool runs out.",
+        )  # fmt: skip
+        max_context = st.number_input("Max context (positions)", 16, 32768, step=64, key="max_context")
+    return dict(cache_layout=layout, page_size=int(page), free_policy=policy, max_context=int(max_context),
+                num_blocks=int(num_blocks) if num_blocks and paged else None)
+
+
 def proposer_control(pair: Any) -> str:
-    """The proposer selector, for a loaded pair. It follows `preferred_proposer(pair)` until the
-    user picks one; "feature" is offered only when the pair carries a feature head (and a caption
-    says why it is missing otherwise). Changing it starts a new run, like the cache settings."""
+    """The proposer selector, for a loaded pair: the proposer table's rows this pair can run (a
+    caption says why each other one is missing). It follows `preferred_proposer(pair)` until the
+    user picks one. Changing it starts a new run, like the cache settings."""
     ss = st.session_state
-    has_head = getattr(pair, "feature_head", None) is not None
-    options = [name for name in PROPOSER_LABELS if name != "feature" or has_head]
+    options = [entry.name for entry in registry.available(pair)]
     if ss.get("_proposer_auto", True) or ss.get("proposer") not in options:
         ss.proposer = preferred_proposer(pair) if preferred_proposer(pair) in options else options[0]
     st.radio(
-        "Proposer — changing it starts a new run",
-        options,
-        format_func=PROPOSER_LABELS.get,
-        key="proposer",
-        on_change=_on_proposer_pick,
+        "Proposer — changing it starts a new run", options, key="proposer", on_change=_on_proposer_pick,
+        format_func=lambda name: registry.get(name).label,
         help="Who guesses the K drafts. The target's verify, the acceptance test, the residual, the bonus "
-        "and the target's rollback are the same for all three, and so is exactness.",
-    )
-    if not has_head:
-        st.caption(
-            "Feature head: unavailable — this pair carries no EAGLE-style head "
-            "(`load_pair(..., feature_head=...)` attaches one)."
-        )
+        "and the target's rollback are the same for all of them, and so is exactness.",
+    )  # fmt: skip
+    for entry in registry.entries():
+        why = entry.unavailable(pair)
+        if why:
+            st.caption(f"{registry.cap(entry.words.noun)}: unavailable — {why}.")
     return ss.proposer
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from ..proposers import registry
 from ..trace import CycleTrace, DraftStep
 from .style import GRID_COLOR, KIND_COLORS, U_COLOR, base_layout, empty_figure, esc, no_proposal_subtitle, show_token
 
@@ -94,7 +95,7 @@ def _draws(xs: list[str], trace: CycleTrace) -> go.Scatter:
 
 
 def _titles(trace: CycleTrace, tested: bool) -> tuple[str, str]:
-    lookup = trace.proposer == "lookup"
+    lookup = registry.get(trace.proposer).one_hot
     if trace.temperature == 0:
         title, subtitle = (
             "Acceptance (greedy, T = 0)",

@@ -4,11 +4,11 @@ The picture of a cache is drawn by `kv_html`; what it *says* lives here, in one 
 surface that describes a cache (the app's stage, the standalone run page, a test) uses the same
 names and sentences:
 
-* `PANEL_TITLES` — the heading of the proposer's cache, by `CycleTrace.proposer` (DESIGN §1b):
-  a draft model keeps a full cache; an EAGLE-style feature head a one-layer cache whose entry p
-  pairs the target's feature at position p with the token at position p+1.
-* `NO_CACHE` — what stands where the proposer's cache would be when the proposer keeps none
-  (prompt lookup copies tokens: no model runs, so there is nothing to write or roll back).
+* `panel_title` — the heading of the proposer's cache, from its row in the proposer table
+  (DESIGN §1b; `specviz.proposers.registry`): a draft model keeps a full cache; an EAGLE-style
+  feature head a one-layer cache whose entry p pairs the target's feature at p with the token at p+1.
+* `no_cache_html` — what stands where the proposer's cache would be when it keeps none (prompt
+  lookup copies tokens: no model runs, so there is nothing to write or roll back).
 * `events_text` — one phase's cache events (`CacheEvent`: append, alloc, truncate, free, …) as one
   line: the draft's one-position-per-forward-pass appends merged into one range, block
   allocations into one list.
@@ -22,17 +22,24 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..errors import ConfigError
+from ..proposers import registry
 from ..trace import CacheEvent, CacheSnapshot
 
-# The proposer's panel, by `CycleTrace.proposer`. Prompt lookup has none: `NO_CACHE` replaces it.
-PANEL_TITLES = {
-    "draft": "Draft model cache",
-    "feature": "Feature head cache (1 layer: pairs of target feature + next token)",
-}
-NO_CACHE = (
-    "<strong>Prompt lookup keeps no draft cache</strong> <span>it copies what followed an earlier match of the "
-    "last n-gram: no model runs, nothing to write or roll back</span>"
-)
+
+def panel_title(proposer: str) -> str:
+    """The heading of `proposer`'s cache panel (ConfigError for a proposer without a cache)."""
+    title = registry.get(proposer).cache_title
+    if title is None:
+        raise ConfigError(f"proposer {proposer!r} keeps no cache: it has no cache panel")
+    return title
+
+
+def no_cache_html(proposer: str) -> str:
+    """What stands where the proposer's cache would be, for a proposer that keeps none."""
+    words = registry.get(proposer).words
+    return (f"<strong>{registry.cap(words.noun)} keeps no draft cache</strong> <span>{words.copies}: no model runs, "
+            "nothing to write or roll back</span>")
 
 
 def memory_text(snap: CacheSnapshot) -> str:

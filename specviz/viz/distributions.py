@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from ..proposers import registry
 from ..trace import CycleTrace, TokenProb
 from .style import (
     BONUS_COLOR,
@@ -40,7 +41,8 @@ def _one_hot_note(trace: CycleTrace) -> str:
     """Why a q (or p) bar stands at 1: the rule that made it one-hot, not certainty."""
     if trace.temperature == 0:
         return " — greedy (T = 0): p and q are one-hot on their argmax"
-    return " — q one-hot (prompt lookup)" if trace.proposer == "lookup" else ""
+    entry = registry.get(trace.proposer)
+    return f" — q one-hot ({entry.words.noun})" if entry.one_hot else ""
 
 
 def pq_figure(trace: CycleTrace, index: int, tested: bool = True) -> go.Figure:
@@ -129,7 +131,7 @@ def residual_figure(trace: CycleTrace) -> go.Figure:
                                  marker=marker))
     greedy = trace.temperature == 0
     how = f"argmax p{j} (greedy)" if greedy else f"sampled from the residual norm(max(0, p{j} − q{j}))"
-    if trace.proposer == "lookup" and not greedy:
+    if registry.get(trace.proposer).one_hot and not greedy:
         how = f"q{j} is one-hot: the residual is p{j} without d{j}, renormalised"
     chosen = next((tp for tp in items if tp.token_id == corrected.token_id), None)
     if chosen is not None:

@@ -27,7 +27,7 @@ How it is built, and why:
   which rows the phase changed (`data-role="action"`) and the window around them.
 * **Not colour alone.** Committed = solid fill; provisional = stripes, a dashed border and "P";
   stale = cross-hatch, struck-through text and "✕"; free = empty with a dotted border. Verdicts carry
-  ✓ / ✗ / –. The palette (viz/style.py) stays apart under simulated colour blindness (viz/cvd.py).
+  ✓ / ✗ / –. The palette (viz/style.py) stays apart under simulated colour blindness (tests/cvd.py).
 * **Linked hover, no script.** (`st.html` runs none.) Every cache slot holding draft d_i of this
   cycle, the draft's column and its bars carry `data-d="i"` and `tabindex="0"`; generated
   `.svkv:has([data-d="i"]:hover) [data-d="i"]` rules outline all of them at once, on hover or on
@@ -38,6 +38,7 @@ How it is built, and why:
 * **A text alternative.** The wrapper is a `role="figure"` with an `aria-label`; a visually hidden
   paragraph and a "Describe this picture" `<details>` say the same in words.
 
+The stylesheet is static/kv.css, its colours CSS variables set from the palette (viz/style.py).
 Every CSS rule is scoped under `.svkv` (the page's styles are global) and the fragment starts with
 the wrapper `<div>`, so Streamlit's sanitiser keeps the inline `<style>`.
 """
@@ -46,9 +47,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cache
 
-from ..trace import CYCLE_PHASES, CacheSnapshot, CycleTrace, DraftStep, PhaseSnapshot
-from .cache_words import NO_CACHE, PANEL_TITLES, events_text, memory_text
+from ..proposers import registry
+from ..timeline import VERDICT_GLYPHS
+from ..timeline import phase_index as _step
+from ..trace import CacheSnapshot, CycleTrace, DraftStep, PhaseSnapshot
+from .cache_words import events_text, memory_text, no_cache_html, panel_title
+from .stage_js import read_static
 from .style import KIND_COLORS, PHASE_TITLES, SLOT_COLORS, SLOT_TEXT_COLORS, esc_attr, fmt_p, show_token
 
 TokenText = Callable[[int], str]
@@ -59,7 +65,6 @@ MIN_CELL_EM = 3.0  # the narrowest legible cell (in em of the cell text) for the
 TAG_EM = 6.5
 DENSE_COLS = 12  # rows at least this wide use the smaller token font
 GLYPHS = {"provisional": "P", "stale": "✕", "committed": "", "free": ""}
-VERDICT_GLYPHS = {"accepted": "✓", "rejected": "✗", "untested": "–"}
 STATE_ORDER = ("committed", "provisional", "stale", "free")
 
 
@@ -79,14 +84,14 @@ def kv_stage_html(
     description, as one HTML fragment (with its stylesheet unless `inline_css=False`). `before`,
     the step shown before, marks the rows this phase changed (`data-role="action"`)."""
     rows_cap = max_rows or (MAX_ROWS_LECTURE if lecture else MAX_ROWS)
-    entries = proposer == "feature"
+    entries = registry.get(proposer).cache_token_offset == 1  # entry p pairs F[p] with x[p+1]
     drafts = trace.drafts if trace is not None and _step(phase) >= _step("draft") else ()
     panels = [
         _Cache("Target cache", now.target, _same_shape(before and before.target, now.target),
                _events(trace, "target", phase, now.target), drafts, entries=False, cid="t")
     ]
     if now.draft is not None:
-        panels.append(_Cache(PANEL_TITLES.get(proposer, "Draft cache"), now.draft,
+        panels.append(_Cache(panel_title(proposer), now.draft,
                              _same_shape(before and before.draft, now.draft),
                              _events(trace, "draft", phase, now.draft), drafts, entries=entries, cid="p"))
     title = PHASE_TITLES.get(phase, phase)
@@ -95,7 +100,7 @@ def kv_stage_html(
     body = [f"<div class='svkv-caches' style='--minw:{min_w:.1f}em'>"]
     body += [_cache_html(p, token_text, rows_cap, lecture) for p in panels]
     if now.draft is None:
-        body.append(f"<div class='svkv-nocache'>{NO_CACHE}</div>")
+        body.append(f"<div class='svkv-nocache'>{no_cache_html(proposer)}</div>")
     body.append("</div>")
     described = _describe(panels, now.draft is None)
     label = f"KV caches, {cycle}{title}: " + ("target and proposer" if now.draft is not None else "target only")
@@ -115,11 +120,6 @@ def kv_stage_html(
             "</div>",
         ]
     )
-
-
-def _step(phase: str) -> int:
-    """Index of `phase` in the cycle; -1 for "prefill" and anything outside a cycle."""
-    return CYCLE_PHASES.index(phase) if phase in CYCLE_PHASES else -1
 
 
 def _same_shape(before: CacheSnapshot | None, now: CacheSnapshot) -> CacheSnapshot | None:
@@ -553,124 +553,13 @@ def stylesheet(max_drafts: int = 32) -> str:
 
 
 def _css(k: int) -> str:
-    c, t = SLOT_COLORS, SLOT_TEXT_COLORS
-    return f"""
-.svkv{{font-family:Inter,'Segoe UI',Roboto,Helvetica,Arial,sans-serif;font-size:16px;color:#1f2937;width:100%;
-line-height:1.3;--tagw:{TAG_EM}em}}
-.svkv *{{box-sizing:border-box}}
-.svkv.svkv-lecture{{font-size:clamp(16px,2.05vh,22px)}}
-.svkv.svkv-lecture .svkv-phase{{font-size:1.15em;margin:0 0 .2em}}
-.svkv.svkv-lecture .svkv-cell{{min-height:2.3em;padding:.05em .25em .1em}}
-.svkv.svkv-lecture .svkv-grid{{gap:4px;margin-top:.2em}}
-.svkv.svkv-lecture .svkv-free,.svkv.svkv-lecture .svkv-ov{{flex-wrap:nowrap;overflow:hidden;margin:.1em 0}}
-.svkv.svkv-lecture .svkv-free-h,.svkv.svkv-lecture .svkv-ov>span:first-child{{white-space:nowrap}}
-.svkv.svkv-lecture .svkv-gap{{white-space:nowrap;overflow:hidden;text-overflow:ellipsis;padding:0 .25em}}
-.svkv.svkv-lecture .svkv-legend,.svkv.svkv-lecture .svkv-describe,.svkv.svkv-lecture .svkv-sub2{{display:none}}
-.svkv.svkv-lecture .svkv-cycle{{margin-top:.4em;padding-top:.3em}}
-.svkv.svkv-lecture .svkv-caches{{gap:.6em 1.5em;
-grid-template-columns:repeat(auto-fit,minmax(min(100%,calc(var(--minw) * .85)),1fr))}}
-.svkv.svkv-lecture .svkv-title{{white-space:nowrap;overflow:hidden;text-overflow:ellipsis;font-size:1.1em}}
-@media (max-height:820px){{
-.svkv.svkv-lecture .svkv-phase,.svkv.svkv-lecture .svkv-cycle>.svkv-title{{display:none}}
-.svkv.svkv-lecture .svkv-cell{{min-height:0;padding:0 .15em}}
-.svkv.svkv-lecture .svkv-cell .svkv-meta{{font-size:14px;line-height:1;flex-wrap:nowrap;overflow:hidden}}
-.svkv.svkv-lecture .svkv-cell .svkv-tok{{line-height:1}}
-.svkv.svkv-lecture .svkv-grid{{gap:2px}}
-.svkv.svkv-lecture .svkv-row{{gap:3px}}
-.svkv.svkv-lecture .svkv-tag{{font-size:14px;padding:0 .3em;line-height:1.05}}
-.svkv.svkv-lecture .svkv-free,.svkv.svkv-lecture .svkv-ov,.svkv.svkv-lecture .svkv-gap{{font-size:14px}}
-.svkv.svkv-lecture .svkv-fb{{padding:0 .1em;border-width:1px}}
-.svkv.svkv-lecture .svkv-ev{{margin:0}}
-.svkv.svkv-lecture .svkv-dhead,.svkv.svkv-lecture .svkv-barrow{{font-size:14px}}
-.svkv.svkv-lecture .svkv-dhead{{white-space:nowrap;overflow:hidden;text-overflow:ellipsis}}
-.svkv.svkv-lecture .svkv-draft{{padding:.15em .35em}}
-}}
-.svkv .svkv-phase{{font-size:1.35em;font-weight:700;margin:0 0 .4em}}
-.svkv .svkv-caches{{display:grid;grid-template-columns:repeat(auto-fit,minmax(min(100%,var(--minw)),1fr));
-gap:1.2em 2em;align-items:start}}
-.svkv .svkv-title{{font-size:1.2em;font-weight:700;margin:0 0 .15em;padding:0}}
-.svkv .svkv-len{{font-size:max(14px,.85em);font-weight:400}}
-.svkv .svkv-ev{{margin:0 0 .2em;font-size:1em}}
-.svkv .svkv-dense .svkv-tok{{font-size:max(14px,1em)}}
-.svkv .svkv-ev{{color:#374151;font-style:italic}}
-.svkv .svkv-sub,.svkv .svkv-sub2{{margin:0 0 .2em;font-size:max(14px,.875em);color:#4b5563}}
-.svkv .svkv-nocache{{border:2px dashed #9ca3af;border-radius:8px;padding:.8em 1em;color:#4b5563;align-self:start}}
-.svkv .svkv-grid{{display:flex;flex-direction:column;gap:6px;margin-top:.4em}}
-.svkv .svkv-row{{display:grid;grid-template-columns:var(--tagw) repeat(var(--cols),minmax(0,1fr));gap:6px;
-align-items:stretch}}
-.svkv .svkv-tag{{font-size:max(14px,.875em);color:#374151;padding:.2em .4em;border-radius:6px;background:#eef2f7;
-display:flex;flex-direction:column;justify-content:center;line-height:1.2;font-variant-numeric:tabular-nums}}
-.svkv .svkv-tag-free{{background:#fff;border:2px dotted #9ca3af;color:#6b7280}}
-.svkv .svkv-cell{{position:relative;min-height:3.1em;border-radius:6px;padding:.15em .3em .25em;display:flex;
-flex-direction:column;border:2px solid transparent;min-width:0}}
-.svkv .svkv-meta{{display:flex;flex-wrap:wrap;justify-content:space-between;font-size:max(14px,.8em);line-height:1.1;
-font-variant-numeric:tabular-nums;opacity:.92}}
-.svkv .svkv-glyph{{font-weight:700}}
-.svkv .svkv-tok{{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:1.3em;font-weight:600;
-white-space:nowrap;overflow:hidden;text-overflow:ellipsis;max-width:100%;align-self:center;text-align:center;
-padding:0 .1em;border-radius:3px}}
-.svkv .svkv-cell:hover .svkv-tok,.svkv .svkv-cell:focus .svkv-tok{{overflow:visible;position:relative;z-index:4;
-background:#fff;color:#111827;box-shadow:0 0 0 2px #111827}}
-.svkv .svkv-s-committed{{background-color:{c['committed']};color:{t['committed']};border-color:{c['committed']}}}
-.svkv .svkv-s-provisional{{background-color:{c['provisional']};color:{t['provisional']};border:3px dashed #5c3a00;
-background-image:repeating-linear-gradient(135deg,rgba(255,255,255,.42) 0 6px,transparent 6px 13px)}}
-.svkv .svkv-s-stale{{background-color:{c['stale']};color:{t['stale']};border-color:#8c4f75;
-background-image:repeating-linear-gradient(45deg,rgba(61,16,48,.25) 0 2px,transparent 2px 9px),
-repeating-linear-gradient(-45deg,rgba(61,16,48,.25) 0 2px,transparent 2px 9px)}}
-.svkv .svkv-s-provisional .svkv-tok,.svkv .svkv-s-stale .svkv-tok{{background:rgba(255,255,255,.72)}}
-.svkv .svkv-s-stale .svkv-tok{{text-decoration:line-through 2px}}
-.svkv .svkv-s-free{{background-color:{c['free']};color:{t['free']};border:2px dotted #9ca3af}}
-.svkv .svkv-ptr{{position:absolute;top:-4px;bottom:-4px;left:-6px;width:calc(100% + 6px);border-left:6px solid #111827;
-border-radius:3px;pointer-events:none;z-index:2}}
-.svkv .svkv-gap{{text-align:center;color:#4b5563;font-size:max(14px,.9em);padding:.25em;border:1px dashed #cbd5e1;
-border-radius:6px;background:#f8fafc}}
-.svkv .svkv-free{{display:flex;flex-wrap:wrap;gap:4px;align-items:center;margin:.25em 0;font-size:max(14px,.875em)}}
-.svkv .svkv-free-h{{color:#374151;margin-right:.3em}}
-.svkv .svkv-fb{{display:inline-block;min-width:1.9em;text-align:center;border:2px dotted #6b7280;border-radius:5px;
-padding:0 .2em;background:#fff;font-variant-numeric:tabular-nums}}
-.svkv .svkv-ov{{display:flex;flex-wrap:wrap;gap:2px;align-items:center;margin:.3em 0;font-size:max(14px,.8em);
-color:#4b5563}}
-.svkv .svkv-ov>span:first-child{{margin-right:.4em}}
-.svkv .svkv-ovc{{display:inline-block;width:10px;height:16px;border-radius:2px;border-width:1px}}
-.svkv .svkv-ov-shown{{outline:2px solid #111827;outline-offset:1px}}
-.svkv .svkv-legend{{display:flex;flex-wrap:wrap;gap:.4em 1.3em;margin:.9em 0 .3em;font-size:max(14px,.875em);
-align-items:center}}
-.svkv .svkv-lg{{display:inline-flex;align-items:center;gap:.4em}}
-.svkv .svkv-lgcell{{width:3.2em;min-height:2.6em}}
-.svkv .svkv-lgptr{{display:inline-block;width:6px;height:1.6em;background:#111827;border-radius:3px}}
-.svkv .svkv-cycle{{margin-top:.8em;border-top:2px solid #e5e7eb;padding-top:.5em}}
-.svkv .svkv-drafts{{display:grid;grid-template-columns:repeat(var(--n),minmax(0,1fr));gap:.8em}}
-.svkv .svkv-draft{{border:2px solid #d1d5db;border-radius:8px;padding:.4em .5em;min-width:0;background:#fff;
-position:relative;display:flex;flex-direction:column}}
-.svkv .svkv-draft>*{{order:2}}
-.svkv .svkv-draft>.svkv-dhead,.svkv .svkv-draft>.svkv-dtok{{order:0}}
-.svkv .svkv-draft>.svkv-verdict{{order:1;align-self:flex-start;margin:.1em 0 .2em}}
-.svkv .svkv-dhead{{font-weight:700}}
-.svkv .svkv-dpos{{font-weight:400;color:#4b5563;font-size:max(14px,.85em)}}
-.svkv .svkv-dtok{{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:1.3em;font-weight:700;
-white-space:nowrap;overflow:hidden;text-overflow:ellipsis;margin:.15em 0}}
-.svkv .svkv-barrow{{font-size:max(14px,.875em);margin:.2em 0}}
-.svkv .svkv-barlabel{{display:block}}
-.svkv .svkv-bar{{position:relative;display:block;height:.9em;background:#f1f5f9;border:1px solid #94a3b8;
-border-radius:3px}}
-.svkv .svkv-bar>span:first-child{{display:block;height:100%}}
-.svkv .svkv-bar-q>span:first-child{{background:{c['provisional']}}}
-.svkv .svkv-bar-p>span:first-child{{background:{c['committed']}}}
-.svkv .svkv-bar-a>span:first-child{{background:#6b7280}}
-.svkv .svkv-u{{position:absolute;top:-.3em;bottom:-.3em;width:4px;margin-left:-2px;background:#111827}}
-.svkv .svkv-verdict{{display:inline-flex;align-items:center;gap:.3em;font-weight:700;padding:.1em .5em;
-border-radius:999px;border:2px solid currentColor}}
-.svkv .svkv-vglyph{{font-size:1.2em}}
-.svkv .svkv-v-accepted{{color:#fff;background:{KIND_COLORS['accepted']};border-color:{KIND_COLORS['accepted']}}}
-.svkv .svkv-v-rejected{{color:#fff;background:{KIND_COLORS['rejected']};border-color:{KIND_COLORS['rejected']}}}
-.svkv .svkv-v-untested{{color:#374151;background:#fff;border-style:dashed}}
-.svkv .svkv-k-corrected{{border-color:{KIND_COLORS['corrected']};border-width:4px}}
-.svkv .svkv-k-bonus{{border-color:{KIND_COLORS['bonus']};border-width:4px;border-style:double}}
-.svkv .svkv-sr{{position:absolute;width:1px;height:1px;overflow:hidden;clip:rect(0 0 0 0);white-space:nowrap}}
-.svkv .svkv-describe{{margin-top:.6em;font-size:max(14px,.875em);color:#374151}}
-.svkv.svkv-lecture .svkv-sub,.svkv.svkv-lecture .svkv-sub2,.svkv.svkv-lecture .svkv-meta,.svkv.svkv-lecture .svkv-tag,
-.svkv.svkv-lecture .svkv-barrow,.svkv.svkv-lecture .svkv-dpos,.svkv.svkv-lecture .svkv-free,
-.svkv.svkv-lecture .svkv-legend,.svkv.svkv-lecture .svkv-gap,.svkv.svkv-lecture .svkv-ov{{font-size:max(18px,.8em)}}
-.svkv [data-d]{{cursor:pointer}}
-{_hover_rules(k)}
-"""
+    return _palette_rule() + read_static("kv.css") + _hover_rules(k)
+
+
+@cache
+def _palette_rule() -> str:
+    """The palette (viz/style.py) as the CSS variables static/kv.css draws its colours with."""
+    colors = {**{f"slot-{s}": c for s, c in SLOT_COLORS.items()},
+              **{f"slot-text-{s}": c for s, c in SLOT_TEXT_COLORS.items()},
+              **{f"kind-{k}": c for k, c in KIND_COLORS.items()}}
+    return f".svkv{{--tagw:{TAG_EM}em;" + "".join(f"--svkv-{name}:{c};" for name, c in colors.items()) + "}\n"

@@ -18,14 +18,10 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from ..proposers import registry
 from ..trace import CycleTrace
 from .style import DRAFT_COLOR, base_layout, empty_figure, esc, fmt_p, no_proposal_subtitle, show_token
 
-SUBTITLES = {
-    "draft": "top {n} of each q_i (K = {k}); the sampled token is outlined — a sample, not the argmax",
-    "feature": "top {n} of each q_i from the feature head (K = {k}); the sampled token is outlined",
-    "lookup": "prompt lookup copies tokens from the context (K = {k}): each q_i is one-hot, q = 1 on d_i",
-}
 GREEDY_SUBTITLE = (
     "greedy decoding (T = 0) makes each q_i one-hot: q = 1 on the proposer's argmax d_i and 0 elsewhere "
     "(K = {k}) — q = 1 here is the rule, not confidence"
@@ -89,9 +85,10 @@ def proposals_figure(trace: CycleTrace, top_n: int = 6) -> go.Figure:
             hovertemplate="%{text}<extra></extra>",
         )
     )
-    greedy = trace.temperature == 0 and trace.proposer != "lookup"  # lookup's q is one-hot at any T
+    entry = registry.get(trace.proposer)  # its words; a deterministic proposer's q is one-hot at any T
+    greedy = trace.temperature == 0 and not entry.one_hot
     title = "Draft proposals: d_i = argmax q_i (greedy, one-hot q)" if greedy else "Draft proposals: d_i ~ q_i"
-    subtitle = GREEDY_SUBTITLE if greedy else SUBTITLES.get(trace.proposer, SUBTITLES["draft"])
+    subtitle = GREEDY_SUBTITLE if greedy else entry.words.proposals
     fig.update_layout(**base_layout(title, 110 + 44 * n_rows, subtitle.format(n=top_n, k=k)))
     fig.update_xaxes(
         tickmode="array",

@@ -1,0 +1,76 @@
+"""The run in one line and the speedup in words: the stage's status line and the statistics tab's
+explanation of why the measured speedup differs from the textbook's."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..stats import SpeedupReport
+from ..trace import CycleTrace
+from ..viz.style import PHASE_TITLES
+
+
+def explain_speedup(report: SpeedupReport) -> str:
+    """Why the measured speedup differs from the textbook theory, one measured factor at a time.
+
+    The textbook E / (K·c + 1) counts the verify pass as one plain step. `stats.pass_costs` measures
+    every piece of a cycle in plain steps, so the theory can be re-evaluated with the real verify
+    cost v(K), then with the bookkeeping the formula ignores, then with this run's own tokens per
+    cycle — and that last number is exactly the measured speedup (see `specviz.stats`)."""
+    theory, measured, costs = report.theoretical_speedup, report.measured_speedup, report.costs
+    if costs is None or measured is None:
+        return (
+            "Run the **autoregressive baseline** below to measure a plain step of the target: the verify cost "
+            "v(K) and the measured speedup are both counted in plain steps."
+        )
+    ms = costs.plain_ms_per_token
+    parts = [
+        f"**Measured {measured:.2f}× vs theory {theory:.2f}×.**" if theory else f"**Measured {measured:.2f}×.**",
+        f"The textbook formula counts the verify pass over K+1 tokens as **one** plain step; here it took "
+        f"**v(K) = {costs.verify:.2f}** plain steps ({costs.verify * ms:.1f} ms vs {ms:.1f} ms per plain token), "
+        f"and the proposer's passes {costs.draft:.2f} steps per cycle.",
+    ]
+    if report.theory_with_pass_costs:
+        parts.append(f"With these measured costs the formula predicts **{report.theory_with_pass_costs:.2f}×**.")
+    extra = costs.bookkeeping + costs.check
+    if report.theory_with_bookkeeping:
+        check = f", plus {costs.check * ms:.1f} ms for the invariant check" if costs.check > 0.005 else ""
+        parts.append(
+            f"Each cycle also spent {costs.bookkeeping * ms:.1f} ms on bookkeeping the formula leaves out — the "
+            f"acceptance tests, resolve, rollback and the snapshots these views draw{check} — "
+            f"{extra:.2f} steps, which gives **{report.theory_with_bookkeeping:.2f}×**."
+        )
+    if report.tree_cycles:  # the formula models a chain of K drafts; a tree's figure is tokens per pass
+        parts.append(
+            f"This run drafted token trees ({report.tree_cycles} cycle(s)): the textbook formula models a chain, so "
+            f"no theory is drawn. It committed **{report.measured_tokens_per_cycle:.2f} tokens per verify pass**, "
+            f"at {costs.total:.2f} plain steps per cycle: that is the measured **{measured:.2f}×**."
+        )
+        return " ".join(parts)
+    parts.append(
+        f"Last, this run committed {report.measured_tokens_per_cycle:.2f} tokens per cycle where α = "
+        f"{report.alpha:.2f} predicts {report.expected_tokens_per_cycle:.2f}: that is the measured "
+        f"**{measured:.2f}×**."
+    )
+    return " ".join(parts)
+
+
+def status_markdown(num_prompt: int, traces: Sequence[CycleTrace], cycle: int | None, phase: str, proposer: str) -> str:
+    """The one line above the views: where we are, counted from the recorded traces.
+
+    The finish reason is told only at the resolve and rollback phases of the cycle that ended the
+    text — the cut happens at resolve — never from its draft phase on, which would give the outcome
+    away. A forced (what-if) cycle says so here too."""
+    before = num_prompt + sum(len(t.emitted) for t in traces[: (cycle or 0)])
+    where = "before the first cycle" if cycle is None else f"cycle **{cycle + 1}** of {len(traces)}"
+    line = (
+        f"{where} · phase **{PHASE_TITLES.get(phase, phase)}** · {before} tokens committed before this cycle "
+        f"({num_prompt} prompt) · proposer: {proposer}"
+    )
+    tr = traces[cycle] if cycle is not None and cycle < len(traces) else None
+    if tr is not None and tr.forced:
+        line += " · ⚠️ **what-if cycle** (forced, not in the statistics)"
+    if tr is not None and tr.finish_reason and phase in ("resolve", "rollback"):
+        last = tr.emitted[-1] if tr.emitted else None
+        line += f" · **finished: {tr.finish_reason}**" + (f" at position {last.position}" if last else "")
+    return line
