@@ -1,33 +1,16 @@
-"""The speculative decoder, one cycle at a time, and the plain autoregressive baseline.
+"""The speculative decoder, one cycle at a time (docs/design.md §1, §1c).
 
-A cycle (docs/design.md §1) is layered as in gpt-fast: the proposer's `propose` (specviz.proposers)
--> `_verify -> _accept -> _resolve -> _rollback`, each a short method, and `step()` runs them and
-returns a `CycleTrace`.
+A cycle is layered as in gpt-fast: the proposer drafts (`specviz.proposers`), then `_verify ->
+_accept -> _resolve -> _rollback`, each a short method; `step()` runs them and returns a
+`CycleTrace`. A chain of K drafts is the width-1 token tree, so there is one cycle path: the
+target verifies every node in one pass (a tree under its own mask, positions = the root's +
+depth), an exact rule (`specviz.rules`) walks the drafts, and the rollback compacts the accepted
+path's K/V into place (nothing to move for a chain) and truncates.
 
 The cache invariant ("last token separate", as in llama.cpp, HF and gpt-fast): at the start of a
-cycle with committed sequence x_1..x_n,
-  * the target cache holds K/V for exactly x_1..x_{n-1};
-  * the proposer's state lags behind and is caught up first: a draft model's cache holds a prefix
-    x_1..x_m, m <= n-1 (usually one token short, two after a fully accepted cycle, because d_K is
-    sampled but never fed); a feature head's cache holds pairs built from the target's real
-    features; prompt lookup has no cache at all (`specviz.proposers`).
-The verify pass feeds [x_n, d_1, .., d_K] and appends their K/V provisionally; the rollback
-truncates the target cache back to the new committed length minus one (and the proposer restores
-its own invariant), so the next cycle computes exactly the distributions a plain autoregressive
-decoder would. Which proposer drafts never changes verify, accept, resolve or the target's rollback.
-
-Positions are 0-based: x_i sits at position i-1, so "target cache length n-1" means positions
-0..n-2 are cached.
-
-A token tree (`tree_width > 1`, docs/design.md §1c, `specviz.tree`) runs the same phases over a
-tree instead of a chain: the proposer grows the tree, the target verifies every node in one pass
-(its own tree mask, positions = the root's + depth), the accepted path is walked (greedy, or the
-deterministic-siblings rule), and the rollback first *compacts* the accepted path's K/V into the
-committed positions (`SpecvizCache.move`), then truncates as after a chain. Width 1 is the chain,
-unchanged.
-
-Errors never leave a half-done cycle behind: `step()` snapshots the decoder's small state
-(committed tokens, cache lengths, generator states) and restores it if anything raises.
+cycle with committed x_1..x_n, the target cache holds exactly x_1..x_{n-1}; the proposer's state
+lags and is caught up first. Positions are 0-based: x_i sits at position i-1. Errors never leave
+a half-done cycle: `step()` snapshots the small state and restores it if anything raises.
 """
 
 from __future__ import annotations

@@ -1,29 +1,17 @@
 """The exact acceptance rules, as pure functions: which drafts pass, and the token after them.
 
-Every cycle ends the same way (docs/design.md §1, §1c): the target has scored each draft, a rule
-walks the drafts from the root and stops where the target disagrees, and one more token is drawn
--- the *corrected* token where a draft was rejected, the *bonus* token where the walk reached the
-end. Two rules are exact, and both return the same `Walk`:
+A rule walks the drafts from the root, stops where the target disagrees, and draws one more token:
+the *corrected* token after a rejection, the *bonus* token at the end. Both rules return a `Walk`:
 
-* **The chain rule** (`accept_chain`; Leviathan et al. 2023, Chen et al. 2023). Drafts d_1..d_k
-  were sampled from q_1..q_k. Accept d_i iff u_i <= min(1, p_i(d_i) / q_i(d_i)); the first
-  rejection at j ends the walk and the corrected token comes from norm(max(0, p_j - q_j)); when all
-  pass, the bonus comes from p_{k+1}. At T = 0, d_i passes iff it is p_i's argmax, no draw. The
-  ratios of all k drafts are computed in one vectorised pass and brought to the host once; the
-  u_i come from one draw of k uniforms, of which only the tested drafts' are consumed (the
-  generator is rewound to just past them), so the random stream is the per-draft one.
-* **The deterministic-siblings rule** (`walk_tree`; EAGLE's `evaluate_posterior`, SGLang's
-  target-only sampler) for a token tree, whose nodes were *ranked*, not sampled: at a node with
-  target distribution p, ask its children in order "is it x_j?" with probability p'(x_j), where p'
-  starts as p and loses x_j (renormalised) after each no; sample from p' when all say no, or the
-  bonus from an accepted leaf's p. That is a draw from p in steps, so it needs no q at all.
-
-What-if forcing (`DecodeConfig.forced_outcomes`, `specviz.whatif`) is applied around the chain
-rule, not inside it: `accept_chain` takes the verdicts to force and applies them where the rule
-would test, drawing no uniform for a forced draft; forcing stops at an end-of-text draft whose
-acceptance is forced (that would end the whole text), and from there the real test decides.
-
-Randomness comes only from the generator passed in. Shapes: probabilities are `[..., V]`.
+* `accept_chain` (docs/design.md §1; Leviathan et al. 2023): d_i, sampled from q_i, passes iff
+  u_i <= min(1, p_i(d_i) / q_i(d_i)); the corrected token comes from norm(max(0, p_j - q_j)). All
+  k ratios and k uniforms reach the host in one transfer; the generator is then rewound to just
+  past the draws the tested drafts used, so the random stream is the per-draft rule's. What-if
+  forcing is applied around the rule: forced drafts draw nothing, and forcing stops at an
+  end-of-text draft whose acceptance is forced (it would end the text; the real test decides).
+* `walk_tree` (§1c; EAGLE's `evaluate_posterior`): the deterministic-siblings rule for a ranked
+  tree -- ask each child "is it x_j?" with probability p'(x_j), p' losing x_j after each no; a
+  draw from p in steps, so it needs no q.
 """
 
 from __future__ import annotations

@@ -1,27 +1,13 @@
-"""The math of speculative sampling, as pure functions over tensors.
+"""The math of speculative sampling, as pure functions over tensors (docs/design.md §1).
 
-Speculative sampling (Leviathan et al. 2023, "Fast Inference from Transformers via Speculative
-Decoding", Algorithm 1; Chen et al. 2023) turns K cheap draft proposals into tokens that are
-distributed *exactly* as the target model would have sampled them:
-
-  * the draft samples d_i ~ draft_probs_i;
-  * the target scores every proposal in one pass, giving target_probs_i;
-  * d_i is accepted with probability min(1, target_probs_i(d_i) / draft_probs_i(d_i));
-  * at the first rejection the corrected token is drawn from the residual
-        norm(max(0, target_probs_i - draft_probs_i)),
-    which puts back exactly the probability mass the draft under-proposed;
-  * if all K pass, a bonus token is drawn from target_probs_{K+1}.
-
-Both distributions must be the ones tokens are actually sampled from, i.e. after the same
-temperature / top-k / top-p processing (`process_logits`); using raw softmax for one of them
-silently breaks exactness (HF transformers issues #32867, #47932).
-
-Temperature 0 is greedy decoding and is handled as its own case: the processed distribution is
-one-hot at the argmax, a draft is accepted iff it equals the target's argmax, and the corrected
-token is the target's argmax. No division, no NaN, no random draw.
-
-Randomness comes only from the `torch.Generator` passed in, so a run is reproducible.
-Shapes: `logits` / `probs` are `[..., V]`; functions returning one token return a Python int.
+The draft samples d_i ~ q_i; d_i is accepted with probability min(1, p_i(d_i) / q_i(d_i)); at the
+first rejection the corrected token is drawn from norm(max(0, p_i - q_i)); if all pass, a bonus
+token from p_{K+1} (Leviathan et al. 2023, Algorithm 1; Chen et al. 2023). Both p and q must be
+the distributions tokens are really sampled from, after the same temperature / top-k / top-p
+processing (`process_logits`); a raw softmax for one of them silently breaks exactness (HF
+transformers issues #32867, #47932). Temperature 0 is its own case: one-hot distributions, no
+division, no draw. Randomness comes only from the `torch.Generator` passed in.
+The rules that combine these into a cycle's verdicts are in `specviz.rules`.
 """
 
 from __future__ import annotations

@@ -1,45 +1,19 @@
 """Token trees: several guesses per position, verified in one target pass (docs/design.md §1c).
 
-A chain of K drafts is only as good as the proposer's single best guess at each depth. A *token
-tree* keeps the few best guesses per depth: its root is the newest committed token x_n, every
-other node is a draft token whose parent is the token before it, and each root-to-node path is a
-candidate continuation. The target scores every node in ONE forward pass and the path it agrees
-with is committed (SpecInfer, Miao et al. 2024; Medusa; EAGLE-2, Li et al. 2024).
+A *token tree* keeps the few best guesses per depth: its root is the newest committed token x_n,
+every other node a draft whose parent is the token before it, each root-to-node path a candidate
+continuation (SpecInfer, Medusa, EAGLE-2). This module is the tree as plain data and its pure
+functions (no model, no cache):
 
-This module is the tree as plain data and its rules, as pure functions (no model, no cache):
+* `TokenTree`, the node arrays, depth-first with each node's children by score, so the most likely
+  chain is nodes 1, 2, .., D (already in place in the cache when the target accepts it);
+* `grow` / `select` / `from_paths`: EAGLE-2's dynamic tree, and a trie of copied continuations;
+* `attention_mask` / `verify_mask` / `TokenTree.position_ids`: node i in cache slot L+i at
+  position L + depth(i), attending to the prefix, its ancestors and itself -- an *additive* float
+  mask, since eager attention adds it to the scores;
+* `compaction_moves`: after the path a_1 < .. < a_j is accepted, slot L+a_i is copied to L+i.
 
-* **The node arrays** (`TokenTree`): node 0 is the root, nodes 1..N the drafts, with `tokens`,
-  `parents`, `depths`, the proposer's `scores` (cumulative log-probability) and `draft_probs`
-  (row i: the proposer's distribution node i's token was picked from). Nodes are ordered
-  depth-first, each node's children by score, so every parent precedes its children and the most
-  likely chain is nodes 1, 2, .., D: when the target accepts it, its K/V are already in place.
-* **Growth** (`grow`, EAGLE-2's dynamic tree): the root's top-`width` children; then, one
-  proposer forward per depth, the best `width` nodes of the newest depth (by cumulative
-  log-probability) are expanded into their top-`width` children; finally the best `nodes`
-  candidates are kept, every kept node's ancestors with it (`select`). A child never outscores its
-  parent, except on a tie (a child of probability 1); the order (score, then depth) enforces it.
-* **The mask and the position ids** (`attention_mask`, `TokenTree.position_ids`). In the verify
-  pass node i sits in cache slot L+i (L = the cache's length, the root at L), but at position
-  L + depth(i): siblings share a position. Each node may attend to the whole committed prefix,
-  to its ancestors and to itself, nothing else. The mask is *additive float* (0 where allowed, the
-  dtype's minimum elsewhere, [1, 1, Q, L+N+1]): eager attention ADDS the mask to the scores, so a
-  boolean mask there would be silently wrong.
-* **The accepted path** (`specviz.rules.walk_tree`). At T = 0: descend into the child equal to
-  the target's argmax; where none matches, emit the argmax (the corrected token); at a leaf, the
-  argmax of the leaf's distribution (the bonus). Output = the target's greedy text exactly. At
-  T > 0, the *deterministic-siblings* rule (EAGLE's `evaluate_posterior`, SGLang's target-only
-  sampler): at a node with target distribution p, ask its children x_1..x_m in order "is it
-  x_j?" -- accept x_j with probability p'(x_j), where p' starts as p, and on a rejection set
-  p'(x_j) = 0 and renormalise; if every child is rejected, sample from p'; at an accepted leaf
-  sample the bonus from the leaf's p. That is sampling Y ~ p in steps, so it is exact, and it needs
-  no proposer distribution q: the tree only decides which questions are asked first. A duplicate
-  sibling is skipped (it would be asked with p' = 0).
-* **The compaction** (`compaction_moves`). After acceptance of the path a_1 < a_2 < .. < a_j, the
-  K/V in slot L+a_i belong at L+i: copy them for i = 1, 2, .. in increasing order (safe, since
-  a_i >= i), keeping only what the committed sequence needs. No re-rotation: node a_i was computed
-  at position L+i already. When a_i = i all along, there is nothing to copy.
-
-Randomness is passed in (a `torch.Generator`), as in `specviz.sampling`.
+The exact rules that walk a tree are in `specviz.rules`.
 """
 
 from __future__ import annotations
