@@ -11,7 +11,7 @@
 This file is the page layout only. The state machine of runs lives in `specviz.ui.state` (no
 Streamlit), the controls in `specviz.ui.sidebar`, the stage (buttons, KV picture, narrative,
 token strip, quiz) in `specviz.ui.stage`, one module per tab, and the shared-server machinery
-in `specviz.ui.session`. All math lives in the engine (`specviz.SpeculativeDecoder` computes a
+in `specviz.ui.actions` and `specviz.ui.session`. All math lives in the engine (`specviz.SpeculativeDecoder` computes a
 whole cycle per `step()` and returns a `CycleTrace`); all pictures are pure functions of traces
 in `specviz.viz`; all explanations come from `specviz.narrative`.
 """
@@ -21,10 +21,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-# pandas is imported here, before any session draws a table: Streamlit imports it lazily on first
-# use and checks types through sys.modules, so two sessions drawing their first table at once could
-# meet a half-imported pandas ("partially initialized module 'pandas' has no attribute 'Series'",
-# seen with 8 concurrent sessions in bench/load.py).
+# pandas is imported before any session draws a table: Streamlit imports it lazily on first use, and
+# two sessions drawing their first table at once must not meet a half-imported module.
 import pandas  # noqa: F401
 import streamlit as st
 
@@ -32,7 +30,8 @@ from specviz import heap, narrative, parking
 from specviz.config import MAX_K
 from specviz.errors import SpecvizError
 from specviz.prompting import encode_prompt
-from specviz.ui import session, sidebar, stage, stage_component, stage_route
+from specviz.server import ServerSettings
+from specviz.ui import actions, session, sidebar, stage, stage_component, stage_route
 from specviz.ui.runs import runs_panel, take_pending_scenario
 from specviz.ui.state import Run, prefetch, run_to_cycle, start_live_run, sync_config
 from specviz.ui.tab_charts import charts_tab
@@ -42,7 +41,7 @@ from specviz.ui.tab_stats import stats_tab
 from specviz.viz import kv_html
 
 # The secondary views, inside the "More views" expander. While it is closed nothing below the stage
-# is drawn on a click (Next phase stays under 300 ms); open, the open tab follows the phase.
+# is drawn on a click; open, the open tab follows the phase.
 TABS = {
     "charts": ":material/bar_chart_4_bars: Distributions",
     "stats": ":material/bar_chart: Statistics",
@@ -55,8 +54,7 @@ MYTHS_INTRO = "The classic walkthrough of the cache bookkeeping gets these wrong
 
 # The stage must sit above the fold at 1440x900: Streamlit's default top padding (6 rem) is halved.
 # In lecture mode (no caption above the buttons) the buttons start just below Streamlit's header.
-# The container of everything above the stage (`page`) lays its elements out as if they were the
-# page's own (no box of its own, so no gap when it shows nothing).
+# The container of everything above the stage (`HEAD`) adds no box of its own (no gap when empty).
 HEAD = "page_head"
 _HEAD_CSS = f"div:has(> .st-key-{HEAD}), .st-key-{HEAD} {{ display: contents; }}"  # and Streamlit's wrapper
 COMPACT_PAGE = f"<style>.stMainBlockContainer {{ padding-top: 2.5rem; }} {_HEAD_CSS}</style>"
@@ -69,10 +67,8 @@ def more_views(run: Run, cycle: int | None, phase: str) -> None:
     if st.session_state.get("lecture"):
         st.caption("Lecture mode shows the stage only: switch it off in the sidebar for the charts and tabs.")
         return
-    box = st.expander(
-        "More views: distributions, statistics, exactness lab, misconceptions, export",
-        key="more", on_change="rerun", icon=":material/bar_chart:",
-    )  # fmt: skip
+    box = st.expander("More views: distributions, statistics, exactness lab, misconceptions, export", key="more",
+                      on_change="rerun", icon=":material/bar_chart:")
     if box.open is False:
         return
     with box:
@@ -96,7 +92,7 @@ def tabs(run: Run, cycle: int | None, phase: str) -> None:
                 bodies[name]()
 
 
-def ensure_run(controls: sidebar.Controls, pair: Any) -> bool:
+def ensure_run(controls: sidebar.Controls, pair: Any, settings: ServerSettings) -> bool:
     """Start a new run when a restart setting changed (the old one stays in the run list);
     rebuild a parked decoder; apply live settings. False when no run can be shown."""
     ss = st.session_state
@@ -113,7 +109,6 @@ def ensure_run(controls: sidebar.Controls, pair: Any) -> bool:
             what = f"New run: the {changed} changed." if changed else "New live run from the sidebar's settings."
             notice = what + kept
         try:
-            settings = session.server_settings()
             settings.check_prompt_text(controls.prompt)  # before tokenizing: a huge text is already work
             ids = encode_prompt(pair.tokenizer, controls.prompt, controls.chat)
             settings.check_prompt_ids(ids)
@@ -125,8 +120,7 @@ def ensure_run(controls: sidebar.Controls, pair: Any) -> bool:
                     controls.config, ids, slot=session.decoding_slot, widgets=sidebar.widget_values(),
                     prompt_text=controls.prompt, chat=controls.chat, notices=(notice,) if notice else (),
                 )  # fmt: skip
-                new = _scenario_start(new)
-                new = first_cycle_ahead(new)
+                new = first_cycle_ahead(_scenario_start(new))
         except SpecvizError as exc:
             ws.playing = False
             st.error(f"Could not start: {exc}", icon=":material/error:")
@@ -136,11 +130,10 @@ def ensure_run(controls: sidebar.Controls, pair: Any) -> bool:
         stage_component.prefetch_in_background(ws, new.id)
     elif run.parked is not None:  # idle for a while: rebuild the released decoder
         try:
-            note = session.wake_note(ws)
+            actions.wake_shown(ws, session.decoding_slot)
         except SpecvizError as exc:  # e.g. the server stayed busy: the history is still there
             st.error(f"Could not resume: {exc}", icon=":material/error:")
             return False
-        ws.run = dataclasses.replace(ws.run, notices=(note, *ws.run.notices))
     if ws.run.dec is not None:
         try:
             sync_config(ws.run, controls.config, sidebar.LIVE)
@@ -164,10 +157,8 @@ def showing_recording(controls: sidebar.Controls | None) -> bool:
 
 def first_cycle_ahead(run: Run) -> Run:
     """A new run's first cycle, computed ahead (`state.prefetch`) while its prefill's decoding slot
-    is held. Asked for by the browser after the page instead, it queued behind the other pages'
-    prefills: with eight pages opening together, first clicks waited 1.1-7.7 s (bench.load). A
-    failure here is not the run's: the click that needs the cycle computes it and says what went
-    wrong."""
+    is held, so the first click does not queue behind other pages' prefills. A failure here is not
+    the run's: the click that needs the cycle computes it and says what went wrong."""
     if run.traces:
         return run  # a scenario ran to its cycle
     try:
@@ -187,11 +178,10 @@ def _scenario_start(run: Run) -> Run:
 
 
 def main() -> None:
-    st.set_page_config(
-        page_title="specviz — speculative decoding, exactly", page_icon=":material/visibility:", layout="wide"
-    )
+    st.set_page_config(page_title="specviz — speculative decoding, exactly", page_icon=":material/visibility:",
+                       layout="wide")
     try:
-        settings = session.server_settings()
+        settings = ServerSettings.load()
     except SpecvizError as exc:  # a typo in a server setting must not open a locked-down server
         st.error(f"This server's specviz settings are invalid: {exc}", icon=":material/error:")
         return
@@ -200,7 +190,7 @@ def main() -> None:
     ws = session.workspace()
     registry = parking.shared_registry()
     registry.touch(ws)
-    released = registry.sweep(settings.idle_seconds, session.park_idle)  # sessions idle too long free their caches
+    released = registry.sweep(settings.idle_seconds, actions.park_idle)  # sessions idle too long free their caches
     heap.settle_once()  # Streamlit's collection after each run walks only what runs made (specviz.heap)
     heap.settle_if_sessions_left(len(registry), released)
     if ws.whatif_spent:  # before the toggle is drawn: its value can only change now
@@ -215,23 +205,20 @@ def main() -> None:
             runs_panel(session.workspace().run)
 
 
-def page(settings: Any, controls: sidebar.Controls | None, limit_notes: list[str]) -> None:
+def page(settings: ServerSettings, controls: sidebar.Controls | None, limit_notes: list[str]) -> None:
     """The main column: the header, then the run the sidebar asks for (or a recording).
 
     Everything above the stage that varies goes into one container, `head`, however many elements
     it holds this run (notes, a wait for a decoding slot, errors): the stage is then always the same
-    child of the page. A component that moves to another place in the page is mounted afresh, its steps
-    lost — under load, a whole-page run without the first run's wait box did exactly that."""
+    child of the page (a component that moves to another place in the page is mounted afresh)."""
     ws = session.workspace()
     st.html((LECTURE_PAGE if st.session_state.get("lecture") else COMPACT_PAGE) + kv_html.stylesheet(MAX_K))
     head = st.container(key=HEAD)
     with head:
         if not st.session_state.get("lecture"):  # lecture mode: the stage alone, on one screen
-            st.caption(
-                "**Speculative decoding, exactly** — a proposer guesses K tokens, the target checks them in one "
-                "pass, and a rejection test keeps the output exactly the target's. Keys: → phase · Shift+→ cycle "
-                "· ← back · P play"
-            )
+            st.caption("**Speculative decoding, exactly** — a proposer guesses K tokens, the target checks them in "
+                       "one pass, and a rejection test keeps the output exactly the target's. Keys: → phase · "
+                       "Shift+→ cycle · ← back · P play")
         for note in limit_notes:
             st.warning(note, icon=":material/school:")
     if showing_recording(controls):
@@ -246,7 +233,7 @@ def page(settings: Any, controls: sidebar.Controls | None, limit_notes: list[str
         proposer = sidebar.proposer_control(pair)
     controls = dataclasses.replace(controls, config=controls.config.replace(proposer=proposer))
     with ws.lock, head:
-        started = ensure_run(controls, pair)
+        started = ensure_run(controls, pair, settings)
     if not started:
         stage.button_row(None)
         return
@@ -260,7 +247,7 @@ def _show(ws: Any, head: Any) -> None:
     stage.run_stage(after=more_views)
 
 
-def _pair_for(settings: Any, controls: sidebar.Controls | None) -> Any:
+def _pair_for(settings: ServerSettings, controls: sidebar.Controls | None) -> Any:
     """The loaded pair the controls ask for, or None with the reason shown."""
     if controls is None:
         return None

@@ -1,8 +1,8 @@
 """A process-wide cap on how many sessions decode at once, with a first-come queue.
 
 On a shared server every browser session steps its own decoder in its own script thread, all on
-one model pair. Unbounded, 16 sessions stepping at once on 2 cores make every step 8x slower
-and every page look frozen. `DecodingGate` lets `capacity` steps run at a time; the others queue
+one model pair. Unbounded, sessions stepping at once on a few cores slow every step down and make
+every page look frozen. `DecodingGate` lets `capacity` steps run at a time; the others queue
 in arrival order and are told, while they wait, where they stand ("2 ahead of you"), through the
 `on_wait` callback (the app draws it on the waiting page). A session that waits longer than
 `timeout` gets `ServerBusyError` and nothing changes in its state.
@@ -45,11 +45,9 @@ class Place:
 
     def message(self) -> str:
         turn = "you are next" if self.ahead == 0 else f"{self.ahead} ahead of you"
-        return (
-            f"**The server is busy — {turn}.** {self.decoding} session(s) are decoding now (at most "
-            f"{self.capacity} at a time on this server); your step starts as soon as a slot is free "
-            f"(waiting {self.waited_s:.0f} s). The page is not frozen."
-        )
+        return (f"**The server is busy — {turn}.** {self.decoding} session(s) are decoding now (at most "
+                f"{self.capacity} at a time on this server); your step starts as soon as a slot is free "
+                f"(waiting {self.waited_s:.0f} s). The page is not frozen.")
 
 
 class DecodingGate:
@@ -91,13 +89,8 @@ class DecodingGate:
             return self._active, len(self._queue)
 
     @contextmanager
-    def slot(
-        self,
-        on_wait: Callable[[Place], None] | None = None,
-        timeout: float | None = None,
-        poll: float = 0.5,
-        urgent: Callable[[], bool] | None = None,
-    ) -> Iterator[float]:
+    def slot(self, on_wait: Callable[[Place], None] | None = None, timeout: float | None = None, poll: float = 0.5,
+             urgent: Callable[[], bool] | None = None) -> Iterator[float]:
         """Hold one decoding slot for the `with` block; yields the seconds waited for it.
 
         `on_wait(place)` is called (outside the gate's lock) each time the waiting session is
@@ -111,21 +104,16 @@ class DecodingGate:
             nested = me in self._held
             if nested:
                 self._held[me] += 1
-        if nested:
-            try:
-                yield 0.0
-            finally:
-                with self._cond:
-                    self._held[me] -= 1
-            return
-        waited = self._acquire(me, on_wait, timeout, poll, urgent)
+        waited = 0.0 if nested else self._acquire(me, on_wait, timeout, poll, urgent)
         try:
             yield waited
         finally:
             with self._cond:
-                del self._held[me]
-                self._active -= 1
-                self._cond.notify_all()
+                self._held[me] -= 1
+                if not self._held[me]:  # the outermost `with` of this thread: the slot is free
+                    del self._held[me]
+                    self._active -= 1
+                    self._cond.notify_all()
 
     def _acquire(self, me: int, on_wait: Callable[[Place], None] | None, timeout: float | None, poll: float,
                  urgent: Callable[[], bool] | None) -> float:

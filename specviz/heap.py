@@ -3,19 +3,16 @@
 Streamlit runs a full garbage collection (`gc.collect(2)`) at the end of every script run
 (`runner.postScriptGC`), so that objects caught in reference cycles -- a dropped decoder and its KV
 caches among them -- are freed at once. A full collection walks every object the collector
-tracks: with the default pair loaded that is about 665,000 (torch, transformers, pandas, plotly,
-the tokenizer), about 0.3 s of CPU per script run, holding the GIL, so the server cannot even send
-what the run drew meanwhile. Every round trip of the stage is a script run: that collection was
-most of what a Next cycle the browser had to ask for cost on top of its compute (two runs, each
-ending in one), and 0.3 s of the server's CPU for each click of each student in a classroom.
+tracks: with a model pair loaded, hundreds of thousands (torch, transformers, pandas, plotly, the
+tokenizer), while holding the GIL, so the server cannot even send what the run drew meanwhile --
+and every round trip of the stage is a script run.
 
 `settle()` collects once and freezes what survives (`gc.freeze`): frozen objects are never walked
-again, so the collection after a script run sees only what was made since (a few milliseconds).
-The price: garbage among frozen objects waits for the next `settle()` (which unfreezes first, so
-that collection sees everything). Settling happens when little or nothing of a session is alive and
-whenever frozen garbage may have appeared: at a process's first script run and after a pair is
-loaded or dropped (the bulk of the heap, built before any run exists), and after the idle sweep
-released decoders or sessions went away (`settle_if_sessions_left`).
+again, so the collection after a script run sees only what was made since. The price: garbage
+among frozen objects waits for the next `settle()` (which unfreezes first, so that collection sees
+everything). So settle whenever frozen garbage may have appeared: at a process's first script run
+and after a pair is loaded or dropped (the bulk of the heap, built before any run exists), and
+after the idle sweep released decoders or sessions went away (`settle_if_sessions_left`).
 """
 
 from __future__ import annotations

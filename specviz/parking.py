@@ -55,15 +55,10 @@ def park(dec: SpeculativeDecoder) -> ParkedDecoder:
     """Everything needed to continue `dec` exactly, without its caches."""
     s = dec._require()  # the engine's per-run state (engine._Session)
     return ParkedDecoder(
-        config=dec.config,
-        committed=tuple(s.committed),
-        origins=tuple(s.origins),
-        num_prompt_tokens=s.num_prompt_tokens,
-        cycles=s.cycle,
-        finish_reason=s.finish_reason,
+        config=dec.config, committed=tuple(s.committed), origins=tuple(s.origins),
+        num_prompt_tokens=s.num_prompt_tokens, cycles=s.cycle, finish_reason=s.finish_reason, parked_at=time.time(),
         generator_states={role: g.get_state() for role, g in s.generators.items()},
-        parked_at=time.time(),
-    )
+    )  # fmt: skip
 
 
 def resume(pair: Any, parked: ParkedDecoder) -> SpeculativeDecoder:
@@ -72,11 +67,8 @@ def resume(pair: Any, parked: ParkedDecoder) -> SpeculativeDecoder:
     committed = list(parked.committed)
     dec.start(committed[: dec.max_context - 1])  # all of it unless the run filled the context
     s = dec._require()
-    s.committed = committed
-    s.origins = list(parked.origins)
-    s.num_prompt_tokens = parked.num_prompt_tokens
-    s.cycle = parked.cycles
-    s.finish_reason = parked.finish_reason
+    s.committed, s.origins, s.num_prompt_tokens = committed, list(parked.origins), parked.num_prompt_tokens
+    s.cycle, s.finish_reason = parked.cycles, parked.finish_reason
     for role, state in parked.generator_states.items():
         s.generators[role].set_state(state)
     return dec
@@ -108,10 +100,8 @@ class IdleRegistry:
             items = list(self._items.values())
         released = 0
         for item in items:
-            if now - getattr(item, "last_active", now) < idle_seconds:
-                continue
-            if not item.lock.acquire(blocking=False):
-                continue  # busy right now, so not idle
+            if now - getattr(item, "last_active", now) < idle_seconds or not item.lock.acquire(blocking=False):
+                continue  # not idle, or busy right now (so not idle either)
             try:
                 released += bool(release(item))
             finally:

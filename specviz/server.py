@@ -23,12 +23,9 @@ server runs in (Streamlit's own `.streamlit/config.toml` accepts no custom keys)
 defaults below. A value that cannot be parsed is an error (`ConfigError`): a typo must not quietly
 open a server that was meant to be locked down.
 
-**Threads.** `torch.set_num_threads` is process-wide (every new thread, hence every Streamlit
-script run, picks it up), while each concurrently decoding session runs its own intra-op team of
-that many threads. So `max_decoding` sessions at once use `max_decoding x threads` cores:
-`threads_per_step()` divides the cores among the decoding slots (at least 1), and
-`SPECVIZ_THREADS` overrides. On <= 2 cores that is 1 thread, which also avoids OpenMP's
-busy-waiting stalls on a loaded small machine (bench/threads.py).
+**Threads.** `torch.set_num_threads` is process-wide, while each concurrently decoding session
+runs its own intra-op team of that many threads: `threads_per_step()` divides the cores among the
+decoding slots (`plan_threads`), and `SPECVIZ_THREADS` overrides.
 """
 
 from __future__ import annotations
@@ -104,8 +101,7 @@ class ServerSettings:
             values.update({name: _parse(name, value, str(file)) for name, value in table.items()})
             sources.append(str(file))
         from_env = [name for name in _FIELDS if env.get(_env_name(name), "").strip()]
-        for name in from_env:
-            values[name] = _parse(name, env[_env_name(name)].strip(), _env_name(name))
+        values.update({name: _parse(name, env[_env_name(name)].strip(), _env_name(name)) for name in from_env})
         if from_env:
             sources.append("environment (" + ", ".join(_env_name(n) for n in from_env) + ")")
         return cls(**values, source=" + ".join(sources) or "defaults")
@@ -116,54 +112,33 @@ class ServerSettings:
     def limits(self) -> Limits:
         if not self.classroom:
             return PERSONAL
-        return Limits(
-            k=min(PERSONAL.k, self.max_k),
-            max_new_tokens=min(PERSONAL.max_new_tokens, self.max_new_tokens),
-            lab_n=min(PERSONAL.lab_n, self.max_lab_n),
-            prompt_chars=self.max_prompt_chars,
-            prompt_tokens=self.max_prompt_tokens,
-        )
+        return Limits(k=min(PERSONAL.k, self.max_k), max_new_tokens=min(PERSONAL.max_new_tokens, self.max_new_tokens),
+                      lab_n=min(PERSONAL.lab_n, self.max_lab_n), prompt_chars=self.max_prompt_chars,
+                      prompt_tokens=self.max_prompt_tokens)
 
     def allowed_pairs(self, kinds: Iterable[str]) -> list[str]:
         return [k for k in kinds if not self.classroom or k in CLASSROOM_PAIRS]
 
     def check_pair(self, kind: str) -> None:
         if self.classroom and kind not in CLASSROOM_PAIRS:
-            raise ConfigError(
-                "Custom model pairs (hub ids and local paths) are disabled on this classroom server: "
-                "use the default pair or the tiny random pair."
-            )
+            raise ConfigError("Custom model pairs (hub ids and local paths) are disabled on this classroom server: "
+                              "use the default pair or the tiny random pair.")
 
     def check_prompt_text(self, text: str) -> None:
         """Before tokenizing: tokenizing a huge text is already work for the server."""
-        cap = self.limits.prompt_chars
-        if cap is not None and len(text) > cap:
-            raise PromptError(
-                f"The prompt has {len(text):,} characters; this classroom server accepts at most {cap:,}. "
-                "Shorten it to continue."
-            )
+        _check_prompt(len(text), self.limits.prompt_chars, f"The prompt has {len(text):,} characters")
 
     def check_prompt_ids(self, ids: list[int]) -> None:
-        cap = self.limits.prompt_tokens
-        if cap is not None and len(ids) > cap:
-            raise PromptError(
-                f"The prompt is {len(ids):,} tokens long (with the chat template, if on); this classroom server "
-                f"accepts at most {cap:,}. Shorten it to continue."
-            )
+        size = f"The prompt is {len(ids):,} tokens long (with the chat template, if on)"
+        _check_prompt(len(ids), self.limits.prompt_tokens, size)
 
     def check_config(self, k: int, max_new_tokens: int) -> None:
         """Defense in depth behind the widgets' bounds: a value past a cap never reaches a decoder."""
-        lim = self.limits
-        if k > lim.k:
-            raise ConfigError(f"K = {k} is above this server's limit of {lim.k}.")
-        if max_new_tokens > lim.max_new_tokens:
-            raise ConfigError(
-                f"Max new tokens = {max_new_tokens} is above this server's limit of {lim.max_new_tokens}."
-            )
+        _check_cap(f"K = {k}", k, self.limits.k)
+        _check_cap(f"Max new tokens = {max_new_tokens}", max_new_tokens, self.limits.max_new_tokens)
 
     def check_lab_n(self, n: int) -> None:
-        if n > self.limits.lab_n:
-            raise ConfigError(f"N = {n} is above this server's limit of {self.limits.lab_n} samples.")
+        _check_cap(f"N = {n}", n, self.limits.lab_n, " samples")
 
     def clamp(self, values: Mapping[str, int]) -> dict[str, int]:
         """Of {"k", "max_new_tokens", "lab_n"} values, those above the limits, lowered to them."""
@@ -190,6 +165,16 @@ class ServerSettings:
         return plan_threads(cores or _cores(), self.max_decoding)
 
 
+def _check_cap(said: str, value: int, cap: int, unit: str = "") -> None:
+    if value > cap:
+        raise ConfigError(f"{said} is above this server's limit of {cap}{unit}.")
+
+
+def _check_prompt(size: int, cap: int | None, said: str) -> None:
+    if cap is not None and size > cap:
+        raise PromptError(f"{said}; this classroom server accepts at most {cap:,}. Shorten it to continue.")
+
+
 def plan_threads(cores: int, max_decoding: int) -> int:
     """Intra-op threads so that `max_decoding` concurrent steps fill, and do not oversubscribe,
     `cores`; 1 on machines with <= 2 cores (OpenMP busy-waiting under load, bench/threads.py)."""
@@ -201,18 +186,9 @@ def plan_threads(cores: int, max_decoding: int) -> int:
 # ---------------------------------------------------------------- parsing ----------------------
 
 _BOOL = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
-_FIELDS = {
-    "classroom": "bool",
-    "max_prompt_chars": "posint",
-    "max_prompt_tokens": "posint",
-    "max_new_tokens": "posint",
-    "max_k": "posint",
-    "max_lab_n": "posint",
-    "max_decoding": "posint",
-    "busy_timeout": "seconds",
-    "idle_seconds": "seconds",
-    "threads": "posint",
-}
+# Each setting's kind, from its field's type: on/off, seconds, or a positive integer.
+_FIELDS = {f.name: {"bool": "bool", "float": "seconds"}.get(f.type, "posint")
+           for f in dataclasses.fields(ServerSettings) if f.name != "source"}
 
 
 def _env_name(field_name: str) -> str:

@@ -77,7 +77,7 @@ def click(at: AppTest, key: str, times: int = 1) -> AppTest:
 
 
 def stage_payload(at: AppTest) -> dict:
-    """What the stage component was sent (`specviz.ui.stage_component.payload`)."""
+    """What the stage component was sent (`specviz.ui.stage_protocol.payload`)."""
     found = at.main.get("bidi_component")
     assert len(found) == 1, f"expected one stage component, found {len(found)}"
     return json.loads(found[0].proto.json)

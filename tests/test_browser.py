@@ -12,7 +12,7 @@ test opens its own page, so its own session. What is checked:
   cell; an intermediate frame (progress strictly between 0 and 1, a colour or opacity strictly
   between the start and end values) must have been drawn. Back changes the picture too.
 * **Colour blindness**: a screenshot of the picture at a step that shows committed, provisional
-  and stale slots is simulated for deuteranopia and protanopia (specviz.viz.cvd); the slot colours
+  and stale slots is simulated for deuteranopia and protanopia (tests/cvd.py); the slot colours
   sampled at those cells stay ≥ 20 ΔE76 apart (cvd's bar) in both simulations.
 * **Click-through**: every phase of two cycles, Play/Pause, the Export tab's downloads; the run file
   downloaded there is opened through the sidebar's uploader in a fresh session and stepped through
@@ -44,7 +44,7 @@ EXCEPTION = "[data-testid='stException']"
 STATUS = "[data-testid='stStatusWidget']"
 ROUTE = "/api/specviz/stage"  # the stage's own route (specviz.ui.stage_route.PATH)
 STATUS_LINE = "committed before this cycle"  # words of the stage's status line (narrative.status_markdown)
-MIN_DELTA_E = 20.0  # specviz.viz.cvd: "ΔE ≥ 20 is a difference one names" — the palette's bar
+MIN_DELTA_E = 20.0  # tests/cvd.py: "ΔE ≥ 20 is a difference one names" — the palette's bar
 SLOT_STATES = ("committed", "provisional", "stale")
 
 pytestmark = [
@@ -298,7 +298,8 @@ def _assert_layout(page, fold: int, min_font: float) -> dict:
 
 
 def test_lecture_layout_animation_and_colour_blindness(server: str, browser) -> None:
-    from specviz.viz import cvd
+    import cvd
+
     from specviz.viz.style import SLOT_COLORS
 
     errors: list[str] = []

@@ -4,7 +4,7 @@
   cycle the decoder computes on demand (same tokens, verdicts, draws, cache events), run after run;
   reaching it adopts it (the fork becomes the decoder: nothing is computed twice), and a live
   setting change drops it (the next cycle runs under the new setting, as without prefetch).
-* **Messages** (`specviz.ui.stage_events`): malformed or foreign ones are ignored; a report moves the
+* **Messages** (`specviz.ui.stage_protocol`): malformed or foreign ones are ignored; a report moves the
   server to the browser's step (adopting the prefetched cycle when the step lies in it); a request
   moves there first, then steps with the same functions the buttons use.
 * **Payload** (`specviz.viz.stage_data`): the window of steps (the shown cycle, the step before it,
@@ -28,7 +28,7 @@ import pytest
 
 import specviz
 from specviz.config import DecodeConfig
-from specviz.ui import stage_events
+from specviz.ui import stage_protocol
 from specviz.ui.state import (
     PHASES_PER_CYCLE,
     PREFETCH_DEPTH,
@@ -125,26 +125,26 @@ def test_prefetch_does_nothing_for_a_what_if_cycle_or_a_finished_text(pair):
 
 
 def test_malformed_or_foreign_messages_are_ignored(pair):
-    assert stage_events.parse(None) is None
-    assert stage_events.parse({"kind": "explode", "run": 1, "step": 0}) is None
-    assert stage_events.parse({"kind": "view", "run": "x", "step": 0}) is None
-    assert stage_events.parse({"kind": "view", "run": 1}) is None
+    assert stage_protocol.parse(None) is None
+    assert stage_protocol.parse({"kind": "explode", "run": 1, "step": 0}) is None
+    assert stage_protocol.parse({"kind": "view", "run": "x", "step": 0}) is None
+    assert stage_protocol.parse({"kind": "view", "run": 1}) is None
     # A pause is said with `pause: true` and nothing else (a stray value is not a pause).
-    assert stage_events.parse({"kind": "view", "run": 1, "step": 2, "pause": True})["pause"] is True
-    assert "pause" not in stage_events.parse({"kind": "view", "run": 1, "step": 2, "pause": "yes"})
+    assert stage_protocol.parse({"kind": "view", "run": 1, "step": 2, "pause": True})["pause"] is True
+    assert "pause" not in stage_protocol.parse({"kind": "view", "run": 1, "step": 2, "pause": "yes"})
     run = prefetch(live(pair))
-    other = stage_events.parse({"kind": "view", "run": run.id + 1, "step": 3})
-    assert stage_events.apply(run, other) is run
+    other = stage_protocol.parse({"kind": "view", "run": run.id + 1, "step": 3})
+    assert stage_protocol.apply(run, other) is run
 
 
 def test_a_report_moves_the_server_to_the_browsers_step_adopting_the_prefetched_cycle(pair):
     run = prefetch(live(pair))
-    event = stage_events.parse({"kind": "view", "run": run.id, "step": 3, "seq": 0})
-    assert not stage_events.moves_server(event)
-    moved = stage_events.apply(run, event)
+    event = stage_protocol.parse({"kind": "view", "run": run.id, "step": 3, "seq": 0})
+    assert not stage_protocol.moves_server(event)
+    moved = stage_protocol.apply(run, event)
     assert moved.view == moved.revealed == 3 and len(moved.traces) == 1 and moved.dec is run.ahead[0].decoder
     # A step past everything known is clamped to what exists.
-    far = stage_events.apply(run, {"kind": "view", "run": run.id, "step": 40})
+    far = stage_protocol.apply(run, {"kind": "view", "run": run.id, "step": 40})
     assert far.view == PHASES_PER_CYCLE * len(far.traces)
 
 
@@ -154,25 +154,25 @@ def test_a_browser_two_cycles_on_moves_the_server_through_both(pair):
     adopts both, then steps; it must not pull the browser back a cycle."""
     run = prefetch(prefetch(live(pair)))
     second = run.ahead[1]
-    got = stage_events.apply(run, {"kind": "next_phase", "run": run.id, "step": 10, "target": 11, "req": "m:1"})
+    got = stage_protocol.apply(run, {"kind": "next_phase", "run": run.id, "step": 10, "target": 11, "req": "m:1"})
     assert len(got.traces) >= 3 and got.traces[1] is second.trace and (got.before, got.view) == (10, 11)
-    seen = stage_events.apply(run, {"kind": "view", "run": run.id, "step": 9})
+    seen = stage_protocol.apply(run, {"kind": "view", "run": run.id, "step": 9})
     assert seen.view == 9 and len(seen.traces) == 2 and seen.dec is second.decoder
 
 
 def test_a_request_moves_first_then_steps_like_the_buttons(pair):
     run = prefetch(live(pair))
     browser_at = 5  # the browser showed cycle 1 to its rollback without telling the server
-    event = stage_events.parse({"kind": "next_phase", "run": run.id, "step": browser_at})
-    assert stage_events.moves_server(event)
-    got = stage_events.apply(run, event)
+    event = stage_protocol.parse({"kind": "next_phase", "run": run.id, "step": browser_at})
+    assert stage_protocol.moves_server(event)
+    got = stage_protocol.apply(run, event)
     assert (got.before, got.view) == (browser_at, 6) and len(got.traces) == 2
-    cycle = stage_events.apply(run, {"kind": "next_cycle", "run": run.id, "step": 2})
+    cycle = stage_protocol.apply(run, {"kind": "next_cycle", "run": run.id, "step": 2})
     button = advance_cycle(dataclasses.replace(advance_phase(advance_phase(run)), before=None))
     assert cycle.view == button.view == 5
-    back = stage_events.apply(got, {"kind": "back", "run": run.id, "step": 6})
+    back = stage_protocol.apply(got, {"kind": "back", "run": run.id, "step": 6})
     assert back.view == 5
-    seek = stage_events.apply(got, {"kind": "seek", "run": run.id, "step": 6, "target": 2})
+    seek = stage_protocol.apply(got, {"kind": "seek", "run": run.id, "step": 6, "target": 2})
     assert seek.view == 2
 
 
@@ -250,19 +250,19 @@ def test_a_steps_body_travels_once_and_comes_back_whole(pair):
 
 
 def test_messages_say_which_bodies_the_browser_holds():
-    event = stage_events.parse({"kind": "view", "run": 2, "step": 4, "have": [3, "7", 9.0]})
+    event = stage_protocol.parse({"kind": "view", "run": 2, "step": 4, "have": [3, "7", 9.0]})
     assert event == {"kind": "view", "run": 2, "step": 4, "have": frozenset({3, 7, 9})}
-    assert not stage_events.moves_server(event)
-    assert stage_events.parse({"kind": "view", "run": 2, "step": 4, "have": ["x"]}) is None
+    assert not stage_protocol.moves_server(event)
+    assert stage_protocol.parse({"kind": "view", "run": 2, "step": 4, "have": ["x"]}) is None
     # A request carries the id that the payload answering it echoes (sent again until answered).
-    asked = stage_events.parse({"kind": "next_phase", "run": 2, "step": 4, "target": 5, "req": "k3x:7"})
-    assert asked["req"] == "k3x:7" and stage_events.moves_server(asked)
-    many = stage_events.parse({"kind": "view", "run": 2, "step": 4, "have": list(range(10_000))})
-    assert len(many["have"]) == stage_events.MAX_HAVE
+    asked = stage_protocol.parse({"kind": "next_phase", "run": 2, "step": 4, "target": 5, "req": "k3x:7"})
+    assert asked["req"] == "k3x:7" and stage_protocol.moves_server(asked)
+    many = stage_protocol.parse({"kind": "view", "run": 2, "step": 4, "have": list(range(10_000))})
+    assert len(many["have"]) == stage_protocol.MAX_HAVE
 
 
 def test_the_stage_modules_import_no_streamlit():
-    code = ("import sys, specviz.viz.stage_data, specviz.viz.stage_js, specviz.ui.stage_events; "
+    code = ("import sys, specviz.viz.stage_data, specviz.viz.stage_js, specviz.ui.stage_protocol, specviz.timeline; "
             "print('streamlit' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "False"

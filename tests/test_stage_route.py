@@ -1,7 +1,7 @@
 """The stage's own route (`specviz.ui.stage_route`), without a browser.
 
 * **The same answer as the page's path.** A request posted to the route is carried out by the same
-  `stage_component.handle` as the trigger's callback, under the workspace's lock: the cycle it
+  `stage_protocol.handle` as the trigger's callback, under the workspace's lock: the cycle it
   computes is the one the buttons compute, a request sent twice is carried out once, a report
   fills the cycles computed ahead (`PREFETCH_DEPTH`), and the payload that comes back answers the
   request (`answered`, the new `seq`) with a `version` that grew.
@@ -24,7 +24,7 @@ import pytest
 import specviz
 from specviz.config import DecodeConfig
 from specviz.ui import stage_route
-from specviz.ui.stage_component import Channel, PageView
+from specviz.ui.stage_protocol import Channel, PageView
 from specviz.ui.state import PREFETCH_DEPTH, Workspace, advance_cycle, start_live_run
 from specviz.viz import stage_data
 
@@ -151,7 +151,7 @@ def test_a_payload_never_says_answered_over_an_older_step(pair, monkeypatch):
     """Built while a request of the same session is carried out in another thread, a payload must not
     pair the request's answer (`answered`, `seq`) with the step before it: the browser would take it as
     the answer and drop the click (bench.load, N = 8)."""
-    from specviz.ui.stage_component import payload
+    from specviz.ui.stage_protocol import payload
 
     ch = channel(pair)
     window = stage_data.window

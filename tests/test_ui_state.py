@@ -17,6 +17,7 @@ import pytest
 
 import specviz
 from specviz.config import DecodeConfig
+from specviz.timeline import snapshot_at
 from specviz.ui import quiz
 from specviz.ui.state import (
     PHASES_PER_CYCLE,
@@ -29,7 +30,6 @@ from specviz.ui.state import (
     park,
     run_to_cycle,
     seek,
-    snapshots_at,
     start_live_run,
     view_of,
     wake,
@@ -90,8 +90,8 @@ def test_next_cycle_mid_cycle_finishes_it(pair):
 
 def test_snapshots_follow_the_timeline(pair):
     run = advance_cycle(live(pair))
-    assert snapshots_at(run, 0).target == run.prefill[0]
-    assert snapshots_at(run, 2) == run.traces[0].snapshot("verify")
+    assert snapshot_at(0, run.prefill, run.traces, True).target == run.prefill[0]
+    assert snapshot_at(2, run.prefill, run.traces, True) == run.traces[0].snapshot("verify")
 
 
 def test_a_recording_shows_its_cycles_and_then_refuses_to_grow(pair):

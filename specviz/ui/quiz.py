@@ -57,24 +57,11 @@ class QuizResult:
             yours = t.path_labels[g] if 0 <= g < len(t.path_labels) else "no answer"
             rows = [("path the target accepts", yours, t.path_labels[t.path_end], g == t.path_end)]
         else:
-            rows = [
-                ("drafts accepted", str(self.guessed_accepted), str(t.accepted), self.guessed_accepted == t.accepted),
-                (
-                    "positions dropped from the target cache",
-                    _listed(self.guessed_dropped),
-                    _listed(t.dropped),
-                    set(self.guessed_dropped) == set(t.dropped),
-                ),
-            ]
+            ok = self.guessed_accepted == t.accepted
+            rows = [("drafts accepted", str(self.guessed_accepted), str(t.accepted), ok),
+                    _set_row("positions dropped from the target cache", self.guessed_dropped, t.dropped)]
         if t.candidate_blocks:
-            rows.append(
-                (
-                    "blocks returned to the pool",
-                    _listed(self.guessed_freed),
-                    _listed(t.freed),
-                    set(self.guessed_freed) == set(t.freed),
-                )
-            )
+            rows.append(_set_row("blocks returned to the pool", self.guessed_freed, t.freed))
         return rows
 
     @property
@@ -91,15 +78,11 @@ def truth(trace: CycleTrace) -> QuizTruth:
     blocks = tuple(verify.block_table) if verify.layout == "paged" and verify.policy == "free" else ()
     tree = trace.tree
     return QuizTruth(
-        k=trace.k,
-        accepted=trace.num_accepted,
-        dropped=dropped,
-        freed=freed_blocks(trace.target_events),
-        candidates=tuple(range(trace.context_len - 1, verify.seq_len)),
-        candidate_blocks=blocks,
+        k=trace.k, accepted=trace.num_accepted, dropped=dropped, freed=freed_blocks(trace.target_events),
+        candidates=tuple(range(trace.context_len - 1, verify.seq_len)), candidate_blocks=blocks,
         path_end=None if tree is None else (tree.path[-1] if tree.path else 0),
         path_labels=() if tree is None else path_labels(trace),
-    )
+    )  # fmt: skip
 
 
 def path_labels(trace: CycleTrace) -> tuple[str, ...]:
@@ -128,5 +111,7 @@ def tally(results: Sequence[QuizResult]) -> tuple[int, int]:
     return sum(r.score[0] for r in results), sum(r.score[1] for r in results)
 
 
-def _listed(items: Sequence[int]) -> str:
-    return ", ".join(str(i) for i in items) if items else "none"
+def _set_row(question: str, yours: Sequence[int], truth: Sequence[int]) -> tuple[str, str, str, bool]:
+    """A question whose answer is a set of numbers: (question, your answer, the truth, right?)."""
+    listed = [", ".join(str(i) for i in items) if items else "none" for items in (yours, truth)]
+    return question, listed[0], listed[1], set(yours) == set(truth)

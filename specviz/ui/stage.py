@@ -1,14 +1,11 @@
 """The stage: what a lecture looks at, on one screen.
 
 Top to bottom: the step buttons, then the stage component (`stage_component`: the status line, the
-KV-cache picture — both caches and the cycle's drafts with their p, q and acceptance bars, linked
-on hover — the narrative of the phase beside it, the token strip), the quiz when it is on, the
-tabs, and the history slider. The component steps through the phases it has in the browser; the
+KV-cache picture, the narrative of the phase beside it, the token strip), the quiz when it is on,
+the history slider and the tabs. The component steps through the phases it has in the browser; the
 buttons' own callbacks are the server path (what a harness without JavaScript clicks). Below the
 buttons the stage runs as a Streamlit fragment, so what the component asks of the server re-runs
-only that part of the page (or, served as app.py serves it, goes to the stage's own route and
-re-runs nothing: `stage_route`); once a cycle is on screen, the component asks for the next one in
-advance (prefetch).
+only that part of the page (or, through the stage's own route, nothing: `stage_route`).
 
 Keyboard: → next phase, Shift+→ next cycle, ← back (answered by the component), P play/pause
 (a Streamlit button shortcut); every control is a real button or widget, so Tab reaches it.
@@ -21,27 +18,16 @@ from typing import Any
 
 import streamlit as st
 
-from .. import narrative
 from ..errors import SpecvizError
-from ..trace import CYCLE_PHASES
+from ..proposers import registry
+from ..timeline import end_of, reached
 from ..viz.style import PHASE_TITLES
 from . import quiz, stage_component
 from .runs import compare_settings, compare_timeline, compare_title, record_fields
 from .session import act, decoding_slot, request_full_run, take_full_run_request, workspace
-from .sidebar import PROPOSER_LABELS, SPEEDS
-from .state import (
-    MAX_RUNS,
-    PHASES_PER_CYCLE,
-    Run,
-    advance_cycle,
-    advance_phase,
-    back,
-    compute_cycle,
-    park,
-    seek,
-    step_label,
-    view_of,
-)
+from .sidebar import SPEEDS
+from .stage_protocol import PageView
+from .state import Run, advance_cycle, advance_phase, back, compute_cycle, seek, step_label, view_of
 from .tab_export import run_file_button
 
 WALKTHROUGH = ((1, True), (2, True), (3, True), (4, False))
@@ -95,8 +81,8 @@ def reset_now(keep: bool = False) -> None:
     """Start again from the prompt; with `keep`, the run so far stays in the run list."""
     ws = workspace()
     with ws.lock:
-        if keep and ws.run is not None and ws.run.traces:
-            ws.others = (*ws.others, park(ws.run))[-(MAX_RUNS - 1) :]
+        if keep:
+            ws.add(None)
         ws.run = ws.reset_asked = None  # rebuilt from the current controls on this run
         ws.playing, ws.error, ws.finished_note = False, None, None
     kept = " The run so far stays in the Runs tab." if keep else ""
@@ -121,12 +107,10 @@ def on_walkthrough() -> None:
         if not r.live:
             raise SpecvizError("The walkthrough needs a live run: this one is a recording. Change a setting first.")
         r.dec.update_config(r.dec.config.replace(k=5, forced_outcomes=WALKTHROUGH))
-        done = dataclasses.replace(r, revealed=PHASES_PER_CYCLE * len(r.traces))
+        done = dataclasses.replace(r, revealed=end_of(len(r.traces)))
         new = compute_cycle(done, decoding_slot)
-        lesson = (
-            "Walkthrough scenario: K = 5 with d1–d3 forced to accept and d4 to reject, for this one cycle. "
-            "Step through the phases to follow the walkthrough."
-        )
+        lesson = ("Walkthrough scenario: K = 5 with d1–d3 forced to accept and d4 to reject, for this one cycle. "
+                  "Step through the phases to follow the walkthrough.")
         return dataclasses.replace(new, notices=(lesson, *new.notices))
 
     act(run)
@@ -155,18 +139,16 @@ def button_row(run: Run | None) -> None:
     playing = workspace().playing
     # Material icons ship with Streamlit's frontend (no emoji font needed on the viewer's machine).
     buttons = (
-        ("Next phase", "next_phase", on_next_phase, ":material/play_arrow:", "Right", disabled, "primary"),
-        ("Next cycle", "next_cycle", on_next_cycle, ":material/skip_next:", "Shift+Right", disabled, "secondary"),
+        ("Next phase", "next_phase", on_next_phase, ":material/play_arrow:", "Right", "primary"),
+        ("Next cycle", "next_cycle", on_next_cycle, ":material/skip_next:", "Shift+Right", "secondary"),
         # Not disabled at step 0: the browser may be further on than the server knows yet.
-        ("Back", "back", on_back, ":material/undo:", "Left", disabled, "secondary"),
-        (
-            "Pause" if playing else "Play", "play", on_play,
-            ":material/pause:" if playing else ":material/slow_motion_video:", "P", disabled, "secondary",
-        ),
+        ("Back", "back", on_back, ":material/undo:", "Left", "secondary"),
+        ("Pause" if playing else "Play", "play", on_play,
+         ":material/pause:" if playing else ":material/slow_motion_video:", "P", "secondary"),
     )  # fmt: skip
-    for col, (label, key, fn, icon, shortcut, off, kind) in zip(cols, buttons, strict=False):
+    for col, (label, key, fn, icon, shortcut, kind) in zip(cols, buttons, strict=False):
         col.button(
-            label, key=key, on_click=fn, type=kind, disabled=off, icon=icon, shortcut=shortcut, width="stretch",
+            label, key=key, on_click=fn, type=kind, disabled=disabled, icon=icon, shortcut=shortcut, width="stretch",
             help=f"Keyboard: {shortcut.replace('Right', '→').replace('Left', '←')}",
         )  # fmt: skip
     cols[4].button("Reset", key="reset", on_click=on_reset, icon=":material/restart_alt:", width="stretch")
@@ -177,10 +159,8 @@ def reset_question(run: Run) -> None:
     n = len(run.traces)
     cycles = f"{n} recorded cycle{'s' if n != 1 else ''}"
     with st.container(border=True):
-        st.warning(
-            f"**Reset starts again from the prompt.** Keep this run's {cycles} in the Runs tab, or discard them?",
-            icon=":material/warning:",
-        )
+        st.warning(f"**Reset starts again from the prompt.** Keep this run's {cycles} in the Runs tab, or discard "
+                   "them?", icon=":material/warning:")
         c1, c2, c3, c4 = st.columns(4)
         c1.button("Reset, keep this run", key="reset_keep", on_click=reset_now, args=(True,), type="primary")
         c2.button(f"Reset and discard {cycles}", key="reset_confirm", on_click=reset_now)
@@ -188,15 +168,8 @@ def reset_question(run: Run) -> None:
         run_file_button(c4, "Download the run file (JSON)", "reset_download", record_fields(run))
 
 
-def status_line(run: Run, cycle: int | None, phase: str) -> str:
-    """From the recorded traces only (`narrative.status_markdown`): the finish reason shows at the
-    resolve and rollback phases of the cycle that ended the text, never earlier."""
-    line = narrative.status_markdown(len(run.prompt_ids), run.traces, cycle, phase, proposer_label(run))
-    return line + status_suffix(run)
-
-
 def proposer_label(run: Run) -> str:
-    return PROPOSER_LABELS.get(run.proposer, run.proposer).split(" (")[0].lower()
+    return registry.get(run.proposer).words.noun
 
 
 def status_suffix(run: Run) -> str:
@@ -211,7 +184,6 @@ def quiz_box(run: Run, cycle: int | None, phase: str) -> None:
         return
     tr = run.traces[cycle]
     result = next((q for q in run.quiz if q.cycle == cycle), None)
-    step = CYCLE_PHASES.index(phase)
     frontier = run.revealed == run.view
     if result is None and phase == "verify" and frontier and tr.k > 0:
         truth = quiz.truth(tr)
@@ -230,8 +202,8 @@ def quiz_box(run: Run, cycle: int | None, phase: str) -> None:
             if truth.candidate_blocks:
                 c3.multiselect("Blocks returned to the pool", truth.candidate_blocks, key="quiz_freed")
             st.button("Lock in and reveal", key="quiz_submit", on_click=on_quiz_submit, args=(cycle,), type="primary")
-    elif result is not None and step >= CYCLE_PHASES.index("accept"):
-        at_end = step >= CYCLE_PHASES.index("rollback")
+    elif result is not None and reached(phase, "accept"):
+        at_end = reached(phase, "rollback")
         shown = result.marks() if at_end else result.marks()[:1]
         rows = " · ".join(f"{'✓' if ok else '✗'} {q}: you said {yours}, it was {real}" for q, yours, real, ok in shown)
         right, asked = quiz.tally(run.quiz)
@@ -249,15 +221,9 @@ def history_slider(run: Run) -> None:
     # with a rerun the stage component asked for before the new slider arrived, and that stale value
     # must not read as the user seeking back (it goes to the old key, which no longer exists).
     key = f"{HISTORY}-{run.id}-{run.view}-{workspace().stage_seq}"
-    st.select_slider(
-        "History (every revealed phase of every cycle)",
-        options=list(range(run.revealed + 1)),
-        value=run.view,
-        format_func=labels.__getitem__,
-        key=key,
-        on_change=on_history,
-        args=(key, run.view),
-    )
+    st.select_slider("History (every revealed phase of every cycle)", options=list(range(run.revealed + 1)),
+                     value=run.view, format_func=labels.__getitem__, key=key, on_change=on_history,
+                     args=(key, run.view))
 
 
 def messages(ws: Any) -> None:
@@ -280,32 +246,28 @@ def stage() -> None:
     if ws.playing and not page:
         on_next_phase()
         run = ws.run
-        done = run.finished and run.view == run.revealed == PHASES_PER_CYCLE * len(run.traces)
+        done = run.finished and run.view == run.revealed == end_of(len(run.traces))
         if ws.error or ws.finished_note or done:
             ws.playing = False
             st.rerun(scope="app")
-        if ws.whatif_spent:
-            st.rerun(scope="app")  # redraw the sidebar: the what-if toggle has switched itself off
-        if stage_component.tabs_follow():
-            st.rerun(scope="app")  # the open tabs, outside the fragment, follow the step
+        if ws.whatif_spent or stage_component.tabs_follow():
+            # The sidebar (the what-if toggle switched itself off), or the open tabs, follow the step.
+            st.rerun(scope="app")
     ss._full_run = False
-    # The notes above the stage go into a container that is drawn first and filled after the stage:
-    # the stage's data is then the run's first message, which the browser applies before it draws
-    # the rest (each message is a render of the page there; an asked step came 50-180 ms after its
-    # payload was built). The container is always drawn, so the component keeps its place in the
-    # page (a shifted component was remounted, its steps lost).
+    # The notes above the stage go into a container drawn first and filled after the stage, so the
+    # stage's data is the run's first message (the browser renders the page once per message), and
+    # always drawn, so the component keeps its place in the page (a moved component is remounted).
     top = st.container()
     run = ws.run
     cycle, phase = view_of(run.view, run)
     lecture = bool(ss.get("lecture"))
     compare = compare_settings()
-    tabs = stage_component.tabs_follow()
-    view = stage_component.PageView(
+    view = PageView(
         lecture=lecture, max_rows=LECTURE_ROWS if lecture else STAGE_ROWS, proposer_label=proposer_label(run),
         suffix=status_suffix(run), compare=compare_timeline(run, compare) if compare else None,
-        quiz=bool(ss.get("quiz")), tabs=tabs,
+        quiz=bool(ss.get("quiz")), tabs=stage_component.tabs_follow(),
     )  # fmt: skip
-    stage_component.show(stage_component.page_payload(view, page))
+    stage_component.show(view, page)
     with top:
         if ws.reset_asked is run:
             reset_question(run)
@@ -320,16 +282,11 @@ def run_stage(after: Any = None) -> None:
     """The buttons, the stage as a fragment (while playing it re-runs itself on a timer), the
     history slider, then `after` (the tabs, which follow the phase shown).
 
-    Only the stage is in the fragment. A fragment run re-sends every element it draws, and each
-    payload the stage receives is a fragment run: on a software-rendered page the buttons' redraw
-    and the slider's remount (a new key per step shown, see `history_slider`) after it cost the
-    browser frames and CPU (bench.browser_latency, bench.load). The buttons change only with a
-    whole-page run (Play, Reset, a new run); in a browser the stage answers Next phase, Next cycle
-    and Back itself, and their callbacks are the path without JavaScript. The slider is drawn
-    again by every whole-page run, and the stage asks for one once stepping has stopped for a few
-    seconds (`stage_component`: a report with `pause`), so the history reaches the step on screen
-    without a redraw per step. The tabs, when open, follow every step: the stage reports each one
-    and the server draws the whole page (`stage_component.tabs_follow`)."""
+    Only the stage is in the fragment: a fragment run re-sends every element it draws, and each
+    payload the stage receives is a fragment run. The buttons change only with a whole-page run
+    (Play, Reset, a new run); the slider is drawn again by every whole-page run, which the stage asks
+    for once stepping has paused (`stage_protocol`: a report with `pause`); open tabs follow every
+    step (`stage_component.tabs_follow`)."""
     ws = workspace()
     button_row(ws.run)
     ss = st.session_state

@@ -1,27 +1,18 @@
 """The stage's own HTTP route: the browser asks for cycles without a Streamlit script run.
 
-The stage component talks to the server through its trigger value (`stage_component`): each
-message starts a run of the stage fragment, and the payload comes back as a new element over the
-websocket. That costs more than the message: the fragment run re-sends what it draws, and the
-browser's Streamlit frontend spends 50-90 ms in React before the component sees the data (a
-Chromium trace, docs/benchmarks.md, "Sixth pass") — on every asked cycle, every prefetched one,
-and on every page of a classroom that shares the server's two cores.
+Through the component's trigger (`stage_component`), each message is a run of the stage fragment,
+and its payload a new element that the browser's Streamlit frontend renders before the component
+sees it. So the page is served as an `st.App` (app.py) with one more route, `POST
+/api/specviz/stage`: the component posts the same message, `{"token": ..., "event": {...}}`, and
+applies the JSON answer in place. The event is carried out and the payload built as for the
+trigger (`stage_protocol.handle`, `stage_protocol.payload`, for the page's last `PageView`).
 
-So the page is served as an `st.App` (app.py) with one more route, `POST /api/specviz/stage`:
-the component posts the same message it would set as its trigger, `{"token": ..., "event": {...}}`,
-and gets the same payload back as JSON, which it applies in place. Nothing else changes: the
-event is carried out by the same `stage_component.handle` under the same workspace lock and
-decoding slots (a `quiet_slot`: it waits without drawing), and the payload is built by the same
-`stage_component.payload`, for the page's last `PageView`.
-
-The token names one browser session's `Channel`; it is random (unguessable), held only by that
-page, and dies with the session (the registry holds weak references). What the route does not do
-stays with the page: a report that stepping paused (the history slider is redrawn by a whole-page
-run), the steps of a stage whose quiz or open tabs follow each step, and anything a failed call
-leaves — the component then sends the message as its trigger, exactly as without the route
-(`410`: the session is gone; `4xx`/`5xx`, a network error: the page's path). An answer whose
-action left something for the page to say (an error, the end of the text) carries `redraw`, and
-the component asks for a whole-page run to show it.
+The token names one browser session's `Channel`: random, held only by that page, and gone with the
+session (the registry holds weak references). What the page around the stage must draw stays with
+the page's trigger: a report that stepping paused (the history slider), a stage whose quiz or open
+tabs follow each step, and any message the route fails on (`410`: the session is gone; other
+errors). An answer whose action left something for the page to say (an error, the end of the
+text) carries `redraw`, and the component asks for a whole-page run.
 """
 
 from __future__ import annotations
@@ -29,17 +20,16 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import time
 import weakref
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-from . import stage_events
+from .stage_protocol import Channel, handle, parse, payload, served_stamp
 
 if TYPE_CHECKING:
     from starlette.requests import Request
     from starlette.responses import Response
-
-    from .stage_component import Channel
 
 PATH = "/api/specviz/stage"
 MAX_BODY = 64 * 1024  # a message is a few hundred bytes (its `have` list at most a few kB)
@@ -95,15 +85,10 @@ async def lifespan(_app: Any) -> AsyncIterator[None]:
 def answer(channel: Channel, event: dict[str, Any]) -> dict[str, Any]:
     """Carry out a parsed event for the channel's session and return the payload that answers it
     (no Streamlit state is touched: this runs in a worker thread of the web server)."""
-    import time
-
-    from .stage_component import handle, payload, served_stamp
-
     start = time.time() * 1000
-    ws = channel.ws
     redraw = handle(channel, event, route=True)
-    data = payload(channel, served=served_stamp(event, start), deflate=False)  # gzipped by the web server
-    data["redraw"] = redraw or bool(ws.error or ws.finished_note)
+    data = payload(channel, route=address(), served=served_stamp(event, start), deflate=False)  # the server gzips it
+    data["redraw"] = redraw or bool(channel.ws.error or channel.ws.finished_note)
     return data
 
 
@@ -117,7 +102,7 @@ async def _endpoint(request: Request) -> Response:
     try:
         message = json.loads(body)
         token = str(message["token"])
-        event = stage_events.parse(message.get("event"))
+        event = parse(message.get("event"))
     except (ValueError, KeyError, TypeError):
         return JSONResponse({"error": "not a stage message"}, status_code=400)
     if event is None:

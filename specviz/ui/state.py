@@ -2,11 +2,8 @@
 
 A **run** is one recorded sequence of cycles from one prompt with one set of cache settings. The
 page never recomputes a cycle to show it: the decoder computes a whole cycle at once
-(`SpeculativeDecoder.step()` → `CycleTrace`) and the page then *reveals* it phase by phase. So a
-run is a timeline of steps::
-
-    step 0            after prefill (or the "start" of cycle 1)
-    step 5c + p       cycle c (0-based), phase CYCLE_PHASES[p] for p = 1..5 (draft … rollback)
+(`SpeculativeDecoder.step()` → `CycleTrace`) and the page then *reveals* it phase by phase, a
+timeline of steps (`specviz.timeline`: step 0 the prefill, then one step per phase of each cycle).
 
 `revealed` is the furthest step shown so far, `view` the step shown now; stepping past
 `revealed` reveals the next phase, and stepping past the last recorded cycle runs the decoder
@@ -17,15 +14,11 @@ from it.
 computed before anyone asks for them: `prefetch` runs one on a *fork* of the decoder (caches and
 random streams copied, so the trace is the one the decoder itself would produce next) and keeps
 it beside the run in `Run.ahead`; called again, it runs the cycle after on a fork of that fork,
-up to `PREFETCH_DEPTH` cycles. Three: Next cycle jumps over a whole cycle to the end of the next
-(with one cycle in hand, the click after that jump always waited for a computation), and on a
-shared server the cycle asked for when a cycle begins can take seconds to come (eight sessions
-that start together queue for two decoding slots on a CPU their browsers also use: with two in
-hand, every session of `bench.load` at N = 8 waited 4-6 s at its seventh click). `adopt`
-makes the first one the run's next cycle when the run reaches it; `compute_cycle` adopts instead
-of computing when it can, so a cycle is never computed twice. A live setting change (K,
-temperature, what-if, …) changes the decoder's config, and prefetched cycles computed under
-another config are dropped, never shown.
+up to `PREFETCH_DEPTH` cycles (Next cycle jumps a whole cycle, so the click after it needs the
+cycle after that in hand). `adopt` makes the first one the run's next cycle when the run reaches
+it; `compute_cycle` adopts instead of computing when it can, so a cycle is never computed twice.
+A live setting change (K, temperature, what-if, …) changes the decoder's config, and prefetched
+cycles computed under another config are dropped, never shown.
 
 Runs come from three sources: **live** (a decoder, possibly parked while idle), **imported**
 (a run file: no model at all) and **replay** (a live or imported run's committed token stream
@@ -49,9 +42,9 @@ from typing import Any, Literal
 from .. import parking, precision, whatif
 from ..config import DecodeConfig
 from ..errors import DecodingFinishedError, SpecvizError
-from ..trace import CYCLE_PHASES, CacheSnapshot, CycleTrace, PhaseSnapshot
+from ..timeline import PHASES_PER_CYCLE, at, end_of
+from ..trace import CacheSnapshot, CycleTrace
 
-PHASES_PER_CYCLE = len(CYCLE_PHASES) - 1  # "start" of cycle c+1 is "rollback" of cycle c
 RunSource = Literal["live", "imported", "replay"]
 Slot = Callable[[], AbstractContextManager]  # a decoding slot of the server's gate (specviz.gate)
 MAX_RUNS = 8  # runs kept per browser session; the oldest is dropped first
@@ -135,8 +128,7 @@ class Run:
     @property
     def next_cycle(self) -> CycleTrace | None:
         """The prefetched next cycle, if it still matches the decoder's settings."""
-        cycles = self.ahead_cycles
-        return cycles[0] if cycles else None
+        return next(iter(self.ahead_cycles), None)
 
     @property
     def cycles_shown(self) -> int:
@@ -164,18 +156,7 @@ class Run:
 
 def view_of(step: int, run: Run) -> tuple[int | None, str]:
     """(cycle index or None before the first cycle, phase name) of a timeline step."""
-    if step == 0:
-        return (0, "start") if run.traces else (None, "prefill")
-    c, p = divmod(step - 1, PHASES_PER_CYCLE)
-    return c, CYCLE_PHASES[p + 1]
-
-
-def snapshots_at(run: Run, step: int) -> PhaseSnapshot:
-    """Both caches' layout at a timeline step."""
-    cycle, phase = view_of(step, run)
-    if cycle is None:
-        return PhaseSnapshot("prefill", run.prefill[0], run.prefill[1])
-    return run.traces[cycle].snapshot(phase)
+    return at(step, bool(run.traces))
 
 
 def step_label(step: int, run: Run, phase_titles: dict[str, str]) -> str:
@@ -185,10 +166,6 @@ def step_label(step: int, run: Run, phase_titles: dict[str, str]) -> str:
         return "prefill"
     forced = " (what-if)" if cycle < len(run.traces) and run.traces[cycle].forced else ""
     return f"cycle {cycle + 1}{forced} · {phase_titles.get(phase, phase)}"
-
-
-def revealed_traces(run: Run) -> list[CycleTrace]:
-    return list(run.traces[: run.cycles_shown])
 
 
 def committed_ids(run: Run, cycle: int | None) -> list[int]:
@@ -216,19 +193,18 @@ def advance_phase(run: Run, slot: Slot = nullcontext) -> Run:
     """Show the next phase: replay a revealed one, reveal a recorded one, or run a new cycle."""
     if run.view < run.revealed:
         return _moved(run, run.view + 1)
-    if run.revealed < PHASES_PER_CYCLE * len(run.traces):
+    if run.revealed < end_of(len(run.traces)):
         return _moved(run, run.revealed + 1, revealed=run.revealed + 1)
     return compute_cycle(run, slot)
 
 
 def advance_cycle(run: Run, slot: Slot = nullcontext) -> Run:
     """Show the end (rollback) of the current cycle, or of the next one when at a cycle end."""
-    at_end = run.view % PHASES_PER_CYCLE == 0
-    target_cycle = run.view // PHASES_PER_CYCLE if at_end else (run.view - 1) // PHASES_PER_CYCLE
+    target_cycle = run.view // PHASES_PER_CYCLE  # at a cycle's end (its rollback), the next one
     before = run.view
     if target_cycle >= len(run.traces):
         run = compute_cycle(run, slot)
-    end = PHASES_PER_CYCLE * (target_cycle + 1)
+    end = end_of(target_cycle + 1)
     return dataclasses.replace(run, before=before, view=end, revealed=max(run.revealed, end))
 
 
@@ -240,18 +216,12 @@ def compute_cycle(run: Run, slot: Slot = nullcontext) -> Run:
     again. The notice says what was forced and that exact decoding resumes."""
     adopted = adopt(run)
     if len(adopted.traces) > len(run.traces):
-        step = PHASES_PER_CYCLE * (len(adopted.traces) - 1) + 1
-        return dataclasses.replace(adopted, revealed=step, before=run.view, view=step, notices=())
+        return _at_draft(adopted, run.view, notices=())
     run = adopted
     if not run.live:
-        raise RecordingEndError(
-            f"This run is a recording with {len(run.traces)} cycle(s) and they are all shown. "
-            "Start a live run (change a setting, or Reset) to decode further."
-        )
+        raise RecordingEndError(recording_end_text(len(run.traces)))
     if run.dec.finished:
-        raise DecodingFinishedError(
-            f"Generation has finished ({run.dec.finish_reason}). Press Reset or change the prompt to start again."
-        )
+        raise DecodingFinishedError(finished_text(run.dec.finish_reason))
     forced = run.dec.config.forced_outcomes
     try:
         with slot():
@@ -259,12 +229,24 @@ def compute_cycle(run: Run, slot: Slot = nullcontext) -> Run:
     finally:
         whatif.exact_again(run.dec)  # also when the step failed: forcing never outlives its one cycle
     whatif.exact_again(result.decoder)
-    traces = (*run.traces, result.trace)
-    step = PHASES_PER_CYCLE * (len(traces) - 1) + 1
-    notices = whatif.notices(result, forced) if forced else ()
-    return dataclasses.replace(
-        run, dec=result.decoder, traces=traces, revealed=step, before=run.view, view=step, notices=notices, ahead=()
-    )
+    grown = dataclasses.replace(run, dec=result.decoder, traces=(*run.traces, result.trace), ahead=())
+    return _at_draft(grown, run.view, notices=whatif.notices(result, forced) if forced else ())
+
+
+def _at_draft(run: Run, before: int, **changes: Any) -> Run:
+    """`run` showing its last cycle's draft phase (revealed up to there)."""
+    step = end_of(len(run.traces) - 1) + 1
+    return dataclasses.replace(run, revealed=step, before=before, view=step, **changes)
+
+
+def finished_text(reason: str | None) -> str:
+    why = f" ({reason})" if reason else ""
+    return f"Generation has finished{why}. Press Reset or change the prompt to start again."
+
+
+def recording_end_text(cycles: int) -> str:
+    return (f"This run is a recording with {cycles} cycle(s) and they are all shown. "
+            "Start a live run (change a setting, or Reset) to decode further.")
 
 
 def prefetch(run: Run, slot: Slot = nullcontext) -> Run:
@@ -310,9 +292,9 @@ def show_step(run: Run, step: int) -> Run:
     """Show a step the browser already showed (it steps locally and says where it is): adopt the
     prefetched cycles up to the one the step lies in (the browser may be two cycles on, its report
     of the first one still on its way or never sent), reveal up to it."""
-    while step > PHASES_PER_CYCLE * len(run.traces) and run.next_cycle is not None:
+    while step > end_of(len(run.traces)) and run.next_cycle is not None:
         run = adopt(run)
-    step = max(0, min(step, PHASES_PER_CYCLE * len(run.traces)))
+    step = max(0, min(step, end_of(len(run.traces))))
     return dataclasses.replace(run, before=run.view, view=step, revealed=max(run.revealed, step))
 
 
@@ -322,24 +304,15 @@ def run_to_cycle(run: Run, cycle: int, slot: Slot = nullcontext) -> Run:
         if run.dec.finished:
             raise DecodingFinishedError(f"Generation finished after {len(run.traces)} cycle(s).")
         run = compute_cycle(run, slot)
-    start = PHASES_PER_CYCLE * cycle
+    start = end_of(cycle)
     return dataclasses.replace(run, view=start, revealed=start, before=None)
 
 
 # ---------------------------------------------------------------- starting and sleeping ----------
 
 
-def start_live_run(
-    run_id: int,
-    title: str,
-    restart_key: tuple,
-    pair: Any,
-    cfg: DecodeConfig,
-    prompt_ids: list[int],
-    *,
-    slot: Slot = nullcontext,
-    **fields: Any,
-) -> Run:
+def start_live_run(run_id: int, title: str, restart_key: tuple, pair: Any, cfg: DecodeConfig, prompt_ids: list[int],
+                   *, slot: Slot = nullcontext, **fields: Any) -> Run:
     """Build and prefill a decoder; raises SpecvizError and leaves nothing behind."""
     from ..engine import SpeculativeDecoder  # torch-heavy: only live runs need it
 
@@ -348,20 +321,9 @@ def start_live_run(
         dec.start(prompt_ids)
     n = len(dec.committed)
     prefill = (dec.target_cache.snapshot(n), dec.proposer.snapshot(n))
-    return Run(
-        id=run_id,
-        title=title,
-        source="live",
-        restart_key=restart_key,
-        config=cfg,
-        prompt_ids=tuple(prompt_ids),
-        prefill=prefill,
-        texts=dec.token_text,
-        pair=pair,
-        dec=dec,
-        max_context=dec.max_context,
-        **fields,
-    )
+    return Run(id=run_id, title=title, source="live", restart_key=restart_key, config=cfg,
+               prompt_ids=tuple(prompt_ids), prefill=prefill, texts=dec.token_text, pair=pair, dec=dec,
+               max_context=dec.max_context, **fields)
 
 
 def sync_config(run: Run, cfg: DecodeConfig, live_fields: tuple[str, ...]) -> None:
@@ -394,12 +356,10 @@ def wake(run: Run, slot: Slot = nullcontext) -> Run:
 class Workspace:
     """One browser session's runs and the lock around them: its one mutable cell.
 
-    Actions build a new immutable `Run` and assign it to `run` in one statement, under `lock`.
-    Keeping the cell an object, fetched *before* a slow step, matters in Streamlit: a script run
-    abandoned while busy in the decoder cannot touch `st.session_state` any more, but writing
-    through the object it already holds cannot fail, so the decoder and the history never
-    disagree.
-    """
+    Actions build a new immutable `Run` and assign it to `run` in one statement, under `lock`. The
+    cell is an object, fetched *before* a slow step: a script run abandoned while busy in the decoder
+    cannot touch `st.session_state` any more, but it can still write through the object it holds,
+    so the decoder and the history never disagree."""
 
     run: Run | None = None  # the run shown
     others: tuple[Run, ...] = ()  # earlier runs, newest last, parked
@@ -412,15 +372,12 @@ class Workspace:
     reset_asked: Run | None = None  # the run a Reset question is shown for
     last_active: float = 0.0  # time.monotonic() of the last script run (specviz.parking)
     waited_note: str | None = None
-    # Bumped by every move the server makes on its own (a button, Play, the history, an answered
-    # request): the stage component then follows the server's step instead of its own.
-    stage_seq: int = 0
-    # Bumped by every action and every cycle computed ahead: a payload carries the version it was
-    # built at, and the browser ignores one older than the last it took (the stage hears from two
-    # channels, the page's script runs and its route, and their answers can cross).
+    stage_seq: int = 0  # bumped by each move the server makes on its own: the stage then follows it
+    # Bumped by every action and every cycle computed ahead: the browser ignores a payload built at an
+    # older version than the last it took (the page's runs and the stage's route can cross).
     stage_version: int = 0
     prefetch_failed: Any = None  # (run id, cycles, config) whose prefetch failed: not retried
-    wanted: set = field(default_factory=set)  # this session's clicks waiting for the server (`session.wanting`)
+    wanted: set = field(default_factory=set)  # this session's clicks waiting for the server (`actions.wanting`)
     prefetching: threading.Lock = field(default_factory=threading.Lock)  # held by the one computing ahead
 
     def new_id(self) -> int:
@@ -431,8 +388,9 @@ class Workspace:
         """Every run, oldest first, the shown one included."""
         return [*self.others, *([self.run] if self.run is not None else [])]
 
-    def add(self, run: Run) -> None:
-        """Show `run`; the one shown so far stays selectable (parked) when it recorded anything."""
+    def add(self, run: Run | None) -> None:
+        """Show `run` (None: no run until the page starts one); the one shown so far stays
+        selectable (parked) when it recorded anything."""
         if self.run is not None and self.run.traces:
             self.others = (*self.others, park(self.run))[-(MAX_RUNS - 1) :]
         self.run, self.reset_asked = run, None

@@ -12,7 +12,8 @@ from typing import Any
 
 import streamlit as st
 
-from ..trace import CYCLE_PHASES, CycleTrace
+from ..timeline import reached
+from ..trace import CycleTrace
 from ..viz import acceptance, distributions, proposals
 
 PLOT = dict(theme=None, config={"displaylogo": False})
@@ -21,16 +22,15 @@ PLOT = dict(theme=None, config={"displaylogo": False})
 def cycle_figures(tr: CycleTrace, phase: str, pos: int | None = None) -> dict[str, Any]:
     """The charts of `tr` as far as `phase` has revealed it (p vs q at draft `pos`, by default
     at the rejection): a pure function of the trace, shared by this tab and the export."""
-    step = CYCLE_PHASES.index(phase)
     figures = {"proposals": proposals.proposals_figure(tr)}
-    if step < CYCLE_PHASES.index("verify"):
+    if not reached(phase, "verify"):
         return figures
-    tested = step >= CYCLE_PHASES.index("accept")
+    tested = reached(phase, "accept")
     figures["acceptance"] = acceptance.acceptance_figure(tr, tested=tested)
     options = [d.index for d in tr.drafts]
     if options:
         figures["p_vs_q"] = distributions.pq_figure(tr, pos if pos in options else (tr.rejected_at or 1), tested=tested)
-    if step >= CYCLE_PHASES.index("resolve"):
+    if reached(phase, "resolve"):
         figures["resolve"] = distributions.resolve_figure(tr)
     return figures
 
@@ -46,10 +46,9 @@ def charts_tab(tr: CycleTrace | None, phase: str) -> dict[str, Any]:
         st.session_state.dist_pos = tr.rejected_at or 1
     with right:
         pos = None
-        if options and CYCLE_PHASES.index(phase) >= CYCLE_PHASES.index("verify"):
-            pos = st.segmented_control(
-                "Compare p and q at draft position", options, key="dist_pos", format_func=lambda i: f"d{i}"
-            )
+        if options and reached(phase, "verify"):
+            pos = st.segmented_control("Compare p and q at draft position", options, key="dist_pos",
+                                       format_func=lambda i: f"d{i}")
     figures = cycle_figures(tr, phase, pos)
     left.plotly_chart(figures["proposals"], key="proposals_fig", **PLOT)
     if "acceptance" not in figures:
@@ -60,17 +59,13 @@ def charts_tab(tr: CycleTrace | None, phase: str) -> dict[str, Any]:
     if "p_vs_q" in figures:
         left.plotly_chart(figures["p_vs_q"], key="pq_fig", **PLOT)
     else:  # k = 0: a plain target step, there is no q to hold against p
-        left.info(
-            "**No proposal this cycle**, so there is no p vs q to compare: the target took one plain step "
-            "and its p_1 gave the next token."
-        )
+        left.info("**No proposal this cycle**, so there is no p vs q to compare: the target took one plain step "
+                  "and its p_1 gave the next token.")
     if "resolve" in figures:
         right.plotly_chart(figures["resolve"], key="resolve_fig", **PLOT)
     elif options:
-        right.info(
-            "After the tests: the **residual** norm(max(0, p_j − q_j)) at a rejection, or "
-            "**p_{K+1}** for the bonus token when all K pass."
-        )
+        right.info("After the tests: the **residual** norm(max(0, p_j − q_j)) at a rejection, or "
+                   "**p_{K+1}** for the bonus token when all K pass.")
     else:
         right.info("At **resolve**: the one token generated from p_1.")
     return figures

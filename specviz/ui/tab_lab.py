@@ -14,45 +14,36 @@ import streamlit as st
 
 from ..errors import SpecvizError
 from ..lab import run_exactness_lab
+from ..server import ServerSettings
 from ..viz import exactness
-from .session import decoding_slot, server_settings, workspace
+from .session import decoding_slot, workspace
 from .state import Run, committed_ids
 from .tab_charts import PLOT
 
 
 def lab_tab(run: Run, cycle: int | None) -> None:
-    st.markdown(
-        "Sample **N** next tokens with the speculative decoder and **N** with the target alone, from "
-        "the context at the start of the cycle shown, and compare both with the exact p. Exactness "
-        "means the speculative sampler's TV distance to p shrinks like 1/√N, exactly like the target's."
-    )
+    st.markdown("Sample **N** next tokens with the speculative decoder and **N** with the target alone, from "
+                "the context at the start of the cycle shown, and compare both with the exact p. Exactness "
+                "means the speculative sampler's TV distance to p shrinks like 1/√N, exactly like the target's.")
     if run.pair is None:
         st.info("This run is a recording (no model is loaded): the lab needs a live run.")
         return
     c1, c2 = st.columns([1, 3])
-    cap = server_settings().limits.lab_n
+    settings = ServerSettings.load()
+    cap = settings.limits.lab_n
     n = c1.number_input(
-        "N samples",
-        min(10, cap),
-        cap,
-        value=min(60, cap),
-        step=10,
-        key="lab_n",
+        "N samples", min(10, cap), cap, value=min(60, cap), step=10, key="lab_n",
         help="Each sample runs a fresh decoder from the context (both models prefill it), so on a "
         "2-core CPU the default pair takes about a second per speculative + target-only pair.",
-    )
+    )  # fmt: skip
     if c2.button("Run the exactness lab", key="lab_run"):
         bar = st.progress(0.0, text="sampling…")
         try:
-            server_settings().check_lab_n(int(n))
+            settings.check_lab_n(int(n))
             with decoding_slot():
-                res = run_exactness_lab(
-                    run.pair,
-                    committed_ids(run, cycle),
-                    run.dec.config if run.dec is not None else run.config,
-                    int(n),
-                    progress=lambda f, msg: bar.progress(min(f, 1.0), text=msg),
-                )
+                config = run.dec.config if run.dec is not None else run.config
+                res = run_exactness_lab(run.pair, committed_ids(run, cycle), config, int(n),
+                                        progress=lambda f, msg: bar.progress(min(f, 1.0), text=msg))
         except SpecvizError as exc:
             st.error(str(exc))
         else:

@@ -19,7 +19,7 @@ from ..stats import acceptance_stats, cycle_costs, cycle_rows, measured_speedup
 from ..viz import statistics
 from . import quiz
 from .session import act, decoding_slot
-from .state import Run, revealed_traces
+from .state import Run
 from .tab_charts import PLOT
 
 THEORY_CAPTION = (
@@ -32,7 +32,7 @@ THEORY_CAPTION = (
 
 
 def stats_tab(run: Run) -> None:
-    done = revealed_traces(run)
+    done = list(run.traces[: run.cycles_shown])
     st_ = acceptance_stats(done)
     if not done:
         st.info("Statistics appear once a cycle has been stepped through to its rollback.")
@@ -45,28 +45,18 @@ def stats_tab(run: Run) -> None:
             st.plotly_chart(statistics.stats_figure(st_, report), key="stats_fig", **PLOT)
         st.plotly_chart(statistics.speedup_figure(report), key="speedup_fig", **PLOT)
         st.markdown(narrative.explain_speedup(report))
-        plain = (
-            f" {st_.plain_cycles} cycle(s) proposed nothing (plain target steps): they test no draft and "
-            "enter the theory by their share of the cycles."
-            if st_.plain_cycles
-            else ""
-        )
-        trees = (
-            f" {st_.tree_cycles} token-tree cycle(s) verified {st_.tree_nodes} nodes and accepted "
-            f"{st_.tree_path_tokens} path tokens: a tree's nodes are alternatives, not drafts in a row, so they stay "
-            "out of α and the histogram; their figure is tokens per verify pass."
-            if st_.tree_cycles
-            else ""
-        )
+        plain = (f" {st_.plain_cycles} cycle(s) proposed nothing (plain target steps): they test no draft and "
+                 "enter the theory by their share of the cycles.") if st_.plain_cycles else ""
+        trees = (f" {st_.tree_cycles} token-tree cycle(s) verified {st_.tree_nodes} nodes and accepted "
+                 f"{st_.tree_path_tokens} path tokens: a tree's nodes are alternatives, not drafts in a row, so they "
+                 "stay out of α and the histogram; their figure is tokens per verify pass.") if st_.tree_cycles else ""
         st.caption(THEORY_CAPTION + plain + trees)
     if done:
         time_fig = statistics.cycle_time_figure(cycle_costs(done), run.baseline_ms_per_token)
         st.plotly_chart(time_fig, key="time_fig", **PLOT)
         if st_.forced_cycles:
-            st.caption(
-                f"{st_.forced_cycles} what-if cycle(s) were forced: they are listed and hatched, but left out of "
-                "the acceptance rate, the histogram, the theory and the speedup."
-            )
+            st.caption(f"{st_.forced_cycles} what-if cycle(s) were forced: they are listed and hatched, but left "
+                       "out of the acceptance rate, the histogram, the theory and the speedup.")
         st.markdown("**Cycle history**")
         st.dataframe(cycle_rows(done), hide_index=True, width="stretch")
     if run.quiz:
@@ -84,14 +74,12 @@ def _metrics(st_: Any, report: Any) -> None:
         c1.metric("Tokens per verify pass", f"{st_.tokens_per_cycle:.2f}")
         c2.metric("Tree nodes per pass", f"{st_.tree_nodes / st_.tree_cycles:.1f}")
         c3.metric("Accepted path length", f"{st_.tree_path_tokens / st_.tree_cycles:.2f}")
-        c4.metric("Verify cost v(N)", f"{report.verify_cost:.2f} steps" if report.verify_cost is not None else "—")
-        c5.metric("Measured speedup", f"{report.measured_speedup:.2f}×" if report.measured_speedup else "—")
-        return
-    # α needs a tested draft: a history of plain steps only (lookup without a match) has none.
-    c1.metric("Acceptance rate α", f"{st_.alpha:.3f}" if st_.tested else "—")
-    c2.metric("Tokens per cycle", f"{st_.tokens_per_cycle:.2f}")
-    c3.metric("Theory: E[tokens/cycle]", f"{report.expected_tokens_per_cycle:.2f}")
-    c4.metric("Verify cost v(K)", f"{report.verify_cost:.2f} steps" if report.verify_cost is not None else "—")
+    else:  # α needs a tested draft: a history of plain steps only (lookup without a match) has none
+        c1.metric("Acceptance rate α", f"{st_.alpha:.3f}" if st_.tested else "—")
+        c2.metric("Tokens per cycle", f"{st_.tokens_per_cycle:.2f}")
+        c3.metric("Theory: E[tokens/cycle]", f"{report.expected_tokens_per_cycle:.2f}")
+    cost = f"{report.verify_cost:.2f} steps" if report.verify_cost is not None else "—"
+    c4.metric(f"Verify cost v({'N' if st_.tree_cycles else 'K'})", cost)
     c5.metric("Measured speedup", f"{report.measured_speedup:.2f}×" if report.measured_speedup else "—")
 
 

@@ -1,46 +1,14 @@
-"""The KV caches as lecture-grade HTML: one block per row, full token text, animated in place.
+"""The KV caches as lecture-grade HTML: one block per row, full token text, keyed for motion.
 
-What the picture teaches (DESIGN §1, §2; its words are viz/cache_words.py): the *paged* layout is a pool of
-fixed-size blocks, so every row is one physical block tagged with the logical block it serves in
-the sequence's `block_table` ("block 7 · logical 3") or "free"; the *contiguous* layout is one
-buffer, drawn in rows of 16 slots with the write pointer marked. A slot holds committed K/V,
-provisional K/V (written by the verify pass or the proposer's own passes, not yet known to
-survive), stale K/V (past the valid length: still in memory, never read, overwritten next) or
-nothing. Below the caches the *cycle panel* shows each draft d1..dK with q(d), and, once the phase
-has revealed them, p(d), the acceptance bar min(1, p/q) with the uniform draw u, and the verdict.
-
-How it is built, and why:
-
-* **HTML, not a chart.** Text has to be text to stay readable on a projector: every cell shows the
-  token's full text (␣ for a space, ↵ for a newline) wrapping inside the cell, and nothing is
-  smaller than 14 px (18 px with `lecture=True`, which also drops the secondary lines). Each row is
-  a CSS grid `tag | repeat(page_size, minmax(0, 1fr))`, so a block can never wrap into a column.
-* **Side by side, or stacked.** The two caches share a grid of `repeat(auto-fit, minmax(W, 1fr))`
-  where W is the narrowest width at which one cache's cells stay legible (tag column + page size
-  × a 3 em cell). Pages up to 8 slots sit side by side; a 16-slot row (and the contiguous buffer)
-  needs ~1780 px of main column for two, so on most screens it stacks, like pages of
-  32 or 64 slots, where half a screen would leave a cell a few pixels wide.
-* **Motion lives in the browser, not here.** Every node that persists from one step to the next
-  (a slot, a row, the write pointer, a free-list chip, a draft column) carries a stable `data-key`;
-  the stage (viz/static/stage.js) patches one step's HTML into the next by those keys and animates
-  what changed (cross-fades, FLIP glides, fade-ins). `before` (the step shown before) only decides
-  which rows the phase changed (`data-role="action"`) and the window around them.
-* **Not colour alone.** Committed = solid fill; provisional = stripes, a dashed border and "P";
-  stale = cross-hatch, struck-through text and "✕"; free = empty with a dotted border. Verdicts carry
-  ✓ / ✗ / –. The palette (viz/style.py) stays apart under simulated colour blindness (tests/cvd.py).
-* **Linked hover, no script.** (`st.html` runs none.) Every cache slot holding draft d_i of this
-  cycle, the draft's column and its bars carry `data-d="i"` and `tabindex="0"`; generated
-  `.svkv:has([data-d="i"]:hover) [data-d="i"]` rules outline all of them at once, on hover or on
-  keyboard focus.
-* **Long contexts.** Past `max_rows` rows a cache shows the rows where something happens plus the
-  newest committed rows; each hidden run becomes one "⋯ hidden ⋯" line, and an overview strip (one
-  tiny cell per row, the shown ones outlined) keeps the whole cache in sight.
-* **A text alternative.** The wrapper is a `role="figure"` with an `aria-label`; a visually hidden
-  paragraph and a "Describe this picture" `<details>` say the same in words.
-
-The stylesheet is static/kv.css, its colours CSS variables set from the palette (viz/style.py).
-Every CSS rule is scoped under `.svkv` (the page's styles are global) and the fragment starts with
-the wrapper `<div>`, so Streamlit's sanitiser keeps the inline `<style>`.
+The paged layout is drawn as its pool (each row a physical block tagged with its logical index in
+the `block_table`, or "free", under the free list); the contiguous layout as one buffer in rows of
+16 slots with the write pointer. A slot is committed, provisional, stale or free, each with a
+pattern and a glyph besides its colour. Below the caches a chain's cycle panel shows each draft's
+q, p, min(1, p/q), u and verdict as its phase reveals them. Every persisting node carries a stable
+`data-key` for the stage's motion; `before` only marks the rows this phase changed
+(`data-role="action"`). Why it looks this way (text not a chart, side by side or stacked, linked
+hover without script, long contexts, the text alternative): docs/design.md §3, "The KV picture".
+Its words are viz/cache_words.py, its palette viz/style.py, its stylesheet static/kv.css.
 """
 
 from __future__ import annotations

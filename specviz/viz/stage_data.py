@@ -1,7 +1,7 @@
 """What the stage component is sent: each step of a run as data the browser can show by itself.
 
 A run is a timeline of steps (step 0 the prefill, then five per cycle: draft, verify, accept,
-resolve, rollback; `specviz.ui.state`). Every phase of a cycle is known the moment the cycle is
+resolve, rollback; `specviz.timeline`). Every phase of a cycle is known the moment the cycle is
 computed, so the browser gets them all at once and steps through them locally
 (docs/design.md §3, "The stage"). One step is a plain dict:
 
@@ -10,12 +10,10 @@ computed, so the browser gets them all at once and steps through them locally
 
 `kv` holds the KV picture (`kv_html.kv_stage_html`, computed against the step before so that the
 rows the phase changed carry `data-role="action"` and the window keeps them in view) and, when
-comparing, the same step replayed into another cache layout. The picture's nodes carry stable
-`data-key`s (a slot, a row, a free-list chip, the write pointer, a draft column): the browser
-patches one step's picture into the next by key, so the nodes that persist transition and the ones
-that moved glide. A later view (a token tree, a mask grid, compaction that moves K/V between slots)
-adds its own keyed nodes to the same HTML and gets the same motion: a node whose key reappears
-elsewhere moves there. The payload model is "keyed cells in slots", not "a cache of rows".
+comparing, the same step replayed into another cache layout. The payload model is "keyed cells in
+slots", not "a cache of rows": every node that persists carries a stable `data-key` (a slot, a row,
+a free-list chip, a draft column, a tree node), and the browser patches one step's picture into the
+next by key, so persisting nodes transition and a node whose key reappears elsewhere glides there.
 
 **What travels** (`pack`): a step's heavy part — its pictures, narrative and strip, ~50 kB of
 HTML — never changes once rendered, so it gets a signature (`sig`, unique in the process) and
@@ -42,11 +40,11 @@ from typing import Any
 from markdown_it import MarkdownIt
 
 from .. import narrative
-from ..trace import CYCLE_PHASES, CacheSnapshot, CycleTrace, PhaseSnapshot
+from ..timeline import at, end_of, snapshot_at
+from ..trace import CacheSnapshot, CycleTrace, PhaseSnapshot
 from . import kv_html, tokens, tree_view
 from .style import PHASE_TITLES
 
-PHASES_PER_CYCLE = len(CYCLE_PHASES) - 1  # "start" of cycle c+1 is "rollback" of cycle c
 _MD = MarkdownIt("commonmark", {"html": False})
 BODY = ("kv", "story", "strip")  # a step's heavy part: sent once per signature (see `pack`)
 _SIGNATURES = itertools.count(1)
@@ -77,23 +75,22 @@ class Timeline:
         return len(self.traces) if self.real is None else self.real
 
     @property
+    def started(self) -> bool:
+        """Step 0 is the start of cycle 1, not the prefill (`timeline.at`)."""
+        return bool(self.adopted) and not self.prefill_at_zero
+
+    @property
     def last_step(self) -> int:
-        return PHASES_PER_CYCLE * len(self.traces)
+        return end_of(len(self.traces))
 
 
 def view_of(step: int, tl: Timeline) -> tuple[int | None, str]:
     """(cycle or None before the first, phase) of a step, as `specviz.ui.state.view_of`."""
-    if step == 0:
-        return (0, "start") if tl.adopted and not tl.prefill_at_zero else (None, "prefill")
-    c, p = divmod(step - 1, PHASES_PER_CYCLE)
-    return c, CYCLE_PHASES[p + 1]
+    return at(step, tl.started)
 
 
 def snapshots(tl: Timeline, step: int) -> PhaseSnapshot:
-    cycle, phase = view_of(step, tl)
-    if cycle is None:
-        return PhaseSnapshot("prefill", tl.prefill[0], tl.prefill[1])
-    return tl.traces[cycle].snapshot(phase)
+    return snapshot_at(step, tl.prefill, tl.traces, tl.started)
 
 
 def title(cycle: int | None, phase: str) -> str:
@@ -124,15 +121,14 @@ def window(view: int, tl: Timeline, ahead: int) -> range:
     """The steps sent with the page: the shown cycle's phases, the step before it (the previous
     cycle's rollback) and the next `ahead` cycles' (the server computes that many in advance:
     ui/state.py `PREFETCH_DEPTH`), when computed — a sliding window, not the whole run."""
-    cycle = 0 if view == 0 else (view - 1) // PHASES_PER_CYCLE
-    lo = max(0, PHASES_PER_CYCLE * cycle)
-    hi = min(tl.last_step, PHASES_PER_CYCLE * (cycle + 1 + ahead))
+    cycle = at(view, True)[0]  # step 0: the first cycle's start
+    lo = end_of(cycle)
+    hi = min(tl.last_step, end_of(cycle + 1 + ahead))
     return range(lo, max(lo, hi) + 1)
 
 
-def step_payload(
-    tl: Timeline, step: int, *, lecture: bool, max_rows: int | None, compare: Timeline | None = None
-) -> dict[str, Any]:
+def step_payload(tl: Timeline, step: int, *, lecture: bool, max_rows: int | None,
+                 compare: Timeline | None = None) -> dict[str, Any]:
     """One step as the browser shows it (see the module docstring).
 
     The status line ("cycle 3 of 5") is made fresh; the rest — the pictures, the narrative, the
@@ -159,9 +155,8 @@ def step_payload(
                                                         parts=("cache",)))
         if tr is None:
             target, proposer = tl.prefill
-            story = narrative.prefill_markdown(
-                len(tl.prompt_ids), target.seq_len, proposer.seq_len if proposer is not None else None, tl.proposer
-            )
+            story = narrative.prefill_markdown(len(tl.prompt_ids), target.seq_len,
+                                               proposer.seq_len if proposer is not None else None, tl.proposer)
         else:
             story = narrative.phase_markdown(tr, phase)
         strip = tokens.strip_html(tokens.strip_chips(list(tl.prompt_ids), tl.traces[: (cycle or 0) + 1], tl.texts,
@@ -169,17 +164,11 @@ def step_payload(
         tl.memo[key] = ((tr, prev, other), next(_SIGNATURES), pictures, _MD.render(story), strip)
     _, sig, pictures, story, strip = tl.memo[key]
     return {
-        "sig": sig,
-        "title": title(cycle, phase),
-        "cycle": cycle,
-        "phase": phase,
-        "kv": pictures,
-        "status": _status_html(status + tl.status_suffix),
-        "story": story,
-        "strip": strip,
+        "sig": sig, "title": title(cycle, phase), "cycle": cycle, "phase": phase, "kv": pictures,
+        "status": _status_html(status + tl.status_suffix), "story": story, "strip": strip,
         # What computing this step's cycle took on the server (the latency bench compares with it).
         "compute_ms": round(sum(tr.timings_ms.values()), 1) if tr is not None else None,
-    }
+    }  # fmt: skip
 
 
 @functools.lru_cache(maxsize=2048)
@@ -196,15 +185,11 @@ def _picture(tl: Timeline, step: int, tr: CycleTrace | None, phase: str, lecture
     )  # fmt: skip
 
 
-def steps_payload(
-    tl: Timeline, steps: Iterable[int], *, lecture: bool, max_rows: int | None, compare: Timeline | None = None
-) -> dict[str, dict[str, Any]]:
+def steps_payload(tl: Timeline, steps: Iterable[int], *, lecture: bool, max_rows: int | None,
+                  compare: Timeline | None = None) -> dict[str, dict[str, Any]]:
     """Several steps, keyed by their index as a string (JSON object keys)."""
-    return {
-        str(s): step_payload(tl, s, lecture=lecture, max_rows=max_rows, compare=compare)
-        for s in steps
-        if 0 <= s <= tl.last_step
-    }
+    return {str(s): step_payload(tl, s, lecture=lecture, max_rows=max_rows, compare=compare)
+            for s in steps if 0 <= s <= tl.last_step}
 
 
 def pack(steps: dict[str, dict[str, Any]], have: Collection[int] = (), shown: int | None = None,

@@ -28,8 +28,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from ..timeline import reached
 from ..tokenbytes import character_spans, label_bytes
-from ..trace import CYCLE_PHASES, CycleTrace
+from ..trace import CycleTrace
 from .style import KIND_COLORS, esc_attr, show_token
 
 TokenText = Callable[[int], str]
@@ -51,13 +52,8 @@ FORCED_NOTE = " · WHAT-IF cycle: outcomes forced, not exact"
 FORCED_STYLE = ";border-bottom:2px dashed #7c3aed"
 
 
-def strip_chips(
-    prompt_ids: Sequence[int],
-    traces: Sequence[CycleTrace],
-    token_text: TokenText,
-    cycle: int | None,
-    phase: str,
-) -> list[Chip]:
+def strip_chips(prompt_ids: Sequence[int], traces: Sequence[CycleTrace], token_text: TokenText, cycle: int | None,
+                phase: str) -> list[Chip]:
     """Chips for the view at (cycle, phase): everything committed before that cycle, plus the
     cycle's own drafts / emitted tokens as far as `phase` has revealed them."""
     chips = [Chip(t, token_text(t), i, "prompt", f"prompt token {t} · position {i}") for i, t in enumerate(prompt_ids)]
@@ -66,18 +62,17 @@ def strip_chips(
     for tr in traces[:cycle]:
         chips += [_emitted_chip(tr, e.token_id, e.text, e.position, e.kind) for e in tr.emitted]
     tr = traces[cycle]
-    step = CYCLE_PHASES.index(phase)
-    if step >= CYCLE_PHASES.index("resolve"):
+    if reached(phase, "resolve"):
         chips += [_emitted_chip(tr, e.token_id, e.text, e.position, e.kind) for e in tr.emitted]
-        if step < CYCLE_PHASES.index("rollback") and tr.tree is None:
+        if not reached(phase, "rollback") and tr.tree is None:
             # Still show the drafts the rejection threw away, struck through, until rollback.
             chips += [
                 _draft_chip(d, "rejected" if d.verdict == "rejected" else "untested", revealed=True)
                 for d in tr.drafts
                 if d.verdict != "accepted"
             ]
-    elif step >= CYCLE_PHASES.index("draft"):
-        revealed = step >= CYCLE_PHASES.index("accept")
+    elif reached(phase, "draft"):
+        revealed = reached(phase, "accept")
         chips += [_draft_chip(d, d.verdict if revealed else "pending", revealed) for d in _in_a_row(tr, revealed)]
     return mark_characters(chips)
 
@@ -140,93 +135,65 @@ def _draft_chip(d, kind: str, revealed: bool) -> Chip:  # d: DraftStep
     return Chip(d.token_id, d.text, d.position, kind, tip + (FORCED_NOTE if forced else ""), forced)
 
 
-_LEGEND = (
-    ("prompt", "prompt"),
-    ("accepted", "accepted draft"),
-    ("corrected", "corrected (residual)"),
-    ("bonus", "bonus (p_K+1)"),
-    ("generated", "generated (no proposal)"),
-    ("pending", "pending draft"),
-    ("rejected", "rejected"),
-    ("untested", "never tested"),
-)
+_LEGEND = (("prompt", "prompt"), ("accepted", "accepted draft"), ("corrected", "corrected (residual)"),
+           ("bonus", "bonus (p_K+1)"), ("generated", "generated (no proposal)"), ("pending", "pending draft"),
+           ("rejected", "rejected"), ("untested", "never tested"))
 
 
 def strip_html(chips: Sequence[Chip], head: int = 16, tail: int = 48) -> str:
     """Render chips as a self-contained HTML fragment (inline styles; no scripts). A prompt longer
     than head + tail (+ a few: folding three tokens away helps nobody) shows its first `head` and
     last `tail` tokens; the rest wait in a <details> element."""
-    parts = [
-        "<div style='font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:13px;"
-        "line-height:2.0;padding:8px 10px;border:1px solid #e5e7eb;border-radius:8px;background:#fafafa;"
-        "overflow-wrap:anywhere'>"
-    ]
+    parts = ["<div style='font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:13px;line-height:2.0;"
+             "padding:8px 10px;border:1px solid #e5e7eb;border-radius:8px;background:#fafafa;overflow-wrap:anywhere'>"]
     num_prompt = sum(c.kind == "prompt" for c in chips)
-    folded = range(head, num_prompt - tail) if num_prompt > head + tail + FOLD_SLACK else range(0)
-    seen_prompt = 0
-    hidden: list[str] = []
-    for c in chips:
-        html = _chip_html(c)
-        if c.kind == "prompt":
-            seen_prompt += 1
-            if seen_prompt - 1 in folded:
-                hidden.append(html)
-                if seen_prompt == folded.stop:
-                    parts.append(_details(hidden))
-                continue
-        parts.append(html)
-    parts.append("</div>")
-    legend = " ".join(
-        f"<span style='display:inline-block;margin-right:10px'><span style='display:inline-block;width:10px;"
-        f"height:10px;border-radius:2px;background:{KIND_COLORS[k]};margin-right:4px'></span>{esc_attr(name)}</span>"
-        for k, name in _LEGEND
-    )
+    chip_html = [_chip_html(c) for c in chips]
+    if num_prompt > head + tail + FOLD_SLACK:  # the prompt's chips come first (`strip_chips`)
+        chip_html[head : num_prompt - tail] = [_details(chip_html[head : num_prompt - tail])]
+    parts += [*chip_html, "</div>"]
+    items = [_swatch(f";border-radius:2px;background:{KIND_COLORS[k]}") + esc_attr(name) for k, name in _LEGEND]
     if any(c.forced for c in chips):
-        legend += (
-            f" <span style='display:inline-block;margin-right:10px'><span style='display:inline-block;width:10px;"
-            f"height:10px{FORCED_STYLE};margin-right:4px'></span>what-if (forced) cycle</span>"
-        )
+        items.append(_swatch(FORCED_STYLE) + "what-if (forced) cycle")
     if any(c.character for c in chips):
-        legend += (
-            " <span style='display:inline-block;margin-right:10px'><code>&lt;0xF0&gt;</code> a byte: tokens are "
-            "bytes, and a character may take several (hover one)</span>"
-        )
+        items.append("<code>&lt;0xF0&gt;</code> a byte: tokens are bytes, and a character may take several (hover one)")
+    legend = " ".join(f"<span style='display:inline-block;margin-right:10px'>{item}</span>" for item in items)
     parts.append(f"<div style='font-size:12px;color:#4b5563;margin-top:4px'>{legend}</div>")
     return "".join(parts)
 
 
 FOLD_SLACK = 8
+# A chip's colours past its fill: white text on the dark fills, dark text on the light ones (orange,
+# sky blue) for contrast, a dashed outline while pending, struck through once out of the text.
+_KIND_STYLES = {
+    "accepted": ";color:#fff;font-weight:600",
+    "rejected": ";color:#fff;font-weight:600;text-decoration:line-through",
+    "corrected": ";color:#111827;font-weight:600",
+    "bonus": ";color:#111827;font-weight:600",
+    "pending": ";outline:1.5px dashed #b45309;background:#fde9b8",
+    "untested": ";text-decoration:line-through",
+    "prompt": ";color:#374151",
+}
+
+
+def _swatch(style: str) -> str:
+    return f"<span style='display:inline-block;width:10px;height:10px{style};margin-right:4px'></span>"
 
 
 def _details(hidden: Sequence[str]) -> str:
     """The folded middle of a long prompt: a summary line that opens on a click, no script needed."""
-    summary = (
-        "<summary style='display:inline;cursor:pointer;color:#6b7280;list-style:none;margin:0 6px;"
-        "white-space:nowrap'>"
-        f"⋯ {len(hidden):,} more prompt tokens</summary>"
-    )
+    summary = ("<summary style='display:inline;cursor:pointer;color:#6b7280;list-style:none;margin:0 6px;"
+               f"white-space:nowrap'>⋯ {len(hidden):,} more prompt tokens</summary>")
     return f"<details style='display:inline'>{summary}{'<wbr>'.join(hidden)}</details><wbr>"
 
 
 def _chip_html(c: Chip) -> str:
     color = KIND_COLORS.get(c.kind, "#e5e7eb")
-    text = (
-        esc_attr(show_token(c.text, 40)).replace("↵", "↵<br>")
-        if c.kind == "prompt"
-        else esc_attr(show_token(c.text, 40))
-    )
+    text = esc_attr(show_token(c.text, 40))
+    if c.kind == "prompt":
+        text = text.replace("↵", "↵<br>")
     # pre-wrap, not pre: a chip keeps its own spacing, and the <wbr> after it lets a line break there
     style = f"background:{color};padding:1px 2px;margin:0 1px;border-radius:3px;white-space:pre-wrap"
-    if c.kind in ("accepted", "rejected"):  # dark fills: white text
-        style += ";color:#fff;font-weight:600"
-    if c.kind in ("corrected", "bonus"):  # light fills (orange, sky blue): dark text keeps the contrast
-        style += ";color:#111827;font-weight:600"
-    if c.kind == "pending":
-        style += ";outline:1.5px dashed #b45309;background:#fde9b8"
-    if c.kind in ("rejected", "untested"):
-        style += ";text-decoration:line-through"
-    if c.kind == "prompt":
-        style += ";color:#374151"
+    style += _KIND_STYLES.get(c.kind, "")
     if c.forced:
         style += FORCED_STYLE
     if c.character:

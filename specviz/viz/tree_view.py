@@ -32,16 +32,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..trace import CYCLE_PHASES, CycleTrace, TreeNode, TreeTrace
+from ..timeline import VERDICT_GLYPHS
+from ..timeline import phase_index as _step
+from ..trace import CycleTrace, TreeNode, TreeTrace
 from .style import esc_attr, fmt_p, show_token
 
 TokenText = Callable[[int], str]
 MASK_MAX_NODES = 32  # mask rows/columns drawn; a bigger tree shows its first nodes and says so
-VERDICT_GLYPHS = {"accepted": "✓", "rejected": "✗", "untested": "–"}
-
-
-def _step(phase: str) -> int:
-    return CYCLE_PHASES.index(phase) if phase in CYCLE_PHASES else -1
 
 
 def tree_panel_html(trace: CycleTrace | None, phase: str, token_text: TokenText, *, lecture: bool = False,
@@ -87,8 +84,7 @@ def root_token(trace: CycleTrace) -> int:
 def kept_path(trace: CycleTrace) -> tuple[int, ...]:
     """The accepted nodes whose K/V the committed sequence keeps: the path, less the newest
     committed token (its K/V is written by the next verify pass) when the end of the text cut it."""
-    tree = trace.tree
-    return tree.path[: max(0, len(trace.emitted) - 1)]
+    return trace.tree.path[: max(0, len(trace.emitted) - 1)]
 
 
 def _rule(node: TreeNode, greedy: bool) -> str:
@@ -128,8 +124,7 @@ def _tree_html(trace: CycleTrace, step: int, token_text: TokenText, key: str) ->
         cells.append(_node_html(node, step, greedy, node.index in on_path, node.index in parents, key))
     if tail is not None:
         where = "from p′ (every child rejected)" if tail.kind == "corrected" else "from the leaf's p (bonus)"
-        parent_row = (tree.path[-1] if tree.path else 0) + 2
-        row = max(parent_row, 2)
+        row = (tree.path[-1] if tree.path else 0) + 2  # the row of the path's last node (or the root)
         cells.append(
             f"<div class='svtree-node svtree-tail svtree-k-{tail.kind}' style='grid-row:{row};"
             f"grid-column:{tail_depth + 1};--up:0' data-key='{key}-tail' data-role='tree-tail' "
@@ -166,7 +161,7 @@ def _node_html(node: TreeNode, step: int, greedy: bool, on_path: bool, kids: boo
         classes.append(f"svtree-v-{node.verdict}")
         if on_path:
             classes.append("svtree-win")
-        verdict = (f"<span class='svtree-verdict' data-role='tree-verdict'>{VERDICT_GLYPHS[node.verdict]}</span>")
+        verdict = f"<span class='svtree-verdict' data-role='tree-verdict'>{VERDICT_GLYPHS[node.verdict]}</span>"
         lines = [_rule(node, greedy)] if node.verdict != "untested" else lines
     tip = (f"node {node.index} (parent {node.parent}), depth {node.depth}, position {node.position}, "
            f"verify slot {node.slot}: q = {fmt_p(node.draft_prob)}")
@@ -324,7 +319,7 @@ def _kv_cell(key: str, node: int, col: int, state: str, text: str, position: int
     cls = f"svtree-kv svtree-kv-{state}" + (" svtree-kv-committed" if committed else "")
     role = " data-role='tree-move'" if came_from is not None else ""
     label = "root" if node == 0 else f"node {node}"
-    sub = f"pos {position} · #{node}" if came_from is None else f"pos {position} · #{node}"
+    sub = f"pos {position} · #{node}"
     tip = f"{label}: position {position}" + (f", moved here from entry {came_from}" if came_from is not None else "")
     return (
         f"<div class='{cls}' style='grid-column:{col + 1}' data-key='{key}-n{node}' data-n='{node}'{role} "
