@@ -1,11 +1,8 @@
 """A cycle's phases in words, for a chain and for a token tree (docs/design.md §1, §1c).
 
-A chain of K drafts is the tree of width 1, and the words follow that: every phase tells the same
-story of the target's cache and the proposer's (`proposer.py`), and a tree adds what only a tree
-has — several nodes per depth, node i verified in cache entry L+i at position L + depth (siblings
-share a position), and a rollback that first *compacts* the accepted path's K/V into the entries of
-their committed positions. The tests and the token drawn after them differ in kind (a chain's
-u ≤ min(1, p/q), a tree's walk), and are told in `verdict.py`.
+A chain is the tree of width 1, so one story serves both; a tree adds several nodes per depth,
+verify entries L+i at positions L + depth, and the rollback's compaction. The tests and the token
+drawn after them are told in `verdict.py`, the proposer's own cache in `proposer.py`.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """The proposer's own sentences: what its cache holds and does in each phase (docs/design.md §1b).
 
-Verify, the acceptance test, the residual, the bonus token and the target's rollback read the same
-for every proposer; only the proposer's own cache has a story of its own, chosen by what the cache
-holds (the proposer table's `cache_token_offset`), told in the proposer's words from the table:
-
-* **tokens** (a draft model) — catch-up feeds the committed tokens it lacks, then each draft but the
-  last; rollback cuts it back like the target's, one short after a fully accepted cycle;
-* **feature pairs** (an EAGLE-style feature head) — entry p pairs the target's feature at position
-  p with the token at p+1. Catch-up entries come from the target's *real* features; the entries
-  fed while drafting d_2 … d_K come from the head's own *predicted* features, so rollback always
-  drops them, even when their drafts were accepted;
-* **no cache** (prompt lookup) — nothing is written or rolled back; the table says how it drafts.
+Everything else reads the same for every proposer. The story is chosen by what the cache holds
+(the proposer table's `cache_token_offset`) and told in the proposer's words from the table: a
+draft model's **tokens**, a feature head's **feature pairs** (entries built from predicted features
+are always dropped at rollback, even for accepted drafts), or **no cache** (prompt lookup).
 """
 
 from __future__ import annotations

@@ -11,12 +11,8 @@ from ..viz.style import PHASE_TITLES
 
 
 def explain_speedup(report: SpeedupReport) -> str:
-    """Why the measured speedup differs from the textbook theory, one measured factor at a time.
-
-    The textbook E / (K·c + 1) counts the verify pass as one plain step. `stats.pass_costs` measures
-    every piece of a cycle in plain steps, so the theory can be re-evaluated with the real verify
-    cost v(K), then with the bookkeeping the formula ignores, then with this run's own tokens per
-    cycle — and that last number is exactly the measured speedup (see `specviz.stats`)."""
+    """Why the measured speedup differs from the textbook theory, one measured factor at a time
+    (docs/design.md §1, "Expected gain"): the last step is exactly the measured speedup."""
     theory, measured, costs = report.theoretical_speedup, report.measured_speedup, report.costs
     if costs is None or measured is None:
         return (
@@ -56,11 +52,8 @@ def explain_speedup(report: SpeedupReport) -> str:
 
 
 def status_markdown(num_prompt: int, traces: Sequence[CycleTrace], cycle: int | None, phase: str, proposer: str) -> str:
-    """The one line above the views: where we are, counted from the recorded traces.
-
-    The finish reason is told only at the resolve and rollback phases of the cycle that ended the
-    text — the cut happens at resolve — never from its draft phase on, which would give the outcome
-    away. A forced (what-if) cycle says so here too."""
+    """The one line above the views, counted from the recorded traces. The finish reason only from
+    resolve on (where the cut happens): earlier it would give the outcome away."""
     before = num_prompt + sum(len(t.emitted) for t in traces[: (cycle or 0)])
     where = "before the first cycle" if cycle is None else f"cycle **{cycle + 1}** of {len(traces)}"
     line = (

@@ -1,13 +1,9 @@
 """The target's decision in words: the acceptance tests (accept) and the token drawn after them (resolve).
 
-A chain tests its drafts left to right with u ≤ min(1, p/q) (at T = 0: equals the argmax); after a
-rejection the corrected token comes from the residual norm(max(0, p − q)), after full acceptance a
-bonus token from p_{K+1}. A token tree is walked from the root — at T = 0 into the child equal to the
-target's argmax, at T > 0 by the deterministic-siblings rule (children asked in order, x kept iff
-u < p′(x), p′ renormalised after every "no"), which needs no q — and the token after the path comes
-from p′ at the last accepted node, or from a leaf's own p. Resolve quotes the committed tokens and the
-cut from the trace (`specviz.outcome`): the textbook counts (j, K+1) stand next to them, and when the
-end of the text cut the cycle the text says so instead of repeating the formula.
+A chain's left-to-right test and its corrected or bonus token (docs/design.md §1), a tree's walk
+and the token after its path (§1c). Resolve quotes the committed tokens and the cut from the trace
+(`specviz.outcome`): the textbook counts (j, K+1) stand next to them, and a cut by the end of the
+text is said instead of the formula.
 """
 
 from __future__ import annotations

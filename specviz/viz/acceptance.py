@@ -1,17 +1,9 @@
 """The acceptance tests, left to right: bar min(1, p_i(d_i)/q_i(d_i)) with the uniform draw u_i.
 
-Draft d_i is accepted iff u_i <= min(1, p/q): the bar is the acceptance probability, the marker is
-the draw, so "marker inside the bar" means accepted. The first rejection ends the streak: the
-positions after it are **never tested** (hatched, no u drawn) — their drafts are discarded
-whatever their ratio. At temperature 0 there is no draw: d_i is accepted iff it equals argmax p_i
-(the bar is 1 or 0). Outcomes forced by what-if mode are marked, because forcing breaks exactness.
-
-Before the tests run (the verify phase) the bars are shown alone: the ratios are known as soon as
-the target's single forward pass has produced p_1..p_K.
-
-The test is the same whoever proposed (DESIGN §1b). With prompt lookup q_i is one-hot, so the bar
-min(1, p/q) is simply p_i(d_i): a copied token survives exactly as often as the target would have
-produced it. A cycle with no proposal (k = 0) has nothing to test and says so.
+The marker inside its bar means accepted (docs/design.md §1). Positions after the first rejection
+are hatched and never tested; at T = 0 there is no draw, the bar is 1 or 0. Before the tests (the
+verify phase) the bars stand alone. With prompt lookup q is one-hot, so the bar is p_i(d_i).
+Forced (what-if) outcomes are marked: forcing breaks exactness.
 """
 
 from __future__ import annotations
@@ -29,23 +21,13 @@ def acceptance_figure(trace: CycleTrace, tested: bool = True) -> go.Figure:
     greedy = trace.temperature == 0
     xs = [f"d{d.index} {esc(show_token(d.text, 10))}" for d in trace.drafts]
     verdicts = [d.verdict if tested else "pending" for d in trace.drafts]
-    fig = go.Figure(
-        go.Bar(
-            x=xs,
-            y=[d.ratio for d in trace.drafts],
-            name="min(1, p/q)",
-            marker=dict(
-                color=[KIND_COLORS[v] for v in verdicts],
-                pattern=dict(shape=["/" if v == "untested" else "" for v in verdicts], fgcolor="#ffffff", size=6),
-                line=dict(color="#6b7280", width=1),
-            ),
-            text=[_bar_label(d, v) for d, v in zip(trace.drafts, verdicts, strict=True)],
-            textposition="outside",
-            cliponaxis=False,
-            customdata=[_hover(d, tested) for d in trace.drafts],
-            hovertemplate="%{customdata}<extra></extra>",
-        )
-    )
+    marker = dict(color=[KIND_COLORS[v] for v in verdicts], line=dict(color="#6b7280", width=1),
+                  pattern=dict(shape=["/" if v == "untested" else "" for v in verdicts], fgcolor="#ffffff", size=6))
+    fig = go.Figure(go.Bar(x=xs, y=[d.ratio for d in trace.drafts], name="min(1, p/q)", marker=marker,
+                           text=[_bar_label(d, v) for d, v in zip(trace.drafts, verdicts, strict=True)],
+                           textposition="outside", cliponaxis=False,
+                           customdata=[_hover(d, tested) for d in trace.drafts],
+                           hovertemplate="%{customdata}<extra></extra>"))
     if tested and not greedy:
         fig.add_trace(_draws(xs, trace))
     title, subtitle = _titles(trace, tested)
@@ -76,31 +58,18 @@ def _hover(d: DraftStep, tested: bool) -> str:
 def _draws(xs: list[str], trace: CycleTrace) -> go.Scatter:
     """The uniform draws u_i as markers over their bars (a forced outcome's marked with an ×)."""
     us = [(x, d) for x, d in zip(xs, trace.drafts, strict=True) if d.u is not None]
-    return go.Scatter(
-        x=[x for x, _ in us],
-        y=[d.u for _, d in us],
-        mode="markers+text",
-        name="u ~ U(0,1)",
-        marker=dict(
-            symbol=["x-thin" if d.forced else "line-ew" for _, d in us],
-            size=34,
-            line=dict(width=4, color=U_COLOR),
-            color=U_COLOR,
-        ),
-        text=[f"u={d.u:.2f}" for _, d in us],
-        textposition="middle right",
-        textfont=dict(size=11, color=U_COLOR),
-        hovertemplate="u = %{y:.4f}<extra></extra>",
-    )
+    marker = dict(symbol=["x-thin" if d.forced else "line-ew" for _, d in us], size=34,
+                  line=dict(width=4, color=U_COLOR), color=U_COLOR)
+    return go.Scatter(x=[x for x, _ in us], y=[d.u for _, d in us], mode="markers+text", name="u ~ U(0,1)",
+                      marker=marker, text=[f"u={d.u:.2f}" for _, d in us], textposition="middle right",
+                      textfont=dict(size=11, color=U_COLOR), hovertemplate="u = %{y:.4f}<extra></extra>")
 
 
 def _titles(trace: CycleTrace, tested: bool) -> tuple[str, str]:
     lookup = registry.get(trace.proposer).one_hot
     if trace.temperature == 0:
-        title, subtitle = (
-            "Acceptance (greedy, T = 0)",
-            "accept d_i iff d_i = argmax p_i; the first mismatch ends the streak",
-        )
+        title = "Acceptance (greedy, T = 0)"
+        subtitle = "accept d_i iff d_i = argmax p_i; the first mismatch ends the streak"
     elif tested:
         title = "Acceptance tests, left to right"
         subtitle = (

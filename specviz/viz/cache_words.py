@@ -1,21 +1,8 @@
-"""The words the KV view (viz/kv_html.py) uses for each cache and for what happened to it.
+"""The words of the KV view (viz/kv_html.py) for each cache and for what happened to it.
 
-The picture of a cache is drawn by `kv_html`; what it *says* lives here, in one place, so every
-surface that describes a cache (the app's stage, the standalone run page, a test) uses the same
-names and sentences:
-
-* `panel_title` — the heading of the proposer's cache, from its row in the proposer table
-  (DESIGN §1b; `specviz.proposers.registry`): a draft model keeps a full cache; an EAGLE-style
-  feature head a one-layer cache whose entry p pairs the target's feature at p with the token at p+1.
-* `no_cache_html` — what stands where the proposer's cache would be when it keeps none (prompt
-  lookup copies tokens: no model runs, so there is nothing to write or roll back).
-* `events_text` — one phase's cache events (`CacheEvent`: append, alloc, truncate, free, …) as one
-  line: the draft's one-position-per-forward-pass appends merged into one range, block
-  allocations into one list.
-* `memory_text` — a cache's KV memory from its snapshot: allocated (storage that exists) ≥ held
-  (what the sequence owns, stale slots included) ≥ valid (positions ever read).
-
-Plain text and inline HTML only: no plotting library, no torch, no Streamlit.
+Every surface that describes a cache (the stage, the standalone page, a test) takes its titles and
+sentences from here: the proposer's cache heading from the proposer table (docs/design.md §1b),
+one phase's events as one line, a cache's memory. Plain text and inline HTML only.
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
-"""Distributions behind one cycle: p against q, the residual, and p_{K+1}.
+"""Distributions behind one cycle (docs/design.md §1): p against q, the residual, and p_{K+1}.
 
-* `pq_figure`: at draft position i, the top tokens of the target's p_i and the draft's q_i side
-  by side (both *after* temperature / top-k / top-p: the distributions sampling really uses).
-  Where q over-proposes a token (q > p) the draft is sometimes rejected; where q under-proposes
-  (q < p) the residual gives the missing mass back.
-* `residual_figure`: at the first rejection j, the corrected token is drawn from
-  norm(max(0, p_j − q_j)) — the residual — and never from p_j itself. No bonus token follows.
-* `bonus_figure`: when all K drafts pass, the target's forward pass already produced p_{K+1}
-  (it scored K+1 inputs), so one extra token is sampled from it for free. In a cycle with no
-  proposal (k = 0) the same p_1 gives the one *generated* token of a plain target step.
-* `resolve_figure`: whichever of the two the cycle needed.
-
-With prompt lookup q is one-hot on the copied token: the p-vs-q chart shows a single q bar of 1,
-and the residual max(0, p − q) is p with that one token removed, renormalised.
+`pq_figure` sets the target's p_i beside the proposer's q_i at one draft position (both processed,
+as sampling uses them): where q > p the draft is sometimes rejected, where q < p the residual gives
+the mass back. `residual_figure` shows the corrected token drawn from norm(max(0, p_j − q_j)) at
+the first rejection; `bonus_figure` the bonus token from p_{K+1} when all K passed (or, with no
+proposal, p_1 and the one generated token); `resolve_figure` whichever the cycle needed.
 """
 
 from __future__ import annotations
@@ -46,10 +38,8 @@ def _one_hot_note(trace: CycleTrace) -> str:
 
 
 def pq_figure(trace: CycleTrace, index: int, tested: bool = True) -> go.Figure:
-    """p_i vs q_i at 1-based draft position `index` over the union of both top-N lists.
-
-    With `tested=False` (the verify phase) the draft's verdict is not revealed yet. A cycle without
-    that draft (k = 0: no proposal) gets an empty figure saying so."""
+    """p_i vs q_i at 1-based draft position `index` over the union of both top-N lists; the verdict
+    only when `tested` (not in the verify phase)."""
     if not 1 <= index <= len(trace.drafts):
         return empty_figure("p vs q: no proposal this cycle", no_proposal_subtitle(trace.proposer_note))
     d = trace.drafts[index - 1]
@@ -68,33 +58,15 @@ def pq_figure(trace: CycleTrace, index: int, tested: bool = True) -> go.Figure:
     names = [_name(p.get(t) or q[t]) for t in ids]
     fig = go.Figure()
     for letter, probs, who, color in (("q", q, "draft", DRAFT_COLOR), ("p", p, "target", TARGET_COLOR)):
-        fig.add_trace(
-            go.Bar(
-                x=names,
-                y=[probs[t].prob if t in probs else None for t in ids],
-                name=f"{letter}{index} ({who})",
-                marker_color=color,
-                hovertemplate=letter + "=%{y:.4f}<extra></extra>",
-            )
-        )
-    drafted = names[ids.index(d.token_id)]
-    fig.add_annotation(
-        x=drafted,
-        y=max(d.draft_prob, d.target_prob),
-        text=f"d{index} ({d.verdict})" if tested else f"d{index}",
-        showarrow=True,
-        arrowhead=2,
-        ay=-30,
-        font=dict(size=11),
-    )
-    fig.update_layout(
-        **base_layout(
-            f"p{index} vs q{index} at position {d.position}",
-            340,
-            f"d{index} = {esc(repr(d.text))}: p = {fmt_p(d.target_prob)}, q = {fmt_p(d.draft_prob)}, "
-            f"min(1, p/q) = {fmt_p(d.ratio)}" + _one_hot_note(trace),
-        )
-    )
+        fig.add_trace(go.Bar(x=names, y=[probs[t].prob if t in probs else None for t in ids],
+                             name=f"{letter}{index} ({who})", marker_color=color,
+                             hovertemplate=letter + "=%{y:.4f}<extra></extra>"))
+    fig.add_annotation(x=names[ids.index(d.token_id)], y=max(d.draft_prob, d.target_prob),
+                       text=f"d{index} ({d.verdict})" if tested else f"d{index}", showarrow=True, arrowhead=2,
+                       ay=-30, font=dict(size=11))
+    subtitle = (f"d{index} = {esc(repr(d.text))}: p = {fmt_p(d.target_prob)}, q = {fmt_p(d.draft_prob)}, "
+                f"min(1, p/q) = {fmt_p(d.ratio)}" + _one_hot_note(trace))
+    fig.update_layout(**base_layout(f"p{index} vs q{index} at position {d.position}", 340, subtitle))
     fig.update_layout(barmode="group", bargap=0.25)
     _probability_axis(fig)
     _note_missing(fig)
@@ -114,15 +86,8 @@ def residual_figure(trace: CycleTrace) -> go.Figure:
     names = [_name(tp) for tp in items]
     colors = [RESIDUAL_COLOR if tp.token_id == corrected.token_id else "#fbd3a8" for tp in items]
     fig = go.Figure()
-    fig.add_trace(
-        go.Bar(
-            x=names,
-            y=[tp.prob for tp in items],
-            name=f"residual norm(max(0, p{j} − q{j}))",
-            marker_color=colors,
-            hovertemplate="residual=%{y:.4f}<extra></extra>",
-        )
-    )
+    fig.add_trace(go.Bar(x=names, y=[tp.prob for tp in items], name=f"residual norm(max(0, p{j} − q{j}))",
+                         marker_color=colors, hovertemplate="residual=%{y:.4f}<extra></extra>"))
     for name, probs, marker in (
         (f"p{j}", p, dict(color=TARGET_COLOR, symbol="diamond", size=9)),
         (f"q{j}", q, dict(color=DRAFT_COLOR, symbol="circle", size=9, line=dict(color="#92400e", width=1))),
@@ -135,21 +100,10 @@ def residual_figure(trace: CycleTrace) -> go.Figure:
         how = f"q{j} is one-hot: the residual is p{j} without d{j}, renormalised"
     chosen = next((tp for tp in items if tp.token_id == corrected.token_id), None)
     if chosen is not None:
-        fig.add_annotation(
-            x=_name(chosen),
-            y=chosen.prob,
-            text=f"corrected = {esc(repr(corrected.text))}",
-            showarrow=True,
-            arrowhead=2,
-            ay=-30,
-        )
-    fig.update_layout(
-        **base_layout(
-            f"Rejection at d{j}: corrected token {esc(repr(corrected.text))}",
-            340,
-            f"{how} — no bonus token after a rejection",
-        )
-    )
+        fig.add_annotation(x=_name(chosen), y=chosen.prob, text=f"corrected = {esc(repr(corrected.text))}",
+                           showarrow=True, arrowhead=2, ay=-30)
+    fig.update_layout(**base_layout(f"Rejection at d{j}: corrected token {esc(repr(corrected.text))}", 340,
+                                    f"{how} — no bonus token after a rejection"))
     _probability_axis(fig)
     return fig
 
@@ -189,22 +143,14 @@ def _plain_step_figure(trace: CycleTrace) -> go.Figure:
     )  # fmt: skip
 
 
-def _chosen_bars(
-    items: tuple[TokenProb, ...], chosen: int, name: str, marker: dict, title: str, subtitle: str
-) -> go.Figure:
+def _chosen_bars(items: tuple[TokenProb, ...], chosen: int, name: str, marker: dict, title: str,
+                 subtitle: str) -> go.Figure:
     """A distribution's top tokens as bars, the token that was drawn from it highlighted.
     `marker["color"]` is (highlight, others); the rest of `marker` styles every bar."""
     highlight, others = marker["color"]
     colors = [highlight if tp.token_id == chosen else others for tp in items]
-    fig = go.Figure(
-        go.Bar(
-            x=[_name(tp) for tp in items],
-            y=[tp.prob for tp in items],
-            name=name,
-            marker={**marker, "color": colors},
-            hovertemplate="p=%{y:.4f}<extra></extra>",
-        )
-    )
+    fig = go.Figure(go.Bar(x=[_name(tp) for tp in items], y=[tp.prob for tp in items], name=name,
+                           marker={**marker, "color": colors}, hovertemplate="p=%{y:.4f}<extra></extra>"))
     fig.update_layout(**base_layout(title, 340, subtitle))
     _probability_axis(fig)
     return fig
@@ -215,16 +161,8 @@ def _name(tp: TokenProb) -> str:
 
 
 def _note_missing(fig: go.Figure) -> None:
-    fig.add_annotation(
-        text="missing bar = outside that distribution's stored top-N",
-        x=1,
-        y=-0.28,
-        xref="paper",
-        yref="paper",
-        xanchor="right",
-        showarrow=False,
-        font=dict(size=10, color="#6b7280"),
-    )
+    fig.add_annotation(text="missing bar = outside that distribution's stored top-N", x=1, y=-0.28, xref="paper",
+                       yref="paper", xanchor="right", showarrow=False, font=dict(size=10, color="#6b7280"))
     fig.update_layout(margin=dict(b=60))
 
 

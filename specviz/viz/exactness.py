@@ -1,9 +1,7 @@
 """Exactness-lab figures: empirical next-token frequencies against the exact p, and TV vs N.
 
-Both the speculative sampler and the plain target sampler are noisy estimates of p; what exactness
-means is that the speculative one is *not biased*: its TV distance to p falls like 1/√N, just as
-the target's own does. A biased sampler (e.g. one that forgot to process q with the same
-temperature, HF #32867) would level off at a positive TV instead.
+An exact speculative sampler is noisy like the target's own, but unbiased: its TV distance to p
+falls like 1/√N, where a biased one (q processed differently from p, HF #32867) levels off.
 """
 
 from __future__ import annotations
@@ -18,16 +16,8 @@ from .style import DRAFT_COLOR, GRID_COLOR, KIND_COLORS, TARGET_COLOR, base_layo
 
 
 def lab_figure(res: LabResult) -> go.Figure:
-    fig = make_subplots(
-        rows=1,
-        cols=2,
-        column_widths=[0.6, 0.4],
-        horizontal_spacing=0.1,
-        subplot_titles=(
-            f"Next token after {res.context_len} tokens (N = {res.n} each)",
-            "Total-variation distance to p vs N",
-        ),
-    )
+    titles = (f"Next token after {res.context_len} tokens (N = {res.n} each)", "Total-variation distance to p vs N")
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.6, 0.4], horizontal_spacing=0.1, subplot_titles=titles)
     names = [esc(show_token(t, 10)) for t in res.token_texts]
     for name, ys, color in (
         ("exact p", list(res.exact), TARGET_COLOR),

@@ -36,24 +36,16 @@ GLYPHS = {"provisional": "P", "stale": "✕", "committed": "", "free": ""}
 STATE_ORDER = ("committed", "provisional", "stale", "free")
 
 
-def kv_stage_html(
-    now: PhaseSnapshot,
-    before: PhaseSnapshot | None,
-    token_text: TokenText,
-    *,
-    trace: CycleTrace | None,
-    phase: str,
-    proposer: str,
-    lecture: bool = False,
-    max_rows: int | None = None,
-    inline_css: bool = True,
-) -> str:
+def kv_stage_html(now: PhaseSnapshot, before: PhaseSnapshot | None, token_text: TokenText, *, trace: CycleTrace | None,
+                  phase: str, proposer: str, lecture: bool = False, max_rows: int | None = None,
+                  inline_css: bool = True) -> str:
     """Both caches at `now`, the cycle panel for `trace` at `phase`, a legend and a text
     description, as one HTML fragment (with its stylesheet unless `inline_css=False`). `before`,
     the step shown before, marks the rows this phase changed (`data-role="action"`)."""
     rows_cap = max_rows or (MAX_ROWS_LECTURE if lecture else MAX_ROWS)
     entries = registry.get(proposer).cache_token_offset == 1  # entry p pairs F[p] with x[p+1]
-    drafts = trace.drafts if trace is not None and _step(phase) >= _step("draft") else ()
+    drafted = trace is not None and _step(phase) >= _step("draft")
+    drafts = trace.drafts if drafted else ()
     panels = [
         _Cache("Target cache", now.target, _same_shape(before and before.target, now.target),
                _events(trace, "target", phase, now.target), drafts, entries=False, cid="t")
@@ -64,7 +56,7 @@ def kv_stage_html(
                              _events(trace, "draft", phase, now.draft), drafts, entries=entries, cid="p"))
     title = PHASE_TITLES.get(phase, phase)
     cycle = f"Cycle {trace.cycle + 1} · " if trace is not None else ""
-    min_w = max(_min_width_em(p.snap) for p in panels)
+    min_w = max(TAG_EM + p.width * MIN_CELL_EM for p in panels)
     body = [f"<div class='svkv-caches' style='--minw:{min_w:.1f}em'>"]
     body += [_cache_html(p, token_text, rows_cap, lecture) for p in panels]
     if now.draft is None:
@@ -72,29 +64,25 @@ def kv_stage_html(
     body.append("</div>")
     described = _describe(panels, now.draft is None)
     label = f"KV caches, {cycle}{title}: " + ("target and proposer" if now.draft is not None else "target only")
-    return "".join(
-        [
-            f"<div class='svkv{' svkv-lecture' if lecture else ''}' role='figure' aria-label='{esc_attr(label)}'>",
-            f"<style>{_css(len(drafts))}</style>" if inline_css else "",
-            f"<div class='svkv-phase'>{esc_attr(cycle + title)}</div>",
-            *body,
-            _legend_html(),
-            # A token tree's cycle is drawn by its own panel (viz/tree_view.py), not as a chain's columns.
-            _cycle_html(trace, phase) if trace is not None and trace.tree is None and _step(phase) >= _step("draft")
-            else "",
-            f"<p class='svkv-sr'>{esc_attr(described)}</p>",
-            "<details class='svkv-describe'><summary>Describe this picture</summary>"
-            f"<p>{esc_attr(described)}</p></details>",
-            "</div>",
-        ]
-    )
+    return "".join([
+        f"<div class='svkv{' svkv-lecture' if lecture else ''}' role='figure' aria-label='{esc_attr(label)}'>",
+        f"<style>{_css(len(drafts))}</style>" if inline_css else "",
+        f"<div class='svkv-phase'>{esc_attr(cycle + title)}</div>",
+        *body,
+        _legend_html(),
+        # A token tree's cycle is drawn by its own panel (viz/tree_view.py), not as a chain's columns.
+        _cycle_html(trace, phase) if drafted and trace.tree is None else "",
+        f"<p class='svkv-sr'>{esc_attr(described)}</p>",
+        "<details class='svkv-describe'><summary>Describe this picture</summary>"
+        f"<p>{esc_attr(described)}</p></details>",
+        "</div>",
+    ])
 
 
 def _same_shape(before: CacheSnapshot | None, now: CacheSnapshot) -> CacheSnapshot | None:
     """`before` if it is comparable slot for slot with `now` (same layout and page size), else None."""
-    if before is None or before.layout != now.layout or before.page_size != now.page_size:
-        return None
-    return before
+    same = before is not None and (before.layout, before.page_size) == (now.layout, now.page_size)
+    return before if same else None
 
 
 def _events(trace: CycleTrace | None, which: str, phase: str, snap: CacheSnapshot) -> str:
@@ -273,23 +261,16 @@ def _next_write(snap: CacheSnapshot, width: int) -> str:
 
 
 def _free_list_html(cache: _Cache) -> str:
-    """The pool's free list in hand-out order. A long list keeps its head (handed out next) and its
-    tail (where freed blocks return) and counts the middle. Each chip is keyed by its block id, so
-    the stage keeps the node: a freed block's chip fades in at the tail, and the list glides (FLIP)
-    as it shifts."""
+    """The pool's free list in hand-out order: its head and tail, the middle counted. Chips are keyed
+    by block id, so a freed block's chip fades in at the tail and the list glides as it shifts."""
     snap = cache.snap
-    chips = []
-    free = list(snap.free_blocks)
+    free = [f"<span class='svkv-fb' data-key='{cache.cid}-fb{b}'>{b}</span>" for b in snap.free_blocks]
     skipped = len(free) - FREE_LIST_SHOWN - FREE_LIST_TAIL
-    for i, b in enumerate(free):
-        if skipped > 0 and FREE_LIST_SHOWN <= i < FREE_LIST_SHOWN + skipped:
-            if i == FREE_LIST_SHOWN:
-                chips.append(f"<span class='svkv-fb-more'>… {skipped} more …</span>")
-            continue
-        chips.append(f"<span class='svkv-fb' data-key='{cache.cid}-fb{b}'>{b}</span>")
+    if skipped > 0:
+        free[FREE_LIST_SHOWN:-FREE_LIST_TAIL] = [f"<span class='svkv-fb-more'>… {skipped} more …</span>"]
     head = f"free list ({snap.num_free_blocks} of {snap.num_blocks} blocks) →"
     return (f"<div class='svkv-free' data-key='{cache.cid}-free'><span class='svkv-free-h'>{head}</span>"
-            f"{''.join(chips) or '<span>empty</span>'}</div>")
+            f"{''.join(free) or '<span>empty</span>'}</div>")
 
 
 def _overview_html(cells: Sequence[Sequence[_Slot]], shown: Sequence[int]) -> str:
@@ -339,12 +320,10 @@ def _row_html(cache: _Cache, row: int, now: Sequence[_Slot], token_text: TokenTe
 
 
 def _cell_html(cache: _Cache, slot: int, cell: _Slot, token_text: TokenText, pointer: bool) -> str:
-    classes = ["svkv-cell", f"svkv-s-{cell.state}"]
     d = _draft_index(cache, cell)
     attrs = f" data-d='{d}' tabindex='0'" if d is not None else ""
     if cell.state == "free" or cell.tok < 0:
-        text, tip = "", f"slot {slot}: free"
-        pos = ""
+        text, pos, tip = "", "", f"slot {slot}: free"
     else:
         raw = token_text(cell.tok)
         text = esc_attr(show_token(raw, 10**6))
@@ -352,19 +331,14 @@ def _cell_html(cache: _Cache, slot: int, cell: _Slot, token_text: TokenText, poi
         what = (f"entry {cell.pos}: feature at {cell.pos} + token at {cell.pos + 1}" if cache.entries
                 else f"position {cell.pos}")
         tip = f"slot {slot} · {what} · token {cell.tok} {raw!r} · {cell.state}" + (f" · draft d{d}" if d else "")
-    glyph = GLYPHS[cell.state]
     ptr = f"<span class='svkv-ptr' data-key='{cache.cid}-ptr' aria-hidden='true'></span>" if pointer else ""
     return (
-        f"<div class='{' '.join(classes)}' data-key='{cache.cid}-s{slot}'{attrs} "
+        f"<div class='svkv-cell svkv-s-{cell.state}' data-key='{cache.cid}-s{slot}'{attrs} "
         f"title='{esc_attr(tip)}'>{ptr}"
-        f"<span class='svkv-meta'><span class='svkv-pos'>{pos}</span><span class='svkv-glyph'>{glyph}</span></span>"
+        f"<span class='svkv-meta'><span class='svkv-pos'>{pos}</span><span class='svkv-glyph'>{GLYPHS[cell.state]}"
+        "</span></span>"
         f"<span class='svkv-tok'>{text}</span></div>"
     )
-
-
-def _min_width_em(snap: CacheSnapshot) -> float:
-    cols = snap.page_size if snap.layout == "paged" else CONTIGUOUS_ROW
-    return TAG_EM + cols * MIN_CELL_EM
 
 
 # ---- the cycle panel ----------------------------------------------------------------------------
@@ -514,9 +488,8 @@ def _hover_rules(k: int) -> str:
 
 
 def stylesheet(max_drafts: int = 32) -> str:
-    """The view's CSS on its own, for a page that draws many pictures (the app inserts it once:
-    a `<style>` inserted with every picture makes the browser restyle the whole page on each
-    click, measured at ~50 ms of a Next phase). Linked hover covers drafts d1..d_max_drafts."""
+    """The view's CSS on its own, for a page that inserts it once (docs/design.md §3, "The KV
+    picture"). Linked hover covers drafts d1..d_max_drafts."""
     return f"<style>{_css(max_drafts)}</style>"
 
 

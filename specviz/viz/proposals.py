@@ -1,17 +1,8 @@
-"""Draft proposals: what the draft sampled at each of the K positions, and what else it considered.
+"""Draft proposals: what the proposer sampled at each of the K positions, and what else it considered.
 
-Column i is draft position i. Its cells are the top-N tokens of q_i (the draft's *processed*
-distribution — after temperature / top-k / top-p, the one d_i was actually sampled from) with
-their probabilities; the sampled token d_i is outlined. d_i is a *sample*, not the argmax: at
-temperature > 0 it is often not the top cell.
-
-Who proposed changes what q_i is (DESIGN §1b): a draft model's or a feature head's softmax, or,
-for prompt lookup, a one-hot q on the copied token (one row, q = 1: a copy is not a sample). A
-cycle with no proposal (k = 0) gets an empty figure that says why, in the proposer's words.
-
-At temperature 0 every processed q_i is one-hot on the proposer's argmax, so each column is a
-single cell with q = 1. That is not the proposer being certain: greedy decoding *makes* q one-hot.
-The title and subtitle say so, so that "q = 1.00 everywhere" is not read as confidence.
+Column i holds the top tokens of the processed q_i with the sampled d_i outlined: a *sample*, often
+not the top cell at T > 0. For prompt lookup q is one-hot on the copy (docs/design.md §1b). At
+T = 0 every q_i is one-hot on the argmax; the titles say that this is the rule, not confidence.
 """
 
 from __future__ import annotations
@@ -58,51 +49,20 @@ def proposals_figure(trace: CycleTrace, top_n: int = 6) -> go.Figure:
         pick_x.append(col)
         pick_y.append(rank)
         pick_text.append(f"d{d.index} = {esc(repr(d.text))} sampled with q={d.draft_prob:.4f}")
-    fig = go.Figure(
-        go.Heatmap(
-            z=z,
-            text=text,
-            texttemplate="%{text}",
-            customdata=hover,
-            hovertemplate="%{customdata}<extra></extra>",
-            colorscale=[[0, "#fff7e6"], [1, DRAFT_COLOR]],
-            zmin=0,
-            zmax=1,
-            showscale=False,
-            xgap=3,
-            ygap=3,
-            textfont=dict(size=11),
-        )
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=pick_x,
-            y=pick_y,
-            mode="markers",
-            name="sampled d_i",
-            marker=dict(symbol="square-open", size=44, color="#b45309", line=dict(width=3)),
-            text=pick_text,
-            hovertemplate="%{text}<extra></extra>",
-        )
-    )
+    fig = go.Figure(go.Heatmap(z=z, text=text, texttemplate="%{text}", textfont=dict(size=11), customdata=hover,
+                               hovertemplate="%{customdata}<extra></extra>", zmin=0, zmax=1, showscale=False,
+                               colorscale=[[0, "#fff7e6"], [1, DRAFT_COLOR]], xgap=3, ygap=3))
+    fig.add_trace(go.Scatter(x=pick_x, y=pick_y, mode="markers", name="sampled d_i",
+                             marker=dict(symbol="square-open", size=44, color="#b45309", line=dict(width=3)),
+                             text=pick_text, hovertemplate="%{text}<extra></extra>"))
     entry = registry.get(trace.proposer)  # its words; a deterministic proposer's q is one-hot at any T
     greedy = trace.temperature == 0 and not entry.one_hot
     title = "Draft proposals: d_i = argmax q_i (greedy, one-hot q)" if greedy else "Draft proposals: d_i ~ q_i"
     subtitle = GREEDY_SUBTITLE if greedy else entry.words.proposals
     fig.update_layout(**base_layout(title, 110 + 44 * n_rows, subtitle.format(n=top_n, k=k)))
-    fig.update_xaxes(
-        tickmode="array",
-        tickvals=list(range(k)),
-        ticktext=[f"d{d.index} · pos {d.position}" for d in trace.drafts],
-        side="top",
-        showgrid=False,
-    )
-    fig.update_yaxes(
-        tickmode="array",
-        tickvals=list(range(n_rows)),
-        ticktext=[f"#{r + 1}" for r in range(depth)] + (["other"] if outside else []),
-        autorange="reversed",
-        showgrid=False,
-    )
+    fig.update_xaxes(tickmode="array", tickvals=list(range(k)), side="top", showgrid=False,
+                     ticktext=[f"d{d.index} · pos {d.position}" for d in trace.drafts])
+    fig.update_yaxes(tickmode="array", tickvals=list(range(n_rows)), autorange="reversed", showgrid=False,
+                     ticktext=[f"#{r + 1}" for r in range(depth)] + (["other"] if outside else []))
     fig.update_layout(margin=dict(l=48, r=10, t=112, b=10), showlegend=False)
     return fig

@@ -1,21 +1,11 @@
-"""Statistics figures: how often drafts pass, and what that buys.
+"""Statistics figures: how often drafts pass, and what that buys (docs/design.md §1, "Expected gain").
 
-* accepted-length histogram: how many drafts each cycle accepted (0 … K);
-* acceptance by position: P(d_i accepted | d_i tested). Under the i.i.d. model of Leviathan et
-  al. it is flat at α; in practice later positions are often harder;
-* theory vs measurement: expected tokens per cycle (1 − α^(K+1))/(1 − α) as a function of K for the
-  measured α, with the measured point;
-* speedup: the textbook prediction, the same formula with the measured verify cost v(K), then with
-  the per-cycle bookkeeping too, and the measurement — each bar one measured factor away from the
-  previous one (`stats.SpeedupReport`), so a measurement below the textbook is explained, not just
-  shown;
-* time per cycle: each cycle's wall time split into the proposer's passes, the target's one verify
-  pass and the bookkeeping, next to what plain decoding would have spent on the same tokens.
-
-Cycles with no proposal (k = 0, prompt lookup without a match) test nothing: they are left out of
-the histogram and counted in the title as plain target steps (see `specviz.stats`). Every axis
-that counts something starts at zero, and cycles are numbered from 1. Forced (what-if) cycles are
-drawn hatched in the time bar and left out of every statistic.
+The accepted-length histogram, acceptance by draft position, the expected tokens per cycle against
+the measured point, the speedup one measured factor at a time (`stats.SpeedupReport`), and each
+cycle's time split into the proposer's passes, the verify pass and the bookkeeping. Cycles with no
+proposal test nothing: they stay out of the histogram and are counted as plain target steps.
+Forced (what-if) cycles are hatched and left out of every statistic. Counting axes start at zero;
+cycles are numbered from 1.
 """
 
 from __future__ import annotations
@@ -95,16 +85,9 @@ def speedup_figure(report: SpeedupReport) -> go.Figure:
     """The textbook prediction, re-evaluated with each measured cost in turn, then the measurement."""
     names = [name for name, _, _ in SPEEDUP_BARS]
     vals = [getattr(report, attr) for _, attr, _ in SPEEDUP_BARS]
-    fig = go.Figure(
-        go.Bar(
-            x=names,
-            y=vals,
-            marker_color=[color for _, _, color in SPEEDUP_BARS],
-            text=[f"{v:.2f}×" if v is not None else "run the baseline" for v in vals],
-            textposition="outside",
-            cliponaxis=False,
-        )
-    )
+    fig = go.Figure(go.Bar(x=names, y=vals, marker_color=[color for _, _, color in SPEEDUP_BARS],
+                           text=[f"{v:.2f}×" if v is not None else "run the baseline" for v in vals],
+                           textposition="outside", cliponaxis=False))
     fig.add_hline(y=1.0, line_dash="dot", line_color="#e45756", annotation_text="no speedup")
     c = f"{report.c:.3f}" if report.c is not None else "?"
     v = f"{report.verify_cost:.2f}" if report.verify_cost is not None else "? (baseline)"
@@ -125,37 +108,22 @@ TIME_PARTS = (
 
 
 def cycle_time_figure(costs: list[CycleCost], plain_ms_per_token: float | None = None) -> go.Figure:
-    """One stacked bar per cycle (numbered from 1): where its wall time went.
-
-    With a baseline, a marker shows what plain decoding would have spent on the tokens the cycle
-    committed: a bar below its marker is a cycle that beat plain decoding. Forced (what-if) cycles
-    are hatched and labelled; they stay out of the statistics."""
+    """One stacked bar per cycle: where its wall time went. With a baseline, a marker shows what plain
+    decoding would have spent on the tokens the cycle committed (a bar below it beat plain decoding)."""
     labels = [f"{c.number}" + (" what-if" if c.forced else "") for c in costs]
     fig = go.Figure()
     for name, attr, color in TIME_PARTS:
         ys = [getattr(c, attr) for c in costs]
         if attr == "check_ms" and not any(ys):
             continue  # the check was off: no empty legend entry
-        fig.add_trace(
-            go.Bar(
-                x=labels,
-                y=ys,
-                name=name,
-                marker=dict(color=color, pattern=dict(shape=["/" if c.forced else "" for c in costs])),
-                hovertemplate=f"cycle %{{x}} · {name}: %{{y:.1f}} ms<extra></extra>",
-            )
-        )
+        fig.add_trace(go.Bar(x=labels, y=ys, name=name,
+                             marker=dict(color=color, pattern=dict(shape=["/" if c.forced else "" for c in costs])),
+                             hovertemplate=f"cycle %{{x}} · {name}: %{{y:.1f}} ms<extra></extra>"))
     if plain_ms_per_token:
-        fig.add_trace(
-            go.Scatter(
-                x=labels,
-                y=[c.tokens * plain_ms_per_token for c in costs],
-                mode="markers",
-                name="plain decoding, same tokens",
-                marker=dict(symbol="line-ew-open", size=26, line=dict(width=3, color="#111827")),
-                hovertemplate="cycle %{x}: plain decoding would take %{y:.1f} ms<extra></extra>",
-            )
-        )
+        fig.add_trace(go.Scatter(x=labels, y=[c.tokens * plain_ms_per_token for c in costs], mode="markers",
+                                 name="plain decoding, same tokens",
+                                 marker=dict(symbol="line-ew-open", size=26, line=dict(width=3, color="#111827")),
+                                 hovertemplate="cycle %{x}: plain decoding would take %{y:.1f} ms<extra></extra>"))
     forced = sum(c.forced for c in costs)
     subtitle = "one verify pass vs the proposer's passes; a bar under its marker beat plain decoding"
     if forced:

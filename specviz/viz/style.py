@@ -1,17 +1,8 @@
 """Shared colours, labels and small helpers for every specviz figure.
 
-One palette is used everywhere so that a colour means the same thing in every view:
-a slot of the KV cache that holds a *provisional* entry is the same orange as a pending draft
-token in the token strip and as the draft's q bars; a *rejected* draft is the same dark
-vermillion in the acceptance chart and in the cycle panel under the cache view. Keeping it in
-one module is what makes the page readable at a glance.
-
-The palette is built on Okabe & Ito's colour-blind-safe set (blue #0072B2, orange #E69F00,
-bluish green #009E73, vermillion, sky blue #56B4E9, reddish purple): every pair of slot states
-and every pair of accepted / rejected / corrected / bonus stays at CIE ΔE76 ≥ 20 under simulated
-deuteranopia and protanopia (tests/cvd.py, tests/test_kv_html.py); the usual green vs red is ΔE 2
-for a deuteranope, the same colour. Colour is still never the only cue: the KV view adds patterns
-and glyphs (viz/kv_html.py).
+One colour-blind-safe palette (Okabe & Ito), so that a colour means the same thing in every view;
+why these colours, and the patterns and glyphs that go with them: docs/design.md §3, "The KV
+picture".
 """
 
 from __future__ import annotations
@@ -79,12 +70,8 @@ def show_token(text: str, limit: int = 12) -> str:
     BPE tokens usually carry their leading space; showing it teaches why ' the' and 'the' are
     different tokens.
     """
-    shown = text.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥").replace("\r", "")
-    if shown == "":
-        shown = "∅"
-    if len(shown) > limit:
-        shown = shown[: limit - 1] + "…"
-    return shown
+    shown = text.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥").replace("\r", "") or "∅"
+    return shown if len(shown) <= limit else shown[: limit - 1] + "…"
 
 
 def esc(text: str) -> str:

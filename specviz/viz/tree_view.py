@@ -1,31 +1,11 @@
 """A token-tree cycle drawn phase by phase: the tree, its attention mask, its slots, the compaction.
 
-A tree cycle (docs/design.md §1c) is the chain's five phases with three new things to see, and
-this panel shows each when its phase reveals it, never before (the quiz asks "which path will the
-target accept?" between verify and accept):
-
-* **The tree** (draft on). One row per node in depth-first order, one column per depth, so a
-  node's parent sits one column left on an earlier row and a connector joins them: tokens, the
-  proposer's q of each; from verify the target's p of each under its parent's distribution; from
-  accept the verdict of each node with the rule that decided it -- at T = 0 "is it the target's
-  argmax?", at T > 0 the deterministic-siblings test u < p′(x) (no q in it) -- the winning path
-  outlined, rejected siblings struck, untested ones faded; from resolve the corrected or bonus
-  token after the path.
-* **The tree attention mask** (verify on): rows and columns are the root and the nodes, plus one
-  column for the whole committed prefix. Node i may attend to the prefix, its ancestors and
-  itself; nothing else. From accept the rows of the winning path are marked.
-* **The target cache during verify**: one entry per node, in node order (entry L+i, physical slot
-  `node.slot`), each showing its position L + depth -- slot and position differ, siblings share a
-  position. At rollback the **compaction**: the accepted path's K/V cells move to the entries of
-  their committed positions. Every cell is keyed by its node (`data-key`), so the stage patches the
-  same DOM node into its new column and the FLIP pass glides it there (viz/static/stage.js); the
-  cells of rejected and untested nodes give way to stale or freed entries (the blocks the rollback
-  freed are read from its events). When the winning path was nodes 1..j already, nothing moves and
-  the panel says so.
-
-Pure HTML from a `CycleTrace` (no torch, no Streamlit); the styles are `static/tree.css` (the stage
-includes them, `stage_js.stage_css`), the linked highlight `static/tree.js`. Without scripts the
-panel still reads in full: the stage's no-JavaScript fallback is this same HTML.
+Each part appears when its phase reveals it, never before (docs/design.md §1c, "The views"): the
+tree with q from draft, p, the mask and the verify entries (slot ≠ position) from verify, verdicts
+and the winning path from accept, the corrected or bonus token from resolve, the compaction at
+rollback. K/V cells are keyed by node, so the stage glides a moved cell into its new column.
+Pure HTML from a `CycleTrace`, which is also the no-JavaScript fallback; styles `static/tree.css`,
+the linked highlight `static/tree.js`.
 """
 
 from __future__ import annotations
@@ -108,9 +88,8 @@ def _tree_html(trace: CycleTrace, step: int, token_text: TokenText, key: str) ->
     tail_depth = len(tree.path) + 1
     cols = max(depth, tail_depth if tail else 0) + 1
     L = tree.root_position
-    heads = [f"<div class='svtree-dcol' style='grid-column:1'>root<br><span>position {L}</span></div>"]
-    heads += [f"<div class='svtree-dcol' style='grid-column:{d + 1}'>depth {d}<br><span>position {L + d}</span></div>"
-              for d in range(1, cols)]
+    heads = [f"<div class='svtree-dcol' style='grid-column:{d + 1}'>{f'depth {d}' if d else 'root'}<br>"
+             f"<span>position {L + d}</span></div>" for d in range(cols)]
     on_path = set(tree.path) if step >= _step("accept") else set()
     root_text = show_token(token_text(root_token(trace)), 10**6)
     parents = {n.parent for n in tree.nodes}
@@ -283,13 +262,12 @@ def _cache_html(trace: CycleTrace, step: int, token_text: TokenText, key: str) -
             cells.append(_kv_cell(key, a, i, "moved" if a != i else "kept", node.text, node.position,
                                   committed=True, came_from=L + a if a != i else None))
         for c in range(len(kept) + 1, n_cols):
-            block = slots[c] // page if paged else None
-            state = "freed" if block is not None and block in freed else "stale"
+            state = "freed" if paged and slots[c] // page in freed else "stale"
             cells.append(
                 f"<div class='svtree-kv svtree-kv-{state}' style='grid-column:{c + 1}' data-key='{key}-x{c}' "
                 f"data-role='tree-{state}' title='entry {L + c}: {state}'>"
                 f"<span class='svtree-tok'>{'✕' if state == 'stale' else ''}</span>"
-                f"<span class='svtree-sub'>{'freed' if state == 'freed' else 'stale'}</span></div>"
+                f"<span class='svtree-sub'>{state}</span></div>"
             )
     if not compacted:
         note = ("During verify node i sits in entry L+i (its slot) but at position L + depth: slot ≠ position, and "
@@ -319,13 +297,12 @@ def _kv_cell(key: str, node: int, col: int, state: str, text: str, position: int
     cls = f"svtree-kv svtree-kv-{state}" + (" svtree-kv-committed" if committed else "")
     role = " data-role='tree-move'" if came_from is not None else ""
     label = "root" if node == 0 else f"node {node}"
-    sub = f"pos {position} · #{node}"
     tip = f"{label}: position {position}" + (f", moved here from entry {came_from}" if came_from is not None else "")
     return (
         f"<div class='{cls}' style='grid-column:{col + 1}' data-key='{key}-n{node}' data-n='{node}'{role} "
         f"tabindex='0' title='{esc_attr(tip)}'>"
         f"<span class='svtree-tok'>{esc_attr(show_token(text, 10**6))}</span>"
-        f"<span class='svtree-sub'>{esc_attr(sub)}</span>"
+        f"<span class='svtree-sub'>{esc_attr(f'pos {position} · #{node}')}</span>"
         + (f"<span class='svtree-sub svtree-from'>← from {came_from}</span>" if came_from is not None else "")
         + "</div>"
     )
