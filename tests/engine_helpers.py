@@ -10,6 +10,7 @@ from tiny_models import tiny_model
 
 from specviz import FeatureHead
 from specviz.models import ModelPair
+from specviz.tiny import own_text_store
 
 # Output-head scale per architecture that makes random distributions peaked rather than
 # near-uniform (GPT-2 ties its head to the input embedding, so it needs far less).
@@ -31,7 +32,7 @@ def make_pair(
     so the two agree often but not always (accepted, corrected and bonus tokens all occur).
     Neither model has an EOS token, so every run lasts until max_new_tokens. The pair also carries
     an untrained feature head (`FeatureHead.random(target, seed)`, trimmed to `head_vocab` if
-    given), so every proposer runs on it."""
+    given), and a retrieval datastore of the target's own greedy text, so every proposer runs on it."""
     target = tiny_model(arch, vocab_size=vocab_size, seed=seed)
     draft = tiny_model(arch, vocab_size=vocab_size, seed=seed)
     gen = torch.Generator().manual_seed(seed + 1)
@@ -44,7 +45,8 @@ def make_pair(
             param.add_(torch.randn(param.shape, generator=gen) * noise * param.std())
     target, draft = target.requires_grad_(False), draft.requires_grad_(False)
     head = FeatureHead.random(target, seed=seed, vocab=head_vocab)
-    return ModelPair(target=target, draft=draft, tokenizer=None, feature_head=head)
+    return ModelPair(target=target, draft=draft, tokenizer=None, feature_head=head,
+                     retrieval_store=own_text_store(target))
 
 
 def assert_invariant(decoder, tol: float = TOL) -> None:

@@ -108,18 +108,23 @@ def test_a_fourth_proposer_is_offered_by_the_sidebar_the_cli_and_the_benchmarks(
     assert "proposer zero (always proposes token 0)" in out.getvalue() and "proposer zero ===" in out.getvalue()
 
 
+ALL = ("draft", "feature", "lookup", "retrieval", "feature+retrieval")
+
+
 def test_the_table_knows_every_name_and_says_why_a_pair_cannot_run_one():
-    assert registry.names() == ("draft", "feature", "lookup") and "zero" not in registry.names()
-    with pytest.raises(ConfigError, match=r"one of \('draft', 'feature', 'lookup'\), got 'medusa'"):
+    assert registry.names() == ALL and "zero" not in registry.names()
+    with pytest.raises(ConfigError, match=r"one of \('draft', 'feature', 'lookup', 'retrieval', "
+                       r"'feature\+retrieval'\), "
+                       r"got 'medusa'"):
         DecodeConfig(proposer="medusa")
     with pytest.raises(ConfigError, match="proposer must be one of"):
         narrative.prefill_markdown(5, 4, None, "medusa")  # no silent fallback to a draft model's words
     pair = make_pair()
     bare = ModelPair(target=pair.target, draft=None, tokenizer=None)
-    assert [e.name for e in registry.available(bare)] == ["lookup"]
+    assert [e.name for e in registry.available(bare)] == ["lookup", "retrieval"]
     assert registry.get("draft").unavailable(bare) == "this pair has no draft model"
     assert "feature head" in registry.get("feature").unavailable(bare)
-    assert [e.name for e in registry.available(pair)] == ["draft", "feature", "lookup"]
+    assert [e.name for e in registry.available(pair)] == list(ALL)
     with pytest.raises(ValueError, match="already registered"):
         registry.register(registry.get("draft"))
 

@@ -1,34 +1,13 @@
-"""What proposes the K draft tokens: one interface, several proposers.
+"""What proposes the K draft tokens: one interface, several proposers (docs/design.md §1b).
 
-Speculative decoding splits into a part that never changes -- the target's single verify pass,
-the acceptance test, the residual or bonus token and the target's rollback (`specviz.engine`) --
-and a part that may: *who guesses* d_1..d_K, and from which distributions q_i they were drawn.
-As in vLLM v1 (`EagleProposer`, `NgramProposer`, a draft model runner), that second part is a
-`Proposer`. Whatever it is, exactness only asks that each d_i was sampled from the q_i it reports
-(the acceptance ratio p/q and the residual max(0, p - q) use exactly those q_i).
-
-A proposer's life in one cycle, with committed tokens x_1..x_n:
-
-1. ``propose(committed, k, ...)`` -- catch up on what it lacks, then draft up to k tokens with
-   their full-vocabulary distributions (fewer or none is allowed: then the cycle is a plain target
-   step over the tokens it did propose);
-2. ``observe_verify(features)`` -- the target's features for its verify inputs, from the verify
-   pass itself (only proposers with ``wants_target_features`` get them);
-3. ``rollback(committed)`` -- after the engine committed the cycle's tokens, restore the
-   proposer's own invariant (its cache must equal a fresh prefill of what it holds).
-
-Each proposer also reports its cache (if any) for snapshots, its cache events for the trace, and
-can check its invariant against a fresh recomputation.
-
-**Token trees** (docs/design.md §1c). With `tree_width > 1` the engine calls
-``propose_tree(committed, shape)`` instead of ``propose``: the proposer catches up as usual, then
-grows a `specviz.tree.TokenTree` rather than a chain. A model-based proposer grows it EAGLE-2's
-way (`specviz.tree.grow`): one forward per depth over the frontier, the frontier's nodes written
-into its own cache past the committed prefix under a tree mask (`TreeFeeder`), so each node
-attends only to the prefix and its own ancestors. Those entries are guesses on a branching
-path: ``rollback`` cuts the cache back to the committed prefix it had before growing (at most),
-and the next cycle re-feeds the accepted tokens as catch-up, as after a chain. A tree is chosen by
-rank, not sampled, so growing one draws no random numbers: the tree rule never needs q.
+The verify pass, the acceptance test, the residual or bonus token and the target's rollback never
+change; *who guesses* d_1..d_K, and from which q_i, is a `Proposer` (as in vLLM v1). Exactness only
+asks that each d_i was sampled from the q_i it reports. In one cycle a proposer catches up and
+drafts (`propose`, or `propose_tree` for a token tree, §1c), may observe the target's features from
+the verify pass (`observe_verify`), and restores its own invariant once the engine has committed
+(`rollback`). The shared pieces live here: the drafting loop of the model-based proposers
+(`draft_tokens`, with adaptive K) and the feeding of a tree's frontier into a proposer's own cache
+under the tree mask (`TreeFeeder`).
 """
 
 from __future__ import annotations
@@ -77,6 +56,7 @@ class Proposer:
     name: ClassVar[str] = ""
     wants_target_features: ClassVar[bool] = False
     cache: SpecvizCache | None = None
+    session_texts: Any = None  # the texts this session produced before (a SessionStore, set by the engine)
 
     @classmethod
     def from_pair(cls, pair: Any, config: Any, max_context: int, vocab_size: int) -> Proposer:
@@ -133,9 +113,8 @@ class Proposer:
 
 
 def confident_enough(logits: torch.Tensor, index: int, min_confidence: float) -> bool:
-    """Adaptive K: keep drafting d_index (1-based) unless the proposer's own (unprocessed)
-    softmax gives its most likely token less than min_confidence -- measured before temperature,
-    so that it also works at T=0, where the processed q is one-hot."""
+    """Adaptive K (docs/design.md §1): draft d_index (1-based) unless the proposer's own *unprocessed*
+    softmax (so it works at T=0 too) gives its top token less than min_confidence."""
     if index == 1 or min_confidence <= 0:
         return True
     return float(torch.softmax(logits.float(), dim=-1).max()) >= min_confidence

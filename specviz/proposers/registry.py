@@ -1,16 +1,10 @@
 """The proposer table: one row per proposer, everything specviz says or decides about it.
 
-A proposer (docs/design.md §1b) is *who* guesses d_1..d_K; its code is a `Proposer` class
-(`draft_model.py`, `feature.py`, `lookup.py`). Everything else that names a proposer reads its row
-here: `DecodeConfig.validate` (is the name known?), `make_proposer` (can this pair run it? build it),
-the sidebar's options and the CLI's choices, the narrative's and the views' words, the runs list,
-the benchmarks. Adding a proposer is one class with a `from_pair` classmethod plus one
-`register(ProposerEntry(...))`: nothing else is edited.
-
-Torch-free on purpose: a row names its class as a "module:Class" string, imported only when
-`make_proposer` builds one, and `specviz/proposers/__init__.py` imports its torch modules lazily, so
-`config.py`, the sidebar, the narrative and the views import this table without loading a model
-library.
+A proposer's code is a `Proposer` class; everything else that names a proposer (the config, the
+sidebar, the CLI, the narrative, the views, the runs list, the benchmarks) reads its row here, and
+adding one is a class with `from_pair` plus one `register(ProposerEntry(...))` (docs/design.md §1b,
+"The proposer table"). Torch-free on purpose: a row names its class as a "module:Class" string,
+imported only when `make_proposer` builds one.
 """
 
 from __future__ import annotations
@@ -177,4 +171,40 @@ register(ProposerEntry(
         proposals="prompt lookup copies tokens from the context (K = {k}): each q_i is one-hot, q = 1 on d_i",
     ),
     one_hot=True,
+))  # fmt: skip
+register(ProposerEntry(
+    name="retrieval",
+    label="Retrieval (text the target wrote before)",
+    description="retrieval: copy what followed the context's suffix in the target's earlier answers",
+    cli_help="retrieval (REST / SuffixDecoding): copy what followed the context's longest suffix in a datastore of "
+             "the target's own answers and in this session's earlier texts (no model, no cache)",
+    cls="specviz.proposers.retrieval:RetrievalProposer",
+    words=Words(
+        noun="retrieval", short="retrieval",
+        no_cache="it only searches a datastore of the target's earlier answers and this session's texts",
+        drafts="No model runs and no cache is written: the guesses come from text the target wrote before. {note}. "
+               "A lookup is deterministic, so each q_i is **one-hot** (q = 1 on the retrieved token): {proposals}. "
+               "Exactness never depends on where guesses come from: the target's test decides.",
+        tree="It merges the continuations that followed the context's longest suffix, in a datastore of the "
+             "target's earlier answers and in this session's texts, into a **trie**; a node's score is its share of "
+             "those continuations. No model runs, no cache is written.",
+        copies="it copies what followed the context's suffix in text the target wrote before",
+        idle=" Retrieval guesses only where the text repeats what the target wrote before; as a session goes on "
+             "and answers repeat their phrases, its drafts get better.",
+        proposals="retrieval copies tokens from earlier text (K = {k}): each q_i is one-hot, q = 1 on d_i",
+    ),
+    one_hot=True,
+))  # fmt: skip
+register(ProposerEntry(
+    name="feature+retrieval",
+    label="Feature head + retrieval (merged tree)",
+    description="the feature head's tree with retrieval's branches merged in",
+    cli_help="the feature head's token tree with retrieval's branches merged in (width 1: the better chain of "
+             "the two, chosen before drafting)",
+    cls="specviz.proposers.retrieval:RetrievalFeatureProposer",
+    words=Words(noun="feature head with retrieval", short="feature head + retrieval", cache="feature head's cache",
+                proposals="top {n} of each q_i (K = {k}); feature-head drafts are sampled, retrieved ones one-hot"),
+    needs="feature_head",
+    missing="this pair carries no feature head, which the merged tree grows from",
+    cache_title="Feature head cache (1 layer: pairs of target feature + next token)", cache_token_offset=1,
 ))  # fmt: skip

@@ -1,0 +1,157 @@
+"""Retrieval drafting (specviz.suffix_store, specviz.proposers.retrieval): the store's lookups
+against a brute-force search, the session's growing store, and exactness of the drafts it makes,
+alone and merged into the feature head's tree."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+from cuda_checks import EXACT_PROMPT, VOCAB, chi_square, exact_joint, seeded_windows
+from engine_helpers import assert_invariant, make_pair
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specviz import DecodeConfig, SpeculativeDecoder
+from specviz.autoregressive import AutoregressiveDecoder
+from specviz.proposers.retrieval import merge, most_frequent_chain
+from specviz.suffix_store import Match, SessionStore, SuffixStore, suffix_array
+
+WINDOW = 3
+RUNS = 2000
+
+
+def brute_force(tokens: list[int], context: list[int], max_len: int) -> tuple[int, collections.Counter]:
+    """The longest suffix of `context` found in `tokens`, and every continuation's first token."""
+    for m in range(min(max_len, len(context)), 0, -1):
+        pattern = context[-m:]
+        starts = [s for s in range(len(tokens) - m + 1) if tokens[s:s + m] == pattern]
+        if starts:
+            return m, collections.Counter(tokens[s + m] for s in starts if s + m < len(tokens))
+    return 0, collections.Counter()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 3), min_size=1, max_size=60), st.lists(st.integers(0, 4), min_size=1, max_size=8))
+def test_lookups_agree_with_a_brute_force_search(tokens, context):
+    store = SuffixStore(np.array(tokens))
+    assert [int(s) for s in store.suffixes] == sorted(range(len(tokens)), key=lambda i: tokens[i:])
+    length, lo, hi = store.longest_match(context, max_len=6)
+    want_len, want_next = brute_force(tokens, context, 6)
+    assert length == want_len
+    if length:
+        match = store.continuations(context, depth=1, max_len=6, max_occurrences=10_000)
+        assert match.occurrences == hi - lo == sum(want_next.values()) + (tokens[-length:] == context[-length:])
+        assert dict((p[0], c) for p, c in match.continuations) == dict(want_next)
+
+
+def test_suffix_array_of_a_long_repetitive_text():
+    tokens = np.array([1, 2, 3] * 300 + [1, 2, 4] + [5] * 200)
+    assert [int(s) for s in suffix_array(tokens)] == sorted(range(len(tokens)), key=lambda i: tuple(tokens[i:]))
+
+
+def test_bad_stores_and_contexts():
+    with pytest.raises(ValueError, match="token ids"):
+        SuffixStore(np.array([1, 70_000]))
+    empty = SuffixStore(np.array([], dtype=np.int64))
+    assert len(empty) == 0 and empty.continuations([1, 2], 3).length == 0
+    store = SuffixStore(np.array([4, 5, 6]))
+    assert store.continuations([9], 3).length == 0  # shorter than the shortest match: nothing
+    assert store.continuations([], 3).length == 0
+    assert store.continuations([4], 3).continuations == (((5, 6), 1),)
+
+
+def test_the_chain_follows_the_most_frequent_continuation():
+    match = Match(2, 5, (((7, 1, 2), 2), ((7, 3), 2), ((8, 1), 1)), "datastore")
+    assert most_frequent_chain(match, 3) == [7, 1, 2]  # 7 (4 of 5), then 1 and 3 tie: the first counted
+
+
+def test_the_session_store_grows_and_is_bounded():
+    session = SessionStore(max_tokens=10)
+    session.add([1, 2, 3, 4])
+    assert session.continuations([9, 2, 3], 2).continuations == (((4,), 1),)
+    session.add([5, 6, 7, 8, 9, 10, 11])  # 11 tokens in all: the oldest text goes
+    assert len(session) == 7 and session.continuations([2, 3], 2).length == 0
+    session.clear()
+    assert len(session) == 0
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return make_pair("llama", vocab_size=VOCAB, noise=1.0, seed=3, head_vocab=(0, 1, 2, 5, 6, 7))
+
+
+def greedy_text(pair, prompt: list[int], n: int) -> list[int]:
+    ar = AutoregressiveDecoder(pair.target, DecodeConfig(temperature=0.0, max_new_tokens=n))
+    ar.start(prompt)
+    return ar.generate()
+
+
+@pytest.mark.parametrize("proposer", ["retrieval", "feature+retrieval"])
+@pytest.mark.parametrize("width", [1, 3])
+def test_greedy_output_is_the_targets_and_a_repeated_prompt_is_drafted_whole(pair, proposer, width):
+    prompt = [3, 6, 2, 7, 1]
+    plain = greedy_text(pair, prompt, 20)
+    cfg = DecodeConfig(proposer=proposer, k=4, tree_width=width, tree_nodes=8, temperature=0.0, max_new_tokens=20,
+                       check_invariant=True)
+    dec = SpeculativeDecoder(pair, cfg)
+    for _ in range(2):
+        dec.start(prompt)
+        traces = []
+        while not dec.finished:
+            traces.append(dec.step())
+            assert_invariant(dec)
+        assert dec.committed[len(prompt):] == plain
+    # The second run finds the first in the session's store: every cycle accepts drafts.
+    assert sum(t.num_accepted for t in traces) >= len(plain) - len(traces)
+    assert "this session's earlier texts" in traces[0].proposer_note
+
+
+def test_two_sessions_never_draft_from_each_others_text(pair):
+    cfg = DecodeConfig(proposer="retrieval", k=4, temperature=0.0, max_new_tokens=12)
+    alice, bob = SpeculativeDecoder(pair, cfg), SpeculativeDecoder(pair, cfg)
+    alice.start([3, 6, 2, 7, 1])
+    alice.generate()
+    bob.start([3, 6, 2, 7, 1])
+    assert len(alice.session_texts) > 0 and len(bob.session_texts) == 0
+    assert bob.step().k == 0  # nothing of Alice's text is Bob's draft
+
+
+def retrieval_pair(pair):
+    """The pair with a datastore in which the exactness prompt's suffix is followed by several
+    continuations, the target's likely ones among them (so accepted, corrected and bonus all occur)."""
+    likely = greedy_text(pair, EXACT_PROMPT, 3)
+    tail = EXACT_PROMPT[-2:]
+    text = [*tail, *likely] * 3 + [*tail, likely[0], (likely[1] + 1) % VOCAB, 0] + [*tail, (likely[0] + 3) % VOCAB, 1]
+    return dataclasses.replace(pair, retrieval_store=SuffixStore(np.array(text)))
+
+
+@pytest.mark.parametrize(("proposer", "width"), [("retrieval", 1), ("retrieval", 2), ("feature+retrieval", 2)])
+def test_samples_match_the_target_distribution(pair, proposer, width):
+    rpair = retrieval_pair(pair)
+    cfg = DecodeConfig(proposer=proposer, k=2, tree_width=width, tree_nodes=4, instrument=False, max_new_tokens=16)
+    expected = exact_joint(rpair.target, cfg, EXACT_PROMPT, WINDOW)
+    counts: collections.Counter = collections.Counter()
+    kinds: collections.Counter = collections.Counter()
+    window = slice(len(EXACT_PROMPT), len(EXACT_PROMPT) + WINDOW)
+    for dec, _ in seeded_windows(rpair, cfg, EXACT_PROMPT, RUNS, WINDOW):
+        counts[tuple(dec.committed[window])] += 1
+        kinds.update(dec.origins[window])
+    stat, pvalue = chi_square(counts, expected, RUNS)
+    assert min(kinds["accepted"], kinds["corrected"]) >= 50, kinds
+    assert pvalue > 0.01, (stat, pvalue, kinds)
+
+
+def test_merge_unions_two_trees_and_keeps_the_best_nodes():
+    from specviz.tree import TokenTree
+
+    a = TokenTree([9, 1, 2, 3], [-1, 0, 1, 0], [0, 1, 2, 1], [0.0, -0.1, -0.5, -2.0])
+    b = TokenTree([9, 1, 4, 5], [-1, 0, 1, 0], [0, 1, 2, 1], [0.0, -0.3, -0.2, -1.0])
+    tree = merge(a, b, 4)
+    paths = {tuple(tree.tokens[n] for n in tree.path_to(i)) for i in range(1, len(tree.tokens))}
+    assert paths == {(1,), (1, 4), (1, 2), (5,)}  # 1 shared (best score kept); 3 (-2.0) lost the budget
+    assert tree.scores[tree.tokens.index(4)] == pytest.approx(-0.2)  # never above its parent's -0.1
+    assert torch.is_tensor(tree.draft_probs) or tree.draft_probs is None
