@@ -112,7 +112,8 @@ def test_greedy_output_is_the_targets_and_a_repeated_prompt_is_drafted_whole(pai
 
 def test_two_sessions_never_draft_from_each_others_text(pair):
     cfg = DecodeConfig(proposer="retrieval", k=4, temperature=0.0, max_new_tokens=12)
-    alice, bob = SpeculativeDecoder(pair, cfg), SpeculativeDecoder(pair, cfg)
+    no_datastore = dataclasses.replace(pair, retrieval_store=None)  # only the sessions' own texts
+    alice, bob = SpeculativeDecoder(no_datastore, cfg), SpeculativeDecoder(no_datastore, cfg)
     alice.start([3, 6, 2, 7, 1])
     alice.generate()
     bob.start([3, 6, 2, 7, 1])
