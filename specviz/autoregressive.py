@@ -1,9 +1,7 @@
 """Plain autoregressive decoding: one model, one token per forward.
 
-The baseline that speculative decoding is measured against, and the reference it must agree
-with: it uses the same cache layouts, the same `forward()` and the same sampling code, so at
-temperature 0 both decoders must produce identical tokens, and at any temperature the
-speculative decoder's output must be distributed as this decoder's.
+The baseline speculative decoding is measured against and must agree with (same caches, `forward()`
+and sampling): identical tokens at temperature 0, the same distribution at any temperature.
 """
 
 from __future__ import annotations

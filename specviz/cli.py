@@ -5,14 +5,10 @@
         [--proposer draft|feature|lookup] [--target ID_OR_DIR --draft ID_OR_DIR | --tiny] \
         [--dtype float32|bfloat16] [--tree-width W --tree-nodes N]
 
-For every cycle it prints what the decoder actually did, with positions and numbers: the
-catch-up tokens fed to the draft, each proposal with q, p, the ratio min(1, p/q), the uniform
-draw u and the verdict, the corrected token (with the top of the residual) or the bonus token
-(with the top of p_{K+1}), and for both caches the provisional append, the truncation and the
-blocks allocated and freed. With `--tree-width` above 1 (a token tree of depth K, docs/design.md
-§1c) it prints the tree per cycle -- each node's token, position and verify slot, q, p, the test
-that decided it and its verdict -- then the accepted path and the compaction's K/V moves.
-`--json` writes every CycleTrace for later inspection or the app.
+Each cycle is printed with its positions and numbers (docs/design.md §1): the catch-up, each draft's
+q, p, min(1, p/q), u and verdict (a token tree, §1c: as an outline, then its path and K/V moves), the
+corrected or bonus token with the top of its distribution, and every cache event. `--json` writes
+the CycleTraces.
 """
 
 from __future__ import annotations
@@ -44,10 +40,8 @@ def _tops(tops: Sequence[TokenProb], n: int = 5) -> str:
 
 def _layout_line(snap: CacheSnapshot) -> str:
     if snap.layout == "paged":
-        return (
-            f"len {snap.seq_len}, block table {list(snap.block_table)}, "
-            f"{snap.num_free_blocks}/{snap.num_blocks} blocks free"
-        )
+        free = f"{snap.num_free_blocks}/{snap.num_blocks} blocks free"
+        return f"len {snap.seq_len}, block table {list(snap.block_table)}, {free}"
     return f"len {snap.seq_len}, write pointer at {snap.seq_len} of {snap.capacity}"
 
 
@@ -80,14 +74,12 @@ def format_cycle(trace: CycleTrace) -> str:
             forced = " [FORCED: what-if mode]" if d.forced else ""
             line += f", {u} -> {d.verdict.upper()}{forced}"
         out.append(line)
-    if trace.tree is not None:
-        pass  # the tree's lines said it
-    elif k:
+    if trace.tree is None and k:  # a tree's lines said it
         out.append(
             f"verify  target ran ONE pass over {k + 1} inputs (x_n and d1..d{k}) at positions {n - 1}..{n + k - 1}"
             f" -> {k + 1} distributions p_1..p_{k + 1}"
         )
-    else:
+    elif trace.tree is None:
         out.append(f"verify  no proposal: the target ran one plain step over x_n at position {n - 1} -> p_1")
     result = cycle_outcome(trace)  # the end of the text may have cut the drawn token: never assume it is there
     final = result.final

@@ -1,14 +1,8 @@
-"""Configuration of a speculative decoding run, as a frozen dataclass.
+"""Configuration of a speculative decoding run, as a frozen, validated dataclass (docs/design.md §4).
 
-`DecodeConfig` holds every knob of docs/design.md §4. It is immutable: to change K or the temperature
-between cycles, build a new config with `dataclasses.replace(cfg, k=8)` (or `cfg.replace(k=8)`)
-and hand it to `SpeculativeDecoder.update_config`; the decoder checks it before using it, so a
-bad value leaves the running decoder untouched.
-
-Which fields may change mid-run: the sampling knobs (k, temperature, top_k, top_p), the tree
-shape (tree_width, tree_nodes), the what-if forcing, the invariant check and max_new_tokens.
-The proposer, cache layout, page size, pool size, free policy and seed shape the caches and the
-random stream, so changing them needs `start()`.
+To change a live field (`LIVE_FIELDS`: K, the tree shape, sampling, forcing, ...) between cycles,
+hand `cfg.replace(k=8)` to `SpeculativeDecoder.update_config`; the other fields shape the caches or
+the random streams, so changing them needs `start()`.
 """
 
 from __future__ import annotations
@@ -25,8 +19,7 @@ MAX_K = 64  # a draft longer than this is never useful and only wastes memory
 MAX_TREE_WIDTH = 16  # children kept per expanded node of a token tree
 MAX_TREE_NODES = 128  # draft nodes one tree verify may hold (EAGLE-2 uses 60 on a GPU)
 
-# Each set of allowed values is defined once, as a type; the tuples below are read from it, and
-# the CLI, the app's selectors and the caches' own checks all use these.
+# Each set of allowed values is defined once, as a type; the CLI, the app and the caches use the tuples.
 CacheLayout = Literal["paged", "contiguous"]
 FreePolicy = Literal["free", "keep"]  # paged rollback: free blocks, or keep them reserved (vLLM v1)
 LAYOUTS: tuple[str, ...] = get_args(CacheLayout)

@@ -1,9 +1,6 @@
-"""Errors specviz raises on bad input.
-
-Every error a user can provoke (a bad prompt, an out-of-range setting, a full cache, a model
-that cannot be loaded) is a subclass of `SpecvizError` with a message that says what went wrong
-and what to do instead. The decoder checks before it mutates, so after any of these errors its
-state is exactly what it was before the call.
+"""Errors specviz raises on bad input (docs/design.md §6): each a `SpecvizError` whose message says
+what went wrong and what to do instead. The decoder checks before it mutates, so after any of these
+errors its state is exactly what it was before the call.
 """
 
 

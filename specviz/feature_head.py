@@ -1,29 +1,12 @@
 """A feature-level draft head (EAGLE-style): one decoder layer that reads the target's own features.
 
-An independent draft model has to rediscover, from tokens alone, what the target is about to say.
-A *feature head* (EAGLE, Li et al. 2024; vLLM's `EagleProposer`) is handed the target's hidden
-state instead: the vector the target's output head turns into its next-token distribution. Write
-
-    f_p   = the target's final hidden state at position p (after its last norm: the exact input
-            of its output head), computed anyway when the target runs;
-    e(t)  = the target's (frozen) embedding of token t.
-
-The head maps the pair (f_p, e(x_{p+1})) through a linear fusion and ONE Llama decoder layer of
-the target's width (with its own KV cache, one layer deep) to a predicted feature g_{p+1}; the
-target's frozen output head turns g_{p+1} into logits for token x_{p+2}. Drafting further than one
-token feeds the head its own prediction g in place of the target's f: those cache entries rest on a
-guess, which is why they are always rolled back, even when the drafts they produced are accepted
-(`specviz.proposers.feature`).
-
-**Trimmed vocabulary** (FR-Spec, EAGLE-3's draft vocabulary): the head may score only a subset S of
-the vocabulary (the most frequent tokens of target-generated text). Then q = 0 outside S. Exactness
-is untouched: a token outside S is never proposed, and after a rejection the residual
-``max(0, p - q)`` gives it back its full target probability. The output head's cost shrinks by
-|V| / |S| (49152 -> 8192 rows for SmolLM2: the head's largest matmul).
-
-Nothing of the target is copied into the head's file: the embedding and output head are borrowed
-(read-only) when the head is bound to a target, and a fingerprint of the target (type, width,
-vocabulary, depth and a few embedding values) refuses a head made for another model.
+The head (EAGLE, Li et al. 2024) maps the pair (f_p, e(x_{p+1})) -- the target's final hidden state
+at p (the input of its output head) and the target's frozen embedding of the next token -- through a
+linear fusion and ONE Llama decoder layer of the target's width (with its own one-layer KV cache) to
+a predicted feature g_{p+1}, which the target's frozen output head turns into logits for x_{p+2}.
+A trimmed vocabulary S (FR-Spec) puts q = 0 outside S, exactly, and shrinks the output matmul by
+|V| / |S|. The target's embedding and output head are borrowed, never saved, and a fingerprint of the
+target refuses a head made for another model (docs/design.md §1b: the head, binding and files).
 """
 
 from __future__ import annotations

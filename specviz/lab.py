@@ -1,20 +1,11 @@
-"""The exactness lab: does speculative decoding really sample from the target's p?
+"""The exactness lab: does speculative decoding really sample from the target's p? (docs/design.md §1, §7)
 
-Speculative sampling is *exact* (Leviathan et al. 2023, Thm 3.5; Chen et al. 2023): every emitted
-token is distributed as the target's processed distribution p. The lab checks it empirically
-from the current context: it draws N next tokens with the real `SpeculativeDecoder` (each with
-its own seed) and N with the plain `AutoregressiveDecoder` of the target, and compares both
-empirical distributions with the exact p recorded by the decoder. The total-variation distance
-TV = ½ Σ |p̂ − p| of *both* shrinks like 1/√N — speculative sampling is no worse than sampling
-the target directly.
-
-Details that keep it honest and fast:
-  * the first token a cycle emits is decided by d_1's test alone (accepted d_1, or the corrected
-    token from the residual at position 1), so K = 1 gives the same next-token law with the least
-    work;
-  * p is compared on its top tokens plus an "other" bucket (TV on that partition is a lower bound
-    of the full TV that is exact whenever the top list covers the vocabulary, as with tiny models);
-  * what-if forcing is switched off: forcing is exactly what breaks exactness.
+From the current context it draws N next tokens with the real `SpeculativeDecoder` (each with its
+own seed) and N with the target's plain `AutoregressiveDecoder`, and compares both with the exact p
+the decoder recorded: the total-variation distance TV = ½ Σ |p̂ − p| of *both* shrinks like 1/√N.
+K = 1 suffices (the first emitted token is decided by d_1's test alone); p is compared on its top
+tokens plus an "other" bucket (a lower bound of the full TV, exact when the top list covers the
+vocabulary); what-if forcing is off, since forcing is exactly what breaks exactness.
 """
 
 from __future__ import annotations
@@ -67,10 +58,8 @@ def checkpoints_for(n: int) -> list[int]:
 
 def run_exactness_lab(pair: Any, context_ids: Sequence[int], config: DecodeConfig, n: int,
                       progress: Progress | None = None, top: int = 12) -> LabResult:
-    """Sample n speculative and n target-only next tokens from `context_ids`.
-
-    `pair` is a specviz ModelPair. Raises SpecvizError subclasses from the decoders unchanged.
-    """
+    """Sample n speculative and n target-only next tokens from `context_ids` with a ModelPair (the
+    decoders' SpecvizErrors pass through)."""
     from . import AutoregressiveDecoder, SpeculativeDecoder  # torch only when the lab runs
 
     ctx = list(context_ids)

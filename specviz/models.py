@@ -285,11 +285,8 @@ def _token_strings(tokenizer: Any, n: int) -> list[str | None]:
 
 def check_compatible(target_config: Any, draft_config: Any, target_tokenizer: Any, draft_tokenizer: Any,
                      target_name: str = "target", draft_name: str = "draft") -> None:
-    """Raise IncompatiblePairError unless the two models can be paired for exact decoding.
-
-    Both must be decoder-only full-attention causal LMs, and both tokenizers must map every id of
-    the shared id range to the same token string (the tokenizer is then shared).
-    """
+    """Raise IncompatiblePairError unless the two models can be paired for exact decoding: decoder-only
+    full-attention causal LMs whose tokenizers map every shared id to the same token string."""
     _check_architecture(target_config, target_name)
     _check_architecture(draft_config, draft_name)
     n_target, n_draft = len(target_tokenizer), len(draft_tokenizer)
@@ -371,11 +368,8 @@ def _unavailable_message(repo_id: str, why: str) -> str:
 
 
 def resolve_model_dir(spec: str | os.PathLike[str], progress: Progress | None = None) -> Path:
-    """Turn a hub id, a local directory or a ``.gguf`` file into a local model directory.
-
-    Hub ids are looked up in the local Hugging Face cache first; the network is only used when
-    the hub is reachable and ``HF_HUB_OFFLINE`` is not set, so offline use never hangs.
-    """
+    """Turn a hub id, a local directory or a ``.gguf`` file into a local model directory. Hub ids come from
+    the local cache first, the network only when reachable and not ``HF_HUB_OFFLINE``: offline never hangs."""
     spec = str(spec)
     path = Path(spec).expanduser()
     if spec.endswith(".gguf"):
@@ -499,12 +493,9 @@ def _load_pair_dirs(
     draft = _load_model(draft_dir, draft_name, d_dev, d_dtype)
     _report(progress, "Model pair ready", 1.0)
     info = {
-        "target_dir": str(target_dir),
-        "draft_dir": str(draft_dir),
-        "target_dtype": str(t_dtype).removeprefix("torch."),
-        "draft_dtype": str(d_dtype).removeprefix("torch."),
-        "target_device": str(t_dev),
-        "draft_device": str(d_dev),
+        "target_dir": str(target_dir), "draft_dir": str(draft_dir),
+        "target_dtype": str(t_dtype).removeprefix("torch."), "draft_dtype": str(d_dtype).removeprefix("torch."),
+        "target_device": str(t_dev), "draft_device": str(d_dev),
         "target_vocab_size": int(_text_config(target_cfg).vocab_size),
         "draft_vocab_size": int(_text_config(draft_cfg).vocab_size),
     }

@@ -1,17 +1,11 @@
 """What a cycle really committed, and what the end of the text cut off — read from its trace.
 
-The textbook arithmetic of a cycle (docs/design.md §1) is: a rejection at j commits j tokens and
-the target rollback drops the K−j+1 entries of d_j … d_K; full acceptance commits K+1 tokens and
-drops nothing. That arithmetic is only true when the text goes on. After the tests, the engine
-cuts the emitted tokens at the first end-of-text token (kept), at `max_new_tokens` and at the end
-of the context (`SpeculativeDecoder._trim`): an accepted draft can end the text, and the corrected
-or bonus token that was already drawn is then thrown away. The trace records the *result* — the
-committed `emitted` tokens, the `finish_reason`, the truncate and free events — and this module
-turns those records into the facts every view states, so that no view ever re-derives a count
-from a formula that assumes no cut: `cycle_outcome` (what was drawn, committed and cut) and
-`dropped_entries` (each position a rollback dropped, named by its token, and why it had to go).
-
-Positions are 0-based (docs/design.md §1): x_n sits at position n−1 and d_i at position n+i−1.
+The textbook arithmetic (a rejection at j commits j tokens, full acceptance K+1; docs/design.md §1)
+holds only while the text goes on: the engine cuts the emitted tokens at end-of-text,
+`max_new_tokens` and the context's end, so an accepted draft can end the text and the drawn
+corrected or bonus token is thrown away. The views state the recorded result through this module,
+never a formula that assumes no cut: `cycle_outcome` (drawn, committed, cut) and `dropped_entries`
+(each position a rollback dropped, and why). Positions are 0-based: x_n at n−1, d_i at n+i−1.
 """
 
 from __future__ import annotations
@@ -88,13 +82,9 @@ class Truncation:
 
 
 def dropped_entries(trace: CycleTrace, events: Sequence[CacheEvent], n_after: int) -> list[Truncation]:
-    """The rollback truncations among `events`, each position named and explained.
-
-    `n_after` is the committed length after the cycle. Position n−1 holds x_n and position n+i−1
-    holds d_i (the verify pass fed [x_n, d_1 … d_K]; a draft model fed d_1 … d_{K−1}). A dropped
-    draft entry is either not in the sequence (rejected, never tested, or accepted and then cut
-    off by the end of the text) or the newest committed token, whose K/V the invariant leaves for
-    the next verify pass."""
+    """The rollback truncations among `events`, each position named and explained (`n_after`: the committed
+    length after the cycle). A dropped draft entry is not in the sequence (rejected, untested, or accepted
+    and cut off) or is the newest committed token, whose K/V the invariant leaves for the next verify."""
     n = trace.context_len
     by_position = {d.position: d for d in trace.drafts}
     out = []

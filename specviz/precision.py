@@ -1,25 +1,11 @@
-"""Precision: which number format the pair runs in, and what "equal" means in it.
+"""Precision: which number format the pair runs in, and what "equal" means in it (docs/design.md §4).
 
-A model's weights and its KV cache can be stored as **float32** (24 significant bits) or
-**bfloat16** (8 significant bits, the float32 exponent range). bfloat16 halves the memory and,
-on GPUs and on CPUs with bfloat16 matrix units (AMX, AVX512-BF16), runs a forward over many tokens
-at nearly the cost of one. specviz offers both (`load_default_pair(dtype=...)`, `--dtype`, the
-app's Precision selector); float32 is the default because it is the clearest exactness demo.
-
-**Exactness is relative to the model as run.** Speculative decoding samples exactly from the
-target's distribution *as computed*: in bfloat16 that is the bfloat16 target. What changes is
-rounding. The same K/V computed in different shapes (a verify pass over K+1 tokens vs the fresh
-prefill the invariant check compares with) round differently, so the invariant's
-max |ΔK/V| is never exactly 0:
-
-* float32: ~1e-5 on the default pair (K/V up to ~20 in size);
-* bfloat16: a value near 16–32 is stored in steps of 0.125, so the same K/V differ by a few such
-  steps (0.3 seen on the default pair).
-
-A bookkeeping bug (a cache one token off) differs by the size of the values themselves (~8 on the
-default pair in both dtypes), so each dtype has one tolerance (`invariant_tolerance`) far below a
-bug and above its rounding. The app, the CLI and the tests judge the invariant with it and show
-it with its dtype (`invariant_words`). This module imports no torch: the views use it too.
+float32 (24 significant bits) is the default, the clearest exactness demo; bfloat16 (8 bits) halves
+the memory and runs faster where the GPU or CPU has bfloat16 matrix units. Exactness is relative to
+the model as run: a bfloat16 run samples exactly from the bfloat16 target. Only rounding changes, so
+the invariant's max |ΔK/V| (the same K/V computed in other shapes) is never exactly 0; each dtype has
+one tolerance (`invariant_tolerance`) above its rounding and far below a bookkeeping bug, a cache one
+token off. This module imports no torch: the views use it too.
 """
 
 from __future__ import annotations

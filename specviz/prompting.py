@@ -1,13 +1,9 @@
 """From the text a person types to the token ids a decoder starts from.
 
-An instruction-tuned model was trained on conversations, not on bare text: its chat template
-wraps a message in role markers (for SmolLM2, `<|im_start|>user ... <|im_end|>` after a default
-system turn) and ends with the opening of the assistant's turn, so the model's next token is the
-first token of an answer. Without the template the same model simply continues the text.
-
-The app, the CLI, the benchmarks and the training scripts encode prompts here, so one prompt and
-one setting give the same ids everywhere: the scenario gallery (`specviz.scenarios`) depends on
-that, since a scenario found by seed reproduces only if the ids are identical.
+An instruction-tuned model's chat template wraps a message in role markers (SmolLM2:
+`<|im_start|>user ... <|im_end|>`) and opens the assistant's turn, so the next token begins an
+answer; without it the model simply continues the text. The app, the CLI, the benchmarks and the
+training scripts all encode here, so a prompt gives the same ids everywhere (scenarios depend on it).
 """
 
 from __future__ import annotations

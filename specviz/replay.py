@@ -1,44 +1,14 @@
-"""The same run in another KV-cache layout: replaying its cache bookkeeping without a model.
+"""The same run in another KV-cache layout: its cache bookkeeping replayed without a model.
 
-Speculative decoding *decides* the same things whatever the KV cache looks like: which tokens
-are drafted, which pass the test, which are committed. The layout -- one contiguous buffer, or
-pages of 1, 4 or 16 slots found through a block table -- and the rollback policy ("free" gives
-blocks back at once, "keep" holds them for the next cycle) change only the *bookkeeping*: where
-each position's K/V lives, which blocks are taken, freed, reused or added to a growing pool
-(docs/design.md §1, "Roll back"). So a recorded run can be shown side by side in every layout
-without running a model again.
-
-How the replay stays exactly in step with the engine: it invents nothing. Every cycle's trace
-already holds the log of the calls the engine and the proposer made on each cache, as
-layout-independent events: an "append" for every `reserve()` (positions start..end-1, in the
-phase that made it), a "truncate" for every rollback (length from -> to) and, after a token tree,
-a "move" for every entry its compaction copied (entry from -> to). Everything else in the log --
-"pointer", "alloc", "free", "reuse", "grow" -- is what the *layout* made of those calls. The
-replay builds real `specviz.kv` caches of the requested layout, sized exactly as the decoder
-sizes them (the run's context limit and its reach, `RunRecord.cache_reach`), and makes the
-recorded calls on them, in order:
-
-* the prefill: the prompt's positions each cache held after `start()` (the prefill snapshots);
-* per cycle, phase by phase: the recorded appends, truncates and moves of both caches, taking a
-  snapshot wherever the run took one (with the same committed boundary, which depends on the
-  decisions, not the layout);
-* the token an append wrote is the committed sequence's (or the cycle's draft's) at that
-  position -- shifted by one for a feature head, whose entry p pairs F[p] with x[p+1]
-  (the proposer table's `cache_token_offset`). In a tree cycle the target's verify entries hold the tree's
-  nodes in node order (`trace.drafts`), and the proposer's entries past its prefix hold the
-  tokens it fed while growing the tree (`trace.tree.proposer_fed`).
-
-The writes go through the caches' own layer `update()` with tiny dummy K/V tensors (one layer,
-one head, one dimension): no model, no real memory. The one figure that depends on the model --
-bytes of K/V per slot, from its layers, heads and head size -- is taken from the recorded
-snapshots, so the memory lines stay honest (`_StandInBytes`).
-
-The result is the same `RunRecord` with new `target_events`, `draft_events` and `snapshots`
-(and prefill snapshots); drafts, verdicts and emitted tokens are untouched.
-tests/test_replay_layouts.py checks it against real decoders run in each layout.
-
-A layout with too small a pool runs out where a real run would: the same `PoolExhaustedError`
-(with the cycle named), before anything is returned.
+The layout and the rollback policy change only the *bookkeeping* (where each K/V lives, which
+blocks are taken, freed, reused or added), never a decision, so a recorded run can be shown in
+every layout without running a model again (docs/design.md §4, `replay_run`). The replay invents
+nothing: each trace's layout-independent events ("append" for every `reserve()`, "truncate", a
+tree's "move"s) are the calls made on each cache, and the replay makes them again, in order, on real
+`specviz.kv` caches of the requested layout, sized as the decoder sizes them, through the layers' own
+`update()` with dummy K/V. The result is the same `RunRecord` with new events and snapshots;
+tests/test_replay_layouts.py checks it against real decoders in each layout. A pool too small runs
+out where a real run would (`PoolExhaustedError`, the cycle named).
 """
 
 from __future__ import annotations
@@ -80,19 +50,10 @@ class _PagedStandIn(_StandInBytes, PagedKVCache):
     pass
 
 
-def replay_run(
-    record: RunRecord,
-    *,
-    cache_layout: str,
-    page_size: int = 16,
-    free_policy: str = "free",
-    num_blocks: int | None = None,
-) -> RunRecord:
-    """`record` with its cache bookkeeping re-run in another layout / page size / policy / pool cap.
-
-    Raises ConfigError for a bad layout setting, PoolExhaustedError (or CacheCapacityError) where
-    the run does not fit the layout, and ReplayError for a damaged record.
-    """
+def replay_run(record: RunRecord, *, cache_layout: str, page_size: int = 16, free_policy: str = "free",
+               num_blocks: int | None = None) -> RunRecord:
+    """`record` with its cache bookkeeping re-run in another layout / page size / policy / pool cap. Raises
+    ConfigError (bad setting), PoolExhaustedError / CacheCapacityError (does not fit), ReplayError (damaged)."""
     config = record.config.replace(
         cache_layout=cache_layout, page_size=page_size, free_policy=free_policy, num_blocks=num_blocks
     )  # validated: ConfigError for a bad value

@@ -1,33 +1,18 @@
-"""A recorded run as one file: everything the views need, and no model.
+"""A recorded run as one file: everything the views need, and no model (docs/design.md §4, §5).
 
-A lecture room rarely has the model a run was made with, and never its GPU. What a viewer needs
-to draw a speculative-decoding run is small: the prompt, the prefill's cache layout, one
-`CycleTrace` per cycle (docs/design.md §5) and the *text* of every token id that appears
-anywhere in them. A `RunRecord` holds exactly that, plus how the run was made (the pair, the
-proposer, the `DecodeConfig`, the context limit and how far the caches were sized to reach), so
-that `specviz.replay` can also re-run its cache bookkeeping in another layout without a model.
+A `RunRecord` holds the prompt, the prefill snapshots, one `CycleTrace` per cycle, how the run was
+made (pair, proposer, the config it was started with, context limit, how far the caches were sized
+to reach, for `specviz.replay`) and the text of every token id in it, so no view needs a tokenizer.
 
     record = record_run("Why is the sky blue?", "SmolLM2-135M + draft", "draft", dec.config,
                         prompt_text, chat, prompt_ids, prefill, traces, dec.token_text,
                         max_context=dec.max_context)
     text = record.to_json()          # one JSON object, format "specviz-run", version "1.0"
-    record = load_run(text)          # also accepts the older export: a bare list of traces
+    record = load_run(text)          # also the older export (a bare list of traces), with `notes`
     record.token_text(42)            # drawn without any tokenizer
 
-`prefill` is `(dec.target_cache.snapshot(n), dec.proposer.snapshot(n))` taken right after
-`start()` (n = the prompt's length); the first cycle's "start" snapshot is the same picture.
-`config` is the config the run was *started* with: the caches were sized from it.
-
-`token_texts` maps every token id of the run (`run_token_ids`) to its text, so no view ever
-needs a tokenizer.
-
-The older export (`specviz.traces_to_json`, `python -m specviz walk --json`) is a JSON list of
-traces. `load_run` rebuilds a `RunRecord` from it (`_from_old_export`): what the list does not
-hold is estimated and said so in `notes`.
-
-Anything wrong with a file -- not JSON, another format, a newer major version, missing fields,
-a cycle that cannot be rebuilt, no cycles, too large -- raises `RunFileError` with a sentence
-that says what is wrong, never a traceback.
+`prefill` is `(dec.target_cache.snapshot(n), dec.proposer.snapshot(n))` right after `start()`.
+Anything wrong with a file raises `RunFileError` with a sentence, never a traceback.
 """
 
 from __future__ import annotations
@@ -120,26 +105,14 @@ class RunRecord:
 
 
 def record_run(
-    title: str,
-    pair_description: str,
-    proposer: str,
-    config: DecodeConfig,
-    prompt_text: str,
-    chat: bool,
-    prompt_ids: Sequence[int],
-    prefill: tuple[CacheSnapshot, CacheSnapshot | None],
-    traces: Iterable[CycleTrace],
-    token_text: Callable[[int], str],
-    baseline_ms_per_token: float | None = None,
-    *,
-    max_context: int | None = None,
+    title: str, pair_description: str, proposer: str, config: DecodeConfig, prompt_text: str, chat: bool,
+    prompt_ids: Sequence[int], prefill: tuple[CacheSnapshot, CacheSnapshot | None], traces: Iterable[CycleTrace],
+    token_text: Callable[[int], str], baseline_ms_per_token: float | None = None, *, max_context: int | None = None,
 ) -> RunRecord:
     """A `RunRecord` of a run, with the text of every token id in it looked up once, now.
 
-    `max_context` is the decoder's `max_context` (the config's, capped by the models); without
-    it, it is read from the prefill snapshot where that says it exactly (contiguous layout) and
-    taken from the config otherwise.
-    """
+    `max_context` is the decoder's (the config's, capped by the models); without it, the prefill
+    snapshot's where that says it exactly (contiguous layout), else the config's."""
     traces = tuple(traces)
     prompt_ids = tuple(int(t) for t in prompt_ids)
     target, draft = prefill

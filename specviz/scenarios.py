@@ -1,25 +1,10 @@
 """A gallery of scenarios: one click to a cycle where a particular lesson happens, exactly.
 
-A lecturer wants to show "all K drafts accepted, then a bonus token" or "a rejection frees a
-block" without waiting for luck. What-if mode could force such outcomes, but forcing breaks
-exactness (docs/design.md §1). A scenario instead *finds* the outcome: the decoder is exact and
-deterministic given its seed, so some (prompt, seed, settings) makes the wanted event happen by
-itself at a known cycle. `scripts/find_scenarios.py` searches for those on the default pair and
-writes `assets/scenarios.json`; this module reads that file and re-checks it.
-
-A scenario is only as true as the models it was found with: retraining the draft or the feature
-head, or another target, changes every random outcome. So each scenario records the facts of its
-cycle (`CycleFacts`: context length, K, how many were accepted, where the rejection fell, whether
-a bonus was drawn, a block freed, an end-of-text drafted, how the text ended), and
-`check_scenario` replays it with the very decoder the app uses and lists every fact that no
-longer holds (tests/test_scenarios.py runs it for every shipped scenario). They were found on a
-CPU in float32; a GPU's random streams differ, so there the check fails rather than mislead.
-
-Token trees (docs/design.md §1c) have scenarios too: a scenario may give a tree shape
-(`tree_width`, `tree_nodes`; width 1, the default, is a chain), and its facts then say how many
-K/V moves the compaction made, whether one crossed a block boundary, and whether the whole deepest
-path of the tree was accepted. Entries written before trees omit these fields; they read as a
-chain with no moves.
+Forcing an outcome breaks exactness; a scenario *finds* it instead: the decoder is deterministic
+given its seed, so some (prompt, seed, settings) makes the event happen by itself at a known cycle.
+`scripts/find_scenarios.py` writes them to `assets/scenarios.json`; this module reads that file, and
+`check_scenario` replays a scenario and lists every recorded fact of its cycle (`CycleFacts`) that no
+longer holds (docs/design.md §3, "The scenario gallery").
 """
 
 from __future__ import annotations
@@ -64,14 +49,10 @@ class CycleFacts:
 
 def facts_of(trace: CycleTrace, eos_ids: Sequence[int]) -> CycleFacts:
     return CycleFacts(
-        context_len=trace.context_len,
-        k=trace.k,
-        num_accepted=trace.num_accepted,
-        rejected_at=trace.rejected_at,
+        context_len=trace.context_len, k=trace.k, num_accepted=trace.num_accepted, rejected_at=trace.rejected_at,
         bonus=trace.bonus_token is not None,
         frees_block=any(e.kind == "free" and e.phase == "rollback" for e in trace.target_events),
-        eos_at=next((d.index for d in trace.drafts if d.token_id in eos_ids), None),
-        finish_reason=trace.finish_reason,
+        eos_at=next((d.index for d in trace.drafts if d.token_id in eos_ids), None), finish_reason=trace.finish_reason,
         tree_moves=len(trace.tree.moves) if trace.tree is not None else 0,
         move_crosses_block=any(e.kind == "move" and len(e.blocks) == 2 and e.blocks[0] != e.blocks[1]
                                for e in trace.target_events),
@@ -88,9 +69,7 @@ OPTIONAL_FACTS = {"tree_moves": 0, "move_crosses_block": False, "deepest_path": 
 @dataclass(frozen=True)
 class Scenario:
     """A prompt and the settings that matter, the cycle where the lesson happens, and its facts.
-
-    Every DecodeConfig field not listed here keeps the app's default (top-k off, top-p 1, no
-    pool cap, context 2048), so `config()` is what the app's sidebar would build."""
+    Other DecodeConfig fields keep the app's defaults, so `config()` is what the sidebar would build."""
 
     id: str
     title: str

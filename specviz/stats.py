@@ -1,47 +1,19 @@
-"""Acceptance statistics from recorded traces, and the theory they should match.
+"""Acceptance statistics from recorded traces, and the theory they should match (docs/design.md §1,
+"Expected gain" and "What the statistics count").
 
-Leviathan et al. (2023, §3.3–3.4) model each draft token as accepted independently with rate α.
-Then one cycle with draft length K commits on average
+With each draft accepted independently at rate α (Leviathan et al. 2023, §3.3–3.4), a cycle of K
+drafts commits E = (1 − α^(K+1)) / (1 − α) tokens on average, and with c the draft's cost per pass
+relative to the target's the speedup is E / (K·c + 1). `acceptance_stats` measures α, tokens per
+cycle, accepted lengths and acceptance by position; `cost_ratio` estimates c from the timings.
 
-    E[tokens per cycle] = (1 − α^(K+1)) / (1 − α)            (→ K+1 as α → 1)
-
-tokens, and if one draft forward pass costs c target forward passes, the expected wall-time
-speedup over plain autoregressive decoding is
-
-    speedup = (1 − α^(K+1)) / ((1 − α)(K·c + 1)).
-
-`acceptance_stats` measures α (accepted / tested drafts), tokens per cycle, the histogram of
-accepted lengths and acceptance by position from real traces; `cost_ratio` estimates c from the
-traces' timings; `measured_speedup` compares the traces' wall time per token with a plain
-autoregressive run of the same target. Cycles forced by what-if mode are excluded: their
-outcomes were not decided by the acceptance test.
-
-The textbook formula counts a verify pass over K+1 tokens as one plain decoding step. On a CPU it
-costs more, and every cycle also pays for bookkeeping the formula leaves out (the acceptance tests,
-resolve, rollback, and here the snapshots the views draw). `pass_costs` measures each piece in
-units of one plain autoregressive step of the same target: the verify cost v(K) = verify ms ÷ plain
-ms/token (docs/design.md §1, "Expected gain"; `bench/theory.py` uses the same v(K)). The speedup
-then decomposes exactly, one factor at a time:
+The textbook counts a verify pass as one plain step and ignores the bookkeeping. `pass_costs`
+measures each piece in plain autoregressive steps of the same target (verify: v(K)), so the
+speedup decomposes one factor at a time, and the last is the measurement itself:
 
     textbook  E / (K·c + 1)  →  measured pass costs  E / (draft + v(K))
               →  + bookkeeping  E / (draft + v(K) + other)  →  this run's tokens  E_run / (same)
 
-and the last value *is* the measured speedup, because the measured time per cycle is the sum of
-those pieces. `cycle_costs` lists the same pieces per cycle for the time bar.
-
-A cycle with no proposal (k = 0: prompt lookup found no match) is a plain target step: it tests
-nothing, so it leaves α alone and stays out of the accepted-length histogram, but it counts as a
-cycle that committed one token. The theory then mixes the two kinds of cycle by their measured
-shares: E = s·(1 − α^(K+1))/(1 − α) + (1 − s)·1, at cost s·(K·c + 1) + (1 − s), with s the
-share of cycles that proposed and K their mean draft length. With s = 1 these are the formulas
-above.
-
-A token-tree cycle (docs/design.md §1c) is not a chain of K drafts: its N nodes are alternatives,
-several per position, and most are never asked by design. Counting them as drafts would make α
-the share of *nodes* accepted and the Leviathan formula meaningless, so tree cycles stay out of α,
-the per-position rates and the histogram (those are the chain's figures) and are counted on their
-own: cycles, nodes verified, path tokens accepted. Their figure is **tokens per verify pass**
-(one pass per cycle, chain or tree), and the textbook theory is not drawn for a run with trees.
+Forced cycles are left out; plain steps (k = 0) and token-tree cycles are counted on their own.
 """
 
 from __future__ import annotations
@@ -141,12 +113,9 @@ def cycle_ms(trace: CycleTrace) -> float:
 
 
 def cost_ratio(traces: Sequence[CycleTrace]) -> float | None:
-    """c ≈ (draft time per draft forward) / (target verify time).
-
-    The draft runs about K forward passes per cycle (the catch-up and d_1 … d_{K−1} fed one at a
-    time, plus the pass that yields q_1); the target runs one verify pass. On a memory-bound device a
-    verify pass over K+1 tokens costs about one decode step, so this is the c of the formula.
-    """
+    """c ≈ (draft time per draft forward) / (target verify time). The draft runs about K passes per
+    cycle (catch-up with q_1, then d_1 … d_{K−1}), the target one verify pass, which on a memory-bound
+    device costs about one decode step."""
     traces = [t for t in traces if t.tree is None]  # a tree's nodes are not one forward each
     draft = sum(t.timings_ms.get("draft", 0.0) for t in traces)
     forwards = sum(t.k for t in traces)
@@ -179,25 +148,18 @@ class CycleCost:
 def cycle_costs(traces: Sequence[CycleTrace]) -> list[CycleCost]:
     """One `CycleCost` per trace, forced cycles included (marked)."""
     return [
-        CycleCost(
-            number=t.cycle + 1,
-            draft_ms=t.timings_ms.get("draft", 0.0),
-            verify_ms=t.timings_ms.get("verify", 0.0),
-            bookkeeping_ms=sum(t.timings_ms.get(p, 0.0) for p in BOOKKEEPING_PHASES),
-            check_ms=t.timings_ms.get("invariant_check", 0.0),
-            tokens=len(t.emitted),
-            forced=t.forced,
-        )
+        CycleCost(number=t.cycle + 1, draft_ms=t.timings_ms.get("draft", 0.0),
+                  verify_ms=t.timings_ms.get("verify", 0.0),
+                  bookkeeping_ms=sum(t.timings_ms.get(p, 0.0) for p in BOOKKEEPING_PHASES),
+                  check_ms=t.timings_ms.get("invariant_check", 0.0), tokens=len(t.emitted), forced=t.forced)
         for t in traces
     ]
 
 
 @dataclass(frozen=True)
 class PassCosts:
-    """The mean cost of one cycle's pieces, in plain autoregressive steps of the same target.
-
-    `verify` is v(K): 1.0 would mean a verify pass over K+1 tokens costs one plain step, the
-    textbook's assumption; `draft` is K·c measured the same way."""
+    """The mean cost of one cycle's pieces, in plain autoregressive steps of the same target: `verify`
+    is v(K) (1.0 is the textbook's assumption), `draft` is K·c measured the same way."""
 
     draft: float
     verify: float
@@ -251,9 +213,8 @@ class SpeedupReport:
 
 
 def measured_speedup(traces: Sequence[CycleTrace], baseline_ms_per_token: float | None) -> SpeedupReport:
-    """Theory (Leviathan formula with measured α, K, c) next to the measured wall-time speedup.
-
-    Plain cycles (k = 0) enter the theory by their share, as the module docstring says."""
+    """Theory (Leviathan formula with measured α, K, c; plain cycles by their share) next to the
+    measured wall-time speedup."""
     st = acceptance_stats(traces)
     used = [t for t in traces if not t.forced]
     c = cost_ratio(used)

@@ -45,12 +45,9 @@ def _tiny_llama(vocab_size: int, seed: int, layers: int, hidden: int, eos_id: in
 
 
 def build_tiny_pair(seed: int = 0, noise: float = 0.04, with_eos: bool = False, dtype: object = "float32") -> object:
-    """ModelPair of a 2-layer random target and a perturbed copy as draft, on the CPU.
-
-    `noise` scales the draft's perturbation: 0 makes the draft equal to the target (every draft
-    accepted), larger values lower the acceptance rate. `with_eos` lets the models emit <eos>.
-    `dtype` is the pair's precision (specviz.precision): the weights are made in float32, so a
-    bfloat16 pair is the float32 one rounded."""
+    """ModelPair of a 2-layer random target and a perturbed copy as draft, on the CPU. `noise` scales the
+    perturbation (0: draft = target, every draft accepted); `with_eos` lets the models emit <eos>; a
+    bfloat16 `dtype` gives the float32 pair rounded."""
     from .models import ModelPair, as_dtype
 
     torch_dtype = as_dtype(dtype)  # before any work: a bad name fails fast

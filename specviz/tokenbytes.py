@@ -1,21 +1,9 @@
-"""Tokens stand for bytes, not characters.
+"""Tokens stand for bytes, not characters (docs/design.md §5, "Tokens are bytes").
 
-A byte-level BPE (GPT-2, SmolLM2, Qwen, Llama 3) splits text into UTF-8 *bytes* before merging,
-so a character outside its merges is cut across tokens: "🙂" (F0 9F 99 82) is two SmolLM2 tokens,
-F0 9F and 99 82. Neither half is a character, and `tokenizer.decode([id])` of one half gives the
-replacement character "�". Showing "�" hides the lesson; this module shows such a token as the
-bytes it stands for, `<0xF0><0x9F>` (the notation of sentencepiece's byte-fallback tokens), and
-tells which consecutive tokens together make which character.
-
-To store bytes as vocabulary strings, GPT-2's byte-level BPE maps each of the 256 byte values to a
-printable character (`byte_level_table`; e.g. the space byte is "Ġ"), so
-`convert_ids_to_tokens` gives a string that maps back to the exact bytes. Sentencepiece models with
-byte fallback (Llama 2, Mistral) have one token per byte instead, spelt "<0xF0>".
-
-A label is *honest*: its text where the bytes form whole characters, `<0xNN>` for each byte that
-does not, so `label_bytes` turns a label back into the token's bytes, and the labels of a sequence
-concatenate back to its UTF-8 text. (A label that spells "<0xNN>" as literal text would be read
-back as a byte; no default-pair token does, tests/test_token_bytes.py checks the vocabulary.)
+A byte-level BPE cuts a character outside its merges across tokens: "🙂" (F0 9F 99 82) is two
+SmolLM2 tokens, and `decode` of either half gives "�", which hides the lesson. This module labels
+such a token with the bytes it stands for, `<0xF0><0x9F>`, honestly (`label_bytes` reads a label
+back into its bytes), and tells which consecutive tokens together make which character.
 No torch and no tokenizer here: the views read labels from traces.
 """
 
@@ -32,11 +20,9 @@ BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 
 @functools.cache
 def byte_level_table() -> dict[str, int]:
-    """GPT-2's `bytes_to_unicode` inverted: vocabulary character -> the byte it stands for.
-
-    Printable Latin-1 bytes stand for themselves; the other 68 (controls, space, 0x7F-0xA0, 0xAD)
-    are moved to U+0100 onwards in byte order, so that no vocabulary string holds a space or a
-    control character."""
+    """GPT-2's `bytes_to_unicode` inverted: vocabulary character -> the byte it stands for. Printable
+    Latin-1 bytes stand for themselves; the other 68 (controls, space, 0x7F-0xA0, 0xAD) move to U+0100
+    onwards in byte order, so no vocabulary string holds a space or a control character."""
     printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
     moved = [b for b in range(256) if b not in printable]
     return {chr(b): b for b in printable} | {chr(256 + i): b for i, b in enumerate(moved)}

@@ -1,20 +1,15 @@
-"""Typed, JSON-serialisable records of one speculative-decoding cycle.
+"""Typed, JSON-serialisable records of one speculative-decoding cycle (docs/design.md §5).
 
-A `CycleTrace` is everything the decoder did in one draft → verify → accept → resolve →
-rollback cycle (docs/design.md §1, §5), recorded as plain frozen dataclasses of ints, floats and
-strings: no tensors, so the visualiser, the CLI and the JSON export never touch torch.
+A `CycleTrace` is everything one draft → verify → accept → resolve → rollback cycle did, as frozen
+dataclasses of ints, floats and strings: no tensors, so the views, the CLI and the JSON export never
+touch torch. Cache bookkeeping is recorded as `CacheEvent`s (what happened) and `CacheSnapshot`s
+(the layout after each phase), for the target's cache and the proposer's alike. Positions are
+0-based: `x_i` sits at position `i - 1`. Terminology (as in vLLM's rejection sampler):
 
-Terminology (as in vLLM's rejection sampler):
   * accepted  — a draft token that passed the test `u <= min(1, p/q)`;
   * corrected — the token sampled from the residual `norm(max(0, p - q))` at the first
                 rejection (vLLM calls it "recovered");
   * bonus     — the extra token sampled from the target's `p_{K+1}` when all K drafts pass.
-
-Cache bookkeeping is recorded as `CacheEvent`s (what happened) and `CacheSnapshot`s (the layout
-after each phase), for the target and the draft cache alike.
-
-Positions are 0-based indices into the committed sequence: the token `x_i` of docs/design.md §1 sits at
-position `i - 1`, so a cache of length L holds K/V for positions `0 .. L-1`.
 """
 
 from __future__ import annotations
@@ -24,8 +19,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
-# The phases of one cycle, in order ("start" is the state the cycle begins from), defined once as a
-# type; every phase name anywhere (views, narrative, app) is one of these or "prefill"/"decode".
+# The phases of one cycle, in order ("start": the state it begins from); every phase name anywhere
+# (views, narrative, app) is one of these or "prefill"/"decode".
 CyclePhase = Literal["start", "draft", "verify", "accept", "resolve", "rollback"]
 Phase = Literal[CyclePhase, "prefill", "decode"]
 CYCLE_PHASES: tuple[str, ...] = get_args(CyclePhase)
@@ -47,12 +42,10 @@ class CacheEvent:
     alloc     `blocks` (physical ids) taken from the free pool
     free      `blocks` returned to the free pool
     reuse     `blocks` kept reserved by the "keep" policy and written again
-    grow      storage enlarged from `start` to `end` slots (contiguous: buffer rows) or blocks
-              (paged: the pool; `blocks` are the new ids, added to the tail of the free list);
-              every existing slot keeps its K/V
-    move      K/V of cache entry `start` copied to entry `end` (end < start): a token tree's
-              compaction, bringing an accepted node to its committed position; `blocks` are the
-              physical (from, to) blocks for the paged layout
+    grow      storage enlarged from `start` to `end` rows (contiguous) or blocks (paged: `blocks`
+              are the new ids, added to the free list's tail); every slot keeps its K/V
+    move      K/V of entry `start` copied to entry `end` (end < start): a tree's compaction;
+              `blocks` are the physical (from, to) blocks for the paged layout
     """
 
     kind: EventKind
@@ -84,11 +77,9 @@ class CacheEvent:
 class CacheSnapshot:
     """The layout of one model's KV cache at one moment (cheap: no tensors).
 
-    Slots are physical: for the contiguous layout slot s is buffer row s; for the paged layout
-    slot s is offset `s % page_size` of physical block `s // page_size`. `slot_positions[s]` and
-    `slot_tokens[s]` are the position and token id last written there (-1: never written); only
-    the first `len(slot_positions)` slots are listed (those ever touched, rounded up to whole
-    blocks), the rest are untouched and free.
+    Slots are physical: buffer row s, or offset `s % page_size` of block `s // page_size`.
+    `slot_positions[s]` / `slot_tokens[s]` are what was last written there (-1: never); only the
+    slots ever touched are listed (whole blocks), the rest are free.
     """
 
     layout: Literal["contiguous", "paged"]
@@ -288,17 +279,9 @@ class CycleTrace:
 # ---- from_dict: rebuild nested frozen dataclasses from plain dicts/lists ----
 
 _NESTED: dict[type, dict[str, type]] = {
-    CycleTrace: {
-        "catch_up": EmittedToken,
-        "drafts": DraftStep,
-        "residual_top": TokenProb,
-        "bonus_top": TokenProb,
-        "emitted": EmittedToken,
-        "target_events": CacheEvent,
-        "draft_events": CacheEvent,
-        "snapshots": PhaseSnapshot,
-        "tree": TreeTrace,
-    },
+    CycleTrace: {"catch_up": EmittedToken, "drafts": DraftStep, "residual_top": TokenProb, "bonus_top": TokenProb,
+                 "emitted": EmittedToken, "target_events": CacheEvent, "draft_events": CacheEvent,
+                 "snapshots": PhaseSnapshot, "tree": TreeTrace},
     DraftStep: {"draft_top": TokenProb, "target_top": TokenProb},
     TreeTrace: {"nodes": TreeNode},
     PhaseSnapshot: {"target": CacheSnapshot, "draft": CacheSnapshot},

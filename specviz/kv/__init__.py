@@ -1,11 +1,7 @@
-"""KV caches that Hugging Face models write into directly, in two layouts.
+"""KV caches that Hugging Face models write into directly, in two layouts (docs/design.md §3, "The caches").
 
-* `ContiguousKVCache` (contiguous.py): a buffer per layer and a write pointer.
-* `PagedKVCache` (paged.py): vLLM-style blocks from a `BlockPool`, found through a block table,
-  with two rollback policies ("free" and "keep").
-
-Both are `SpecvizCache`s (base.py, which explains the bookkeeping and the memory sizing):
-`transformers.cache_utils.Cache` subclasses for one sequence.
+`ContiguousKVCache` (a buffer and a write pointer) and `PagedKVCache` (vLLM-style blocks from a
+`BlockPool` through a block table, rollback policies "free" and "keep") are both `SpecvizCache`s (base.py).
 
     cache = create_cache(model, layout="paged", page_size=16, policy="free", max_len=2048, initial_len=180)
     cache.reserve(ids, phase="prefill")
@@ -28,16 +24,8 @@ __all__ = [
 ]
 
 
-def create_cache(
-    model: torch.nn.Module,
-    layout: str = "paged",
-    *,
-    page_size: int = 16,
-    policy: str = "free",
-    max_len: int = 2048,
-    num_blocks: int | None = None,
-    initial_len: int | None = None,
-) -> SpecvizCache:
+def create_cache(model: torch.nn.Module, layout: str = "paged", *, page_size: int = 16, policy: str = "free",
+                 max_len: int = 2048, num_blocks: int | None = None, initial_len: int | None = None) -> SpecvizCache:
     """An empty one-sequence cache for `model` (one layer entry per decoder layer), with storage for
     `initial_len` positions (None: `DEFAULT_INITIAL_LEN`) that grows on demand up to `max_len`; a
     paged pool's cap is the blocks `max_len` needs, or `num_blocks` when given."""

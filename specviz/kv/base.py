@@ -1,52 +1,20 @@
-"""What every specviz KV cache shares: the length bookkeeping and the Hugging Face interface.
+"""What every specviz KV cache shares: one length for all layers, and the Hugging Face interface.
 
-A KV cache stores, for every layer, the key and value vectors of the positions a decoder has
-already processed, so that a new token attends to them without recomputing them. For one
-sequence (batch 1) the cache of one layer is conceptually a `[1, H_kv, L, D]` pair of tensors
-(`H_kv` key/value heads, `D` head dim), and all layers share the same valid length `L`.
+A KV cache keeps, per layer, the keys and values of the positions already processed (for one
+sequence a `[1, H_kv, L, D]` pair), so a new token attends to them without recomputing them.
+Speculative decoding needs four operations on its length L (docs/design.md §1, §1c; the caches
+in §3, "The caches"):
 
-Speculative decoding needs three operations on that length (docs/design.md §1):
+* **reserve + append**: `reserve(token_ids, phase)` makes room for positions L..L+n-1 atomically
+  before a forward; every layer's `update` then writes them, and L becomes L+n. They stay
+  *provisional* until the acceptance test decides.
+* **truncate**: the rollback; L moves back, the removed K/V stay in memory as *stale*, never read.
+* **move**: a token tree's compaction copies accepted entries to their committed positions.
+* **read**: `update` returns the dense K/V of 0..L+n-1, exactly what `DynamicCache` returns.
 
-* **reserve + append** — before each forward the engine calls `reserve(token_ids, phase)`; the
-  cache makes room for `len(token_ids)` positions `L .. L+n-1` *atomically* (it checks capacity
-  first, and on failure raises with nothing changed), then every layer's `update` writes the
-  new K/V into those slots. When the last layer has written, `L` becomes `L+n`. These K/V are
-  *provisional* until the acceptance test says which of them belong to the committed sequence.
-* **truncate** — the rollback: `L` moves back to `new_len`. The K/V of the removed positions
-  stay in memory ("stale") but are never read again, because every read covers positions
-  `0 .. L-1` only, and the next append overwrites them.
-* **move** — a token tree's compaction (docs/design.md §1c): after a tree verify, the accepted
-  nodes' K/V are copied from the entries the verify pass wrote them to into the entries of their
-  committed positions (`move([(from, to), ..], phase)`, recorded as "move" events). The entries
-  stay where the layout keeps them: a contiguous row copy, or a copy between pages found through
-  the block table, possibly from one block into another.
-* **read** — each layer's `update` returns the dense K/V of positions `0 .. L+n-1`, exactly what
-  `transformers.DynamicCache` would return, so attention (and its causal mask, built from
-  `get_mask_sizes`) is bit-for-bit the computation a plain cache would do.
-
-The two layouts differ only in *where* position p lives in memory (its physical "slot"):
-`contiguous.py` (slot = p in a preallocated buffer, gpt-fast style) and `paged.py` (slot found
-through a block table, vLLM style). Everything else is here: `SpecvizCache` subclasses
-`transformers.cache_utils.Cache`, so an HF model writes into it directly via
-`model(input_ids, past_key_values=cache, use_cache=True)`; each of its layers is a
-`SpecvizLayer` (a `CacheLayerMixin`) that asks the cache for the positions to write.
-
-**Memory that fits the run.** A cache is created with two sizes: `max_len`, the hard limit
-(the context; for a paged cache also an explicit `num_blocks`), and `initial_len`, what the run
-is expected to reach (the decoders pass prompt + max_new_tokens + K + 1, since the verify pass
-appends K+1 positions provisionally). Storage is allocated for `initial_len` only. When a
-`reserve()` needs more room than is allocated, the cache *grows* its storage (to twice its size,
-or what the reservation needs, never past the limit), copying every existing slot, so a live
-change of K or max_new_tokens, or a caller that never said how far it goes, still works. Growth
-is recorded as a "grow" event; only the true limit raises (before any change). Growth is
-capacity, not state: a later truncate, or the engine undoing a failed cycle, leaves the larger
-storage in place, and every length, block table entry, token and K/V is as it was.
-`memory_bytes()` reports allocated vs held vs valid bytes (`KVMemory`).
-
-Every change is recorded as a `CacheEvent` (drained by the engine into the cycle trace), and
-`snapshot()` gives a tensor-free picture of the layout for the visualiser.
-
-This package is the only place in specviz that imports `transformers.cache_utils` (docs/design.md §3).
+Storage is allocated for the expected reach and grows on demand up to the hard limit; every change
+is a `CacheEvent`, and `snapshot()` is a tensor-free picture of the layout. This package is the only
+one that imports `transformers.cache_utils` (§3).
 """
 
 from __future__ import annotations
@@ -80,33 +48,22 @@ def grown(tensor: torch.Tensor, dim: int, size: int) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class KVMemory:
-    """Bytes of one cache's K/V (all layers, keys + values).
-
-    allocated  the K/V tensors that exist now (the contiguous buffer / the paged pool, as grown)
-    held       what this sequence owns: the whole buffer (contiguous) or its block-table blocks
-               (paged), i.e. valid + stale slots; what a shared pool could not give to others
-    valid      positions 0..L-1, the only ones ever read
-    limit      what allocating for the hard limit up front would take (max_len / the pool's
-               cap): the old preallocation, for comparison
-    """
+    """Bytes of one cache's K/V (all layers, keys + values)."""
 
     bytes_per_position: int
-    allocated_bytes: int
-    held_bytes: int
-    valid_bytes: int
-    limit_bytes: int
+    allocated_bytes: int  # the tensors that exist now (the buffer / the pool, as grown)
+    held_bytes: int  # what the sequence owns, valid + stale: the whole buffer, or its block table's blocks
+    valid_bytes: int  # positions 0..L-1, the only ones ever read
+    limit_bytes: int  # allocating for the hard limit (max_len / the pool's cap) up front, for comparison
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 def num_attention_layers(model: torch.nn.Module) -> int:
-    """Number of decoder layers of a causal LM; refuses anything but full attention.
-
-    The count must be exact: the cache's length advances when *every* layer has written. The
-    decoder's own layer list (`layers` in Llama/Qwen2, `h` in GPT-2) wins over the config, in
-    case a model was cut down (e.g. an early-exit draft) without updating its config.
-    """
+    """Number of decoder layers of a causal LM; refuses anything but full attention. It must be exact (the
+    length advances when *every* layer has written), so the model's own layer list (`layers`, GPT-2's `h`)
+    wins over a config that a cut-down model (an early-exit draft) did not update."""
     config = model.config.get_text_config()
     try:
         layer_types, _ = get_layer_types_and_kwargs(config)
@@ -127,11 +84,8 @@ def num_attention_layers(model: torch.nn.Module) -> int:
 
 
 class SpecvizLayer(CacheLayerMixin):
-    """One layer's K/V storage. Subclasses implement `allocate`, `write_and_read` and `dense`.
-
-    Lengths are not stored per layer: the owning cache keeps one length for all layers, so a
-    layer only asks it which positions this forward writes (`begin_write`).
-    """
+    """One layer's K/V storage (a layout implements `allocate`, `write_and_read`, `dense`, ...). The owning
+    cache keeps one length for all layers; a layer asks it which positions to write (`begin_write`)."""
 
     is_sliding = False
     is_croppable = True
@@ -171,9 +125,8 @@ class SpecvizLayer(CacheLayerMixin):
 
     # -- the transformers CacheLayerMixin interface --------------------------------------
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        # Storage for the cache's allocated slots is created on the first update, with the
-        # layer's own dtype and device (layers of one model may sit on different devices), as
-        # normal tensors (see `grown`), whatever mode the first forward ran in.
+        # On the first update, in the layer's own dtype and device (layers may sit on different
+        # devices), as normal tensors (see `grown`), whatever mode the first forward ran in.
         self.dtype, self.device = key_states.dtype, key_states.device
         with torch.inference_mode(False):
             self.allocate(key_states, value_states)
@@ -221,14 +174,9 @@ class SpecvizLayer(CacheLayerMixin):
 class SpecvizCache(Cache):
     """A one-sequence KV cache with explicit reserve / truncate and an event log.
 
-    State (shared by all layers):
-      seq_len        L: positions 0..L-1 hold valid K/V in every layer
-      pending        token ids of the reservation being written (positions L..L+n-1), or []
-      layers_done    layers that have already written the pending reservation
-    Subclasses define the layout: where position p lives (`_slot_list`), how room is checked,
-    made and given back (`_check_room`, `_make_room`, `_release`), how many slots are allocated,
-    held and allowed (`allocated_slots`, `held_slots`, `limit_slots`), `snapshot`, and the layer
-    class that holds the tensors. `capacity` slots are allocated; `_grow_storage` enlarges them.
+    A layout subclass says where position p lives (`_slot_list`), how room is checked, made and
+    given back (`_check_room`, `_make_room`, `_release`), how many slots it holds and allows
+    (`held_slots`, `limit_slots`), its `snapshot` and its layer class.
     """
 
     layout: str = ""
@@ -239,9 +187,9 @@ class SpecvizCache(Cache):
             raise ConfigError(f"max_len must be >= 1, got {max_len}")
         super().__init__(layers=[self.layer_class(self, i) for i in range(num_layers)])
         self.max_len = max_len
-        self.seq_len = 0
-        self.pending: list[int] = []
-        self.layers_done: set[int] = set()
+        self.seq_len = 0  # L: positions 0..L-1 hold valid K/V in every layer
+        self.pending: list[int] = []  # token ids of the reservation being written (positions L..L+n-1)
+        self.layers_done: set[int] = set()  # layers that have written it
         self.events: list[CacheEvent] = []
         self.tokens: list[int] = []  # token id of each valid (or pending) position
         # Per physical slot: the position and token last written there (-1: never), for snapshots.
@@ -270,23 +218,13 @@ class SpecvizCache(Cache):
     def memory_bytes(self) -> KVMemory:
         """Allocated vs held vs valid bytes of this cache (see `KVMemory`)."""
         per = self.bytes_per_position()
-        allocated = sum(
-            layer.keys.nbytes + layer.values.nbytes for layer in self.layers if layer.is_initialized
-        )
-        return KVMemory(
-            bytes_per_position=per,
-            allocated_bytes=allocated,
-            held_bytes=self.held_slots * per,
-            valid_bytes=self.seq_len * per,
-            limit_bytes=self.limit_slots * per,
-        )
+        allocated = sum(layer.keys.nbytes + layer.values.nbytes for layer in self.layers if layer.is_initialized)
+        return KVMemory(bytes_per_position=per, allocated_bytes=allocated, held_bytes=self.held_slots * per,
+                        valid_bytes=self.seq_len * per, limit_bytes=self.limit_slots * per)
 
     def _grow_storage(self, num_slots: int) -> None:
-        """Enlarge every layer's storage and the slot bookkeeping to `num_slots` slots.
-
-        Tensors first: if an allocation fails, the bookkeeping is unchanged (a layer that did
-        grow is merely larger than needed, and grows no further next time).
-        """
+        """Enlarge every layer's storage and the slot bookkeeping to `num_slots` slots. Tensors first:
+        if an allocation fails, the bookkeeping is unchanged (a layer that did grow is merely larger)."""
         for layer in self.layers:
             if layer.is_initialized:
                 layer.grow(num_slots)
@@ -315,10 +253,8 @@ class SpecvizCache(Cache):
     def reserve(self, token_ids: Sequence[int], phase: str) -> None:
         """Make room for positions L..L+n-1 before a forward over `token_ids`.
 
-        Atomic: capacity is checked first, against the hard limit (storage that is merely not
-        allocated yet is grown, not refused); on failure a CacheCapacityError (or its subclass
-        PoolExhaustedError) is raised and nothing changes. A reservation that was never written
-        (e.g. its forward failed before the first layer) is replaced.
+        Atomic: checked against the hard limit first (unallocated storage is grown, not refused);
+        CacheCapacityError / PoolExhaustedError change nothing. A reservation never written is replaced.
         """
         token_ids = [int(t) for t in token_ids]
         n = len(token_ids)
@@ -340,11 +276,8 @@ class SpecvizCache(Cache):
             self.num_touched = max(self.num_touched, slot + 1)
 
     def truncate(self, new_len: int, phase: str) -> None:
-        """Roll back to `new_len <= L` valid positions.
-
-        Also cancels a pending reservation, even one whose forward stopped part-way (an
-        exception after some layers wrote): those slots simply become stale.
-        """
+        """Roll back to `new_len <= L` valid positions. Also cancels a pending reservation, even one
+        whose forward stopped part-way (after some layers wrote): those slots simply become stale."""
         if not 0 <= new_len <= self.seq_len:
             raise ValueError(f"truncate({new_len}) needs 0 <= new_len <= seq_len={self.seq_len}")
         old_end = self.seq_len + len(self.pending)  # a pending reservation is dropped too
@@ -357,11 +290,8 @@ class SpecvizCache(Cache):
         del self.tokens[new_len:]
 
     def move(self, moves: Sequence[tuple[int, int]], phase: str) -> None:
-        """Copy the K/V of entry `src` to entry `dst` for every (src, dst) of `moves`, in every layer.
-
-        Each dst < src < L and the dsts increase (the order in which one-at-a-time copies would be
-        safe). Checked first: a bad move raises ValueError with nothing changed.
-        """
+        """Copy the K/V of entry `src` to entry `dst` for every (src, dst) of `moves`, in every layer. Each
+        dst < src < L and the dsts increase (the compaction order); a bad move raises ValueError, nothing changed."""
         moves = [(int(a), int(b)) for a, b in moves]
         if not moves:
             return
@@ -408,10 +338,8 @@ class SpecvizCache(Cache):
         return events
 
     def dense_kv(self, layer_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Keys and values `[1, H_kv, L, D]` of the valid positions of one layer.
-
-        Contiguous: views into the buffer (valid until the next write); paged: a gathered copy.
-        """
+        """Keys and values `[1, H_kv, L, D]` of the valid positions of one layer (contiguous: views,
+        valid until the next write; paged: a gathered copy)."""
         layer = self.layers[layer_idx]
         if not layer.is_initialized:
             raise ValueError(f"layer {layer_idx} has not been written yet")

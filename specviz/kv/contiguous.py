@@ -1,20 +1,10 @@
-"""Contiguous KV cache: one buffer per layer plus a write pointer.
+"""Contiguous KV cache: one buffer per layer plus a write pointer (gpt-fast, `transformers.StaticCache`).
 
-This is the layout of gpt-fast and of `transformers.StaticCache`: for each layer a buffer
-`[1, H_kv, rows, D]`, and position p always lives in row p. Appending n tokens writes rows
-L..L+n-1 and moves the write pointer from L to L+n; attention reads rows 0..L+n-1 as a plain
-slice (no copy).
-
-Rollback after a rejected draft is just moving the pointer back: `truncate(new_len)` sets
-L = new_len and leaves rows new_len.. untouched. Those *stale* rows are harmless: every read is
-the slice 0..L-1, and the next append overwrites them, row by row, before they are read again.
-
-The buffer is allocated for the rows the run is expected to reach (`initial_len`), not for the
-whole `max_len`. An append past the allocated rows *grows* the buffer (to twice its rows, or
-what the append needs, never past `max_len`): a new buffer is allocated and every old row,
-stale ones included, is copied to the same row, so position p still lives in row p. That copy
-is the price of one contiguous buffer (gpt-fast and StaticCache avoid it by allocating
-`max_len` up front); paging (see `paged.py`) adds blocks instead of copying.
+Position p always lives in row p of a `[1, H_kv, rows, D]` buffer: appending n tokens writes rows
+L..L+n-1 and moves the write pointer to L+n, and attention reads rows 0..L+n-1 as a plain slice.
+Rollback only moves the pointer back; the rows past it are *stale*, never read (every read is the
+slice 0..L-1) and overwritten by the next append. The buffer holds the rows the run is expected to
+reach and grows by copying every row to a larger buffer (docs/design.md §1 "Roll back", §3 "The caches").
 """
 
 from __future__ import annotations

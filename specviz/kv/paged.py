@@ -1,43 +1,16 @@
-"""Paged KV cache: fixed-size blocks from a shared pool, found through a block table (vLLM).
+"""Paged KV cache: fixed-size blocks from a shared pool, found through a block table (PagedAttention, vLLM).
 
-PagedAttention (Kwon et al. 2023, "Efficient Memory Management for Large Language Model
-Serving with PagedAttention"; vLLM) stores K/V the way an operating system stores memory pages:
+As an operating system pages memory: each layer's K/V live in a **pool** of `page_size`-slot blocks,
+`[num_blocks, page_size, H_kv, D]`, and the sequence's **block table** maps logical block i to a
+physical block, so position p lives in slot `block_table[p // page_size] * page_size + p % page_size`
+and memory is taken one block at a time. The **BlockPool**'s free list is a queue, as in vLLM: taken
+from the head (`get_new_blocks`), returned to the tail (`free_blocks`). The pool grows on demand up to
+its cap, and reads are one gather over the slot ids (docs/design.md §3, "The caches").
 
-* The physical memory of each layer is a **pool** of `num_blocks` fixed-size blocks of
-  `page_size` token slots: a tensor `[num_blocks, page_size, H_kv, D]`. Block ids are shared by
-  all layers, so one table serves the whole model.
-* The pool starts with the blocks the run is expected to reach (`initial_len` rounded up to
-  whole pages) and **grows** when a reservation needs more blocks than are free: the pool
-  tensors are reallocated (twice the blocks, or what is needed) with every old block copied
-  under the same id, and the new block ids `num_blocks ..` join the tail of the free list
-  (a "grow" event). It never grows past its cap: the blocks `max_len` needs, or an explicit
-  `num_blocks`, which stays a hard cap (a small pool is how the "pool exhausted" lesson is
-  staged). vLLM sizes its pool once, from the GPU memory left after loading the model; a
-  one-sequence teaching cache grows instead, so it costs what the run uses.
-* A sequence owns a **block table**: logical block i (positions `i*page_size ..
-  (i+1)*page_size - 1`) lives in physical block `block_table[i]`. Position p therefore lives
-  in slot `block_table[p // page_size] * page_size + p % page_size` — the blocks of one
-  sequence need not be adjacent, and memory is taken one block at a time as the sequence grows
-  instead of `max_len` up front.
-* The **BlockPool** hands out free blocks (`get_new_blocks(n)`) and takes them back
-  (`free_blocks(blocks)`); `num_free_blocks` says how many are left. As in vLLM the free list is
-  a queue: blocks are taken from its head and returned to its tail.
-* Attention needs the keys of positions 0..L-1 in order; reading them is one vectorised gather
-  over their slot ids (`index_select`), not a loop over blocks. (vLLM's kernels read through
-  the block table inside the attention kernel; specviz gathers because Hugging Face attention
-  wants dense tensors, and the result is exactly a DynamicCache's.)
-
-Rollback after a rejected draft (positions new_len..L-1 removed) has two policies:
-
-* ``"free"`` — blocks that hold *only* removed positions go back to the pool at once, so the
-  table always has exactly `ceil(L / page_size)` blocks. The last, partially filled block stays:
-  its slots past new_len are **stale** (old K/V, never read: reads cover 0..L-1 only; the next
-  append overwrites them).
-* ``"keep"`` — vLLM v1 style: the blocks stay in the block table, reserved; only the length
-  moves back, and the next appends overwrite the stale slots (recorded as "reuse"). Nothing is
-  returned to the pool, so the table never shrinks; speculative decoding will need those slots
-  again in the very next cycle anyway. (Two exceptions: blocks taken for a forward that never
-  completed go back when that reservation is cancelled, and `reset()` returns everything.)
+Rollback (docs/design.md §1, §2) has two policies. ``"free"``: blocks holding *only* removed positions
+go back to the pool at once; the last, partly filled block keeps its *stale* slots. ``"keep"`` (vLLM
+v1): the blocks stay reserved in the table and only the length moves back; the next appends overwrite
+the stale slots ("reuse"), which speculative decoding needs again in the very next cycle anyway.
 """
 
 from __future__ import annotations
@@ -71,10 +44,8 @@ class KVBlock:
 
 
 class BlockPool:
-    """The free list of physical blocks: taken from the head, returned to the tail.
-
-    `max_blocks` caps `grow()` (None: no cap); the pool starts with `num_blocks` blocks.
-    """
+    """The free list of physical blocks: taken from the head, returned to the tail. The pool starts with
+    `num_blocks` blocks; `max_blocks` caps `grow()` (None: no cap)."""
 
     def __init__(self, num_blocks: int, max_blocks: int | None = None) -> None:
         if num_blocks < 1:
@@ -228,15 +199,8 @@ class PagedKVCache(SpecvizCache):
     layout = "paged"
     layer_class = PagedLayer
 
-    def __init__(
-        self,
-        num_layers: int,
-        max_len: int = 2048,
-        page_size: int = 16,
-        policy: str = "free",
-        num_blocks: int | None = None,
-        initial_len: int | None = None,
-    ) -> None:
+    def __init__(self, num_layers: int, max_len: int = 2048, page_size: int = 16, policy: str = "free",
+                 num_blocks: int | None = None, initial_len: int | None = None) -> None:
         if page_size < 1:
             raise ConfigError(f"page_size must be >= 1, got {page_size}")
         if policy not in POLICIES:
@@ -285,11 +249,8 @@ class PagedKVCache(SpecvizCache):
         needed = self.table.num_new_blocks(end)
         pool = self.pool
         if needed > pool.num_free_blocks + pool.num_growable_blocks:
-            growth = (
-                f" and the pool may grow by only {pool.num_growable_blocks} more to its cap of {self.max_blocks}"
-                if pool.num_growable_blocks
-                else ""
-            )
+            growth = (f" and the pool may grow by only {pool.num_growable_blocks} more to its cap of {self.max_blocks}"
+                      if pool.num_growable_blocks else "")
             raise PoolExhaustedError(
                 f"KV block pool exhausted: positions {start}..{end - 1} need {needed} new block(s) of "
                 f"{self.page_size} slots but only {pool.num_free_blocks} of {pool.num_blocks} "

@@ -4,9 +4,8 @@
     feature  an EAGLE-style head on the target's hidden states   (feature.py)
     lookup   prompt lookup: copy what followed an earlier n-gram (lookup.py)
 
-Each has one row in the torch-free proposer table (`registry.py`), which `make_proposer` builds
-from. This package imports its torch modules lazily (on first use of a class name below), so that
-`specviz.proposers.registry` can be imported by torch-free modules (the config, the views).
+Each has one row in the torch-free proposer table (`registry.py`). The torch modules below are
+imported lazily, on first use of a name, so torch-free modules (the config, the views) can read the table.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
-"""The classic proposer: an independent small language model with its own full KV cache.
+"""The classic proposer: an independent small LM with its own full KV cache (docs/design.md §1, §1b).
 
-The draft model (Leviathan et al. 2023; Chen et al. 2023) sees only tokens. Its cache holds a
-prefix x_1..x_m of the committed sequence, m <= n-1. Each cycle it is fed the tokens it lacks
-("catch-up": x_n, or x_{n-1}, x_n after a fully accepted cycle, because d_K is sampled but never
-fed), then samples d_1 from q_1, feeds d_1, samples d_2, ... up to d_K. Its rollback truncates it
-to the new committed length minus one, exactly like the target's.
-
-A token tree (docs/design.md §1c) is grown after the same catch-up: the frontier of each depth is
-fed in one forward under the tree mask, its entries written past x_1..x_n. Rollback then cuts the
-cache back to x_1..x_n (the committed prefix it grew from); the accepted tokens are caught up
-next cycle.
+Its cache holds a prefix x_1..x_m, m <= n-1. Each cycle it catches up on the tokens it lacks (x_n,
+or x_{n-1}, x_n after full acceptance: d_K is never fed), then samples d_1, feeds it, samples d_2, …
+Rollback truncates it to n'-1, like the target. A token tree (§1c) grows past x_1..x_n after the same
+catch-up, and rollback cuts the cache back to that prefix.
 """
 
 from __future__ import annotations

@@ -1,39 +1,16 @@
-"""The feature-head proposer (EAGLE-style): draft from the target's own hidden states.
+"""The feature-head proposer (EAGLE-style): draft from the target's own hidden states (docs/design.md §1b).
 
-Write F[p] for the target's feature at position p (the input of its output head when x at
-position p was fed) -- 0-based positions here, as in the caches. The head's cache entry p holds the
-K/V of the pair (F[p], x[p+1]); its output predicts F[p+1], whose logits give the token at p+2.
-
-With committed x[0..n-1] (n tokens), the target cache holds positions 0..n-2, so real features
-exist for F[0..n-2] only (from the prefill and earlier verify passes). One cycle:
-
-* **catch-up** -- feed every pair the head lacks, (F[p], x[p+1]) for p = m..n-2: all from real
-  features; the last one, (F[n-2], x[n-1]), yields q_1 and d_1;
-* **draft** -- d_2..d_K come from feeding the head its *own predicted* feature: (G[n-1], d_1),
-  (G[n], d_2), ... Those entries rest on a guess, so they are provisional even if every draft is
-  accepted;
-* **verify** -- the target's pass over [x_n, d_1..d_K] returns the real F[n-1..n+K-1] (caught on
-  the way into its output head: no second forward);
-* **rollback** -- truncate the head's cache to n-1 entries (those built from real features) and
-  keep the real features of the committed positions; the next catch-up re-feeds the newly
-  committed pairs from real features. So the head lags the committed sequence by as many tokens
-  as the last cycle committed, and its cache always equals a fresh head prefill over
-  (F[0], x[1]) .. (F[m-1], x[m]) -- which `check_invariant` verifies against features from a
-  fresh target prefill.
-
-With a one-token prompt there is no feature yet: the first cycle proposes nothing (a plain
-target step) and the head starts from the features that step produces.
-
-A token tree (docs/design.md §1c) grows from the same catch-up: a frontier node's pair is
-(G of its parent's entry, its token) -- the root's children take the catch-up's last output --
-fed one depth per forward under the tree mask. Every such entry rests on a guess, so rollback
-drops them all, as it drops a chain's; the verify pass hands back the real features of the root
-and the accepted path only.
+F[p] is the target's feature at (0-based) position p; the head's cache entry p holds the pair
+(F[p], x[p+1]), and its output G[p+1] gives the logits of the token at p+2. Catch-up feeds the pairs
+it lacks from *real* features, the last of which yields d_1; d_2..d_K come from the head's own
+predicted features, so those entries are always rolled back, even when their drafts are accepted.
+The verify pass hands back the real features, and the next catch-up rebuilds the committed pairs
+from them. A one-token prompt has no feature yet: its first cycle is a plain target step. A token
+tree (§1c) feeds each frontier node's pair (G of its parent's entry, its token) the same way.
 """
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import torch
@@ -150,8 +127,7 @@ class FeatureProposer(Proposer):
     def observe_verify(self, features: torch.Tensor | None) -> None:
         self.verify_features = features
 
-    def rollback(self, committed: list[int]) -> None:
-        # Keep the real features of positions 0..n'-2 (what the target cache keeps).
+    def rollback(self, committed: list[int]) -> None:  # keep the real features of 0..n'-2, as the target
         known = self.features if self.verify_features is None else torch.cat([self.features, self.verify_features])
         self.features = known[: len(committed) - 1]
         self.verify_features = None
@@ -171,11 +147,6 @@ class FeatureProposer(Proposer):
         length, self.features, self.num_real = saved
         self.verify_features = None
         super().restore(length)
-
-    def fork(self) -> Proposer:
-        twin = copy.copy(self)
-        twin.cache = copy.deepcopy(self.cache)
-        return twin
 
     @torch.inference_mode()
     def check_invariant(self, committed: list[int]) -> float | None:

@@ -1,21 +1,11 @@
-"""Prompt-lookup drafting: no weights, no cache -- guess that the text repeats itself.
+"""Prompt-lookup drafting: no weights, no cache -- guess that the text repeats itself (docs/design.md §1b).
 
-When a model rewrites, quotes, continues a list or edits code, the next tokens often already
-appear earlier in the context. Prompt lookup (HF `prompt_lookup_num_tokens`, vLLM's
-`NgramProposer`) takes the last n committed tokens (n from `max_ngram` down to `min_ngram`),
-finds their most recent earlier occurrence in the context, and proposes the (up to K) tokens that
-followed it there.
-
-The proposal is deterministic, so each q_i is one-hot on d_i. The acceptance test becomes
-u <= p_i(d_i) (the target keeps a guessed token exactly as often as it would have produced it),
-and after a rejection the residual max(0, p - q) is p with d_j removed, renormalised. When
-nothing matches there is no proposal and the cycle is one plain target step.
-
-A token tree (docs/design.md §1c) is a *trie* of several continuations instead of one
-(`find_continuations`): those that followed the most recent earlier occurrences of the suffix
-n-gram (longest n first, then newest first). A node's score is the share of those continuations
-that pass through it; each node keeps its `width` most shared children, ties going to the newer
-occurrence, so the first chain of the tree is the chain prompt lookup proposes.
+When a model rewrites, quotes, continues a list or edits code, the next tokens often appear earlier
+in the context. Prompt lookup (HF `prompt_lookup_num_tokens`, vLLM's `NgramProposer`) finds the most
+recent earlier occurrence of the last n committed tokens (longest n first) and proposes the tokens
+that followed it. The proposal is deterministic, so each q_i is one-hot and the test is
+u <= p_i(d_i); no match means a plain target step. A token tree (§1c) is a trie of several such
+continuations (`find_continuations`), whose first chain is the one lookup proposes.
 """
 
 from __future__ import annotations
@@ -29,13 +19,8 @@ from .base import Distribution, Drafts, Proposer, TreeDrafts
 def find_continuation(tokens: list[int], k: int, max_ngram: int, min_ngram: int) -> tuple[list[int], int, int]:
     """(up to k tokens that followed, n, start): the most recent earlier occurrence, at `start`,
     of the longest suffix n-gram (max_ngram >= n >= min_ngram) of `tokens`; ([], 0, -1) if none."""
-    for n in range(min(max_ngram, len(tokens) - 1), min_ngram - 1, -1):
-        suffix = tokens[-n:]
-        # candidate starts, newest first; the suffix itself (start len-n) is not a match
-        for start in range(len(tokens) - n - 1, -1, -1):
-            if tokens[start : start + n] == suffix:
-                return tokens[start + n : start + n + k], n, start
-    return [], 0, -1
+    found = find_continuations(tokens, k, max_ngram, min_ngram, max_paths=1)
+    return found[0] if found else ([], 0, -1)
 
 
 def find_continuations(tokens: list[int], depth: int, max_ngram: int, min_ngram: int,
@@ -47,7 +32,7 @@ def find_continuations(tokens: list[int], depth: int, max_ngram: int, min_ngram:
     seen: set[int] = set()
     for n in range(min(max_ngram, len(tokens) - 1), min_ngram - 1, -1):
         suffix = tokens[-n:]
-        for start in range(len(tokens) - n - 1, -1, -1):
+        for start in range(len(tokens) - n - 1, -1, -1):  # newest first; the suffix itself is no match
             follow = start + n
             if follow not in seen and tokens[start:follow] == suffix:
                 seen.add(follow)
@@ -78,8 +63,7 @@ class LookupProposer(Proposer):
                     f"{start}..{start + n - 1}; proposing the {len(tokens)} token(s) that followed there "
                     f"(positions {start + n}..{start + n + len(tokens) - 1})")
         else:
-            note = (f"no earlier occurrence of the last {self.min_ngram}..{self.max_ngram} token(s): "
-                    "no proposal, this cycle is one plain target step")
+            note = self._no_match()
         return Drafts(tokens, probs, [], note)
 
     def propose_tree(self, committed: list[int], shape: trees.TreeShape) -> TreeDrafts:
@@ -90,9 +74,12 @@ class LookupProposer(Proposer):
                     f"{found[0][1]}..{found[-1][1]} token(s), newest first: {tree.num_nodes} node(s), "
                     f"depth {tree.depth}")
         else:
-            note = (f"no earlier occurrence of the last {self.min_ngram}..{self.max_ngram} token(s): "
-                    "no proposal, this cycle is one plain target step")
+            note = self._no_match()
         return TreeDrafts(tree, [], note)
+
+    def _no_match(self) -> str:
+        return (f"no earlier occurrence of the last {self.min_ngram}..{self.max_ngram} token(s): "
+                "no proposal, this cycle is one plain target step")
 
     @classmethod
     def from_pair(cls, pair: object, config: object, max_context: int, vocab_size: int) -> LookupProposer:
