@@ -19,6 +19,7 @@ in `specviz.viz`; all explanations come from `specviz.narrative`.
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 # pandas is imported before any session draws a table: Streamlit imports it lazily on first use, and
@@ -49,6 +50,10 @@ TABS = {
     "myths": ":material/report: Common misconceptions",
     "export": ":material/download: Export & import",
 }
+
+# The page's icon, sent inline (an SVG file becomes a data: URL): a `:material/…:` icon is fetched
+# from Google's font CDN on every page, which an offline classroom cannot reach.
+ICON = Path(__file__).resolve().parent / "assets" / "icon.svg"
 
 MYTHS_INTRO = "The classic walkthrough of the cache bookkeeping gets these wrong. specviz shows the precise version:"
 
@@ -117,7 +122,8 @@ def ensure_run(controls: sidebar.Controls, pair: Any, settings: ServerSettings) 
             with session.decoding_slot():
                 new = start_live_run(
                     ws.new_id(), controls.prompt.strip().replace("\n", " ")[:32] or "run", key, pair,
-                    controls.config, ids, slot=session.decoding_slot, widgets=sidebar.widget_values(),
+                    controls.config, ids, slot=session.decoding_slot, session_texts=ws.session_texts,
+                    widgets=sidebar.widget_values(),
                     prompt_text=controls.prompt, chat=controls.chat, notices=(notice,) if notice else (),
                 )  # fmt: skip
                 new = first_cycle_ahead(_scenario_start(new))
@@ -178,7 +184,7 @@ def _scenario_start(run: Run) -> Run:
 
 
 def main() -> None:
-    st.set_page_config(page_title="specviz — speculative decoding, exactly", page_icon=":material/visibility:",
+    st.set_page_config(page_title="specviz — speculative decoding, exactly", page_icon=str(ICON),
                        layout="wide")
     try:
         settings = ServerSettings.load()

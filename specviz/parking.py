@@ -45,6 +45,7 @@ class ParkedDecoder:
     finish_reason: str | None
     generator_states: dict[str, torch.Tensor]
     parked_at: float  # time.time()
+    session_texts: Any = None  # the session's earlier texts (a SessionStore), handed back on resume
 
     @property
     def num_generated(self) -> int:
@@ -58,12 +59,13 @@ def park(dec: SpeculativeDecoder) -> ParkedDecoder:
         config=dec.config, committed=tuple(s.committed), origins=tuple(s.origins),
         num_prompt_tokens=s.num_prompt_tokens, cycles=s.cycle, finish_reason=s.finish_reason, parked_at=time.time(),
         generator_states={role: g.get_state() for role, g in s.generators.items()},
+        session_texts=dec.session_texts,
     )  # fmt: skip
 
 
 def resume(pair: Any, parked: ParkedDecoder) -> SpeculativeDecoder:
     """A decoder in the parked state: a prefill of the committed tokens, the streams restored."""
-    dec = SpeculativeDecoder(pair, parked.config)
+    dec = SpeculativeDecoder(pair, parked.config, parked.session_texts)
     committed = list(parked.committed)
     dec.start(committed[: dec.max_context - 1])  # all of it unless the run filled the context
     s = dec._require()

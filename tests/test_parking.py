@@ -11,6 +11,7 @@ import pytest
 
 from specviz import DecodeConfig, DecodingFinishedError, SpeculativeDecoder, build_tiny_pair
 from specviz.parking import IdleRegistry, park, resume
+from specviz.proposers import registry
 
 PROMPT = "the quick brown fox jumps over the lazy dog and the fox"
 
@@ -29,7 +30,7 @@ def _run(pair, cfg, cycles):
     return dec
 
 
-@pytest.mark.parametrize("proposer", ["draft", "feature", "lookup"])
+@pytest.mark.parametrize("proposer", registry.names())
 @pytest.mark.parametrize("temperature", [1.0, 0.0])
 def test_a_rebuilt_decoder_continues_exactly_like_an_uninterrupted_one(pair, proposer, temperature):
     cfg = DecodeConfig(proposer=proposer, k=3, temperature=temperature, seed=7, max_new_tokens=40, page_size=4)
@@ -59,6 +60,19 @@ def test_parking_frees_the_caches(pair):
     gc.collect()
     assert target() is None and draft() is None
     assert resume(pair, parked).target_cache is not None
+
+
+def test_the_sessions_texts_survive_parking_and_are_released_by_the_idle_sweep(pair):
+    from specviz.ui.actions import park_idle
+    from specviz.ui.state import Workspace, start_live_run
+
+    ws = Workspace()
+    ws.session_texts.add([5, 6, 7, 8])
+    cfg = DecodeConfig(proposer="retrieval", k=3, seed=1)
+    ws.add(start_live_run(1, "t", (), pair, cfg, pair.tokenizer.encode(PROMPT), session_texts=ws.session_texts))
+    assert ws.run.dec.session_texts is ws.session_texts
+    assert resume(pair, park(ws.run.dec)).session_texts is ws.session_texts  # handed back on resume
+    assert park_idle(ws) and len(ws.session_texts) == 0  # released with the caches
 
 
 def test_a_finished_run_is_rebuilt_finished(pair):

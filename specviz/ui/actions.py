@@ -127,6 +127,7 @@ def park_idle(ws: Workspace) -> bool:
     if run is None or run.dec is None or ws.playing:
         return False
     _swap(ws, dataclasses.replace(park(run), parked_idle=True))
+    ws.session_texts.clear()  # the session's earlier texts are released with its caches
     return True
 
 

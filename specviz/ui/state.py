@@ -42,6 +42,7 @@ from typing import Any, Literal
 from .. import parking, precision, whatif
 from ..config import DecodeConfig
 from ..errors import DecodingFinishedError, SpecvizError
+from ..suffix_store import SessionStore
 from ..timeline import PHASES_PER_CYCLE, at, end_of
 from ..trace import CacheSnapshot, CycleTrace
 
@@ -312,11 +313,12 @@ def run_to_cycle(run: Run, cycle: int, slot: Slot = nullcontext) -> Run:
 
 
 def start_live_run(run_id: int, title: str, restart_key: tuple, pair: Any, cfg: DecodeConfig, prompt_ids: list[int],
-                   *, slot: Slot = nullcontext, **fields: Any) -> Run:
-    """Build and prefill a decoder; raises SpecvizError and leaves nothing behind."""
+                   *, slot: Slot = nullcontext, session_texts: SessionStore | None = None, **fields: Any) -> Run:
+    """Build and prefill a decoder (drafting from `session_texts`, the session's earlier texts);
+    raises SpecvizError and leaves nothing behind."""
     from ..engine import SpeculativeDecoder  # torch-heavy: only live runs need it
 
-    dec = SpeculativeDecoder(pair, cfg)
+    dec = SpeculativeDecoder(pair, cfg, session_texts)
     with slot():
         dec.start(prompt_ids)
     n = len(dec.committed)
@@ -379,6 +381,8 @@ class Workspace:
     prefetch_failed: Any = None  # (run id, cycles, config) whose prefetch failed: not retried
     wanted: set = field(default_factory=set)  # this session's clicks waiting for the server (`actions.wanting`)
     prefetching: threading.Lock = field(default_factory=threading.Lock)  # held by the one computing ahead
+    # What this session's runs wrote (retrieval drafts from it): never shared, cleared when parked idle.
+    session_texts: SessionStore = field(default_factory=SessionStore)
 
     def new_id(self) -> int:
         self.next_id += 1
