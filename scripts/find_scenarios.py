@@ -68,6 +68,7 @@ class Search:
     max_cycle: int = 2  # the lesson must happen by this 0-based cycle: the check stays quick
     tree_width: int = 1  # > 1: a token tree of depth k with this many children per node
     tree_nodes: int = 16
+    proposer: str | None = None  # None: the pair's preferred proposer
 
 
 SEARCHES = (
@@ -136,6 +137,16 @@ SEARCHES = (
         lambda f: f.move_crosses_block and f.frees_block,
         k=4, page_size=4, tree_width=3, tree_nodes=16,
     ),
+    Search(
+        "retrieval-run", "Retrieval: a long run copied from text the target wrote before",
+        "No model drafts here: the last tokens of the context also occur in the target's own earlier answers, and "
+        "what followed them there is proposed. The target accepts a long run of them in one verify pass -- exact "
+        "whatever the guesses' source, since each is kept only as often as the target would produce it.",
+        ("What is photosynthesis?", "Explain in two sentences why the sky is blue.", "What is the capital of France?",
+         "Tell me about the culture of Egypt."),
+        lambda f: f.num_accepted >= 4,
+        k=5, max_cycle=6, proposer="retrieval",
+    ),
 )
 
 
@@ -199,7 +210,7 @@ def main() -> int:
     for spec in SEARCHES:
         if args.only and spec.id not in args.only:
             continue
-        found = search(pair, spec, proposer, args.seeds)
+        found = search(pair, spec, spec.proposer or proposer, args.seeds)
         if found is None:
             print(f"[{spec.id}] NOT FOUND", flush=True)
             continue
