@@ -1,4 +1,4 @@
-"""Section "proposers" — draft model vs feature head vs prompt lookup, side by side.
+"""Section "proposers" — every proposer the pair can run (the proposer table), side by side.
 
 Every proposer runs through the same `SpeculativeDecoder` on the same held-out prompts, with the
 same threads, interleaved (rotating order per prompt) with the target's own plain greedy

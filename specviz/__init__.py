@@ -5,7 +5,7 @@ Public API (docs/design.md §4):
     pair = specviz.load_default_pair()                 # offline embedded default pair
     pair = specviz.load_pair(target=..., draft=...)    # any HF pair (ids, dirs, GGUF files)
     head = specviz.FeatureHead.random(pair.target)     # an (untrained) EAGLE-style head
-    cfg = specviz.DecodeConfig(proposer="feature")     # or "draft" (default), "lookup"
+    cfg = specviz.DecodeConfig(proposer="feature")     # any name of the proposer table (proposers/registry.py)
     cfg = specviz.DecodeConfig(k=5, temperature=1.0, cache_layout="paged", page_size=16)
     cfg = specviz.DecodeConfig(k=4, tree_width=3, tree_nodes=16)   # a token tree of depth 4
     dec = specviz.SpeculativeDecoder(pair, cfg)

@@ -2,7 +2,7 @@
 
     python -m specviz walk --prompt "Explain KV caches." --k 5 --temperature 0.8 --cycles 8 \
         --layout paged --page-size 4 [--policy free|keep] [--seed N] [--json FILE] [--no-chat] \
-        [--proposer draft|feature|lookup] [--target ID_OR_DIR --draft ID_OR_DIR | --tiny] \
+        [--proposer NAME] [--target ID_OR_DIR --draft ID_OR_DIR | --tiny] \
         [--dtype float32|bfloat16] [--tree-width W --tree-nodes N]
 
 Each cycle is printed with its positions and numbers (docs/design.md §1): the catch-up, each draft's

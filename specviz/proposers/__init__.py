@@ -1,11 +1,8 @@
 """Proposers: who guesses the K draft tokens (docs/design.md §1b). See `base.py` for the interface.
 
-    draft    an independent small LM with its own KV cache      (draft_model.py)
-    feature  an EAGLE-style head on the target's hidden states   (feature.py)
-    lookup   prompt lookup: copy what followed an earlier n-gram (lookup.py)
-
-Each has one row in the torch-free proposer table (`registry.py`). The torch modules below are
-imported lazily, on first use of a name, so torch-free modules (the config, the views) can read the table.
+One module per proposer (a draft model, a feature head, prompt lookup, retrieval), each with one
+row in the torch-free proposer table (`registry.py`). The torch modules below are imported lazily,
+on first use of a name, so torch-free modules (the config, the views) can read the table.
 """
 
 from __future__ import annotations

@@ -8,11 +8,13 @@ The page (`app.py`) only lays things out. Underneath:
   (next phase, next cycle, back, seek) is a pure function from one immutable `Run` to the next.
 * `quiz`    — "predict, then reveal": the questions asked before a cycle's outcome is shown,
   and their scores, read from the trace.
-* `session` — the Streamlit side of a browser session: its `Workspace` cell, the lock around it,
-  the server's decoding gate, parking of idle decoders, and the shared model-pair store.
+* `session` — the Streamlit side of a browser session: its `Workspace` cell, the waiting box, and the
+  shared model-pair store; `actions` the Streamlit-free half (the decoding slots, parking idle decoders).
+* `stage_protocol` — the stage's messages, channel and payloads (no Streamlit), which the component
+  (`stage_component`) and its HTTP route (`stage_route`) share.
 * `sidebar` — the controls, within the server's limits.
 * `stage`   — what the lecture looks at: buttons, status line, the KV-cache picture, the
   narrative, the token strip, the quiz.
 * `tabs`    — the secondary views, one module each (`tab_charts`, `tab_stats`, `tab_lab`,
-  `runs`, `tab_export`), rendered only when their tab is open.
+  `tab_export`), rendered only when their tab is open; `runs` the sidebar's run list.
 """
