@@ -58,12 +58,16 @@ ICON = Path(__file__).resolve().parent / "assets" / "icon.svg"
 MYTHS_INTRO = "The classic walkthrough of the cache bookkeeping gets these wrong. specviz shows the precise version:"
 
 # The stage must sit above the fold at 1440x900: Streamlit's default top padding (6 rem) is halved.
-# In lecture mode (no caption above the buttons) the buttons start just below Streamlit's header.
+# In lecture mode (no caption above the buttons) the buttons sit in Streamlit's header band: the
+# header lets clicks through but for its own buttons, and the main column keeps narrow margins (the
+# stage collapses the sidebar there: docs/design.md §3, "One screen in lecture mode").
 # The container of everything above the stage (`HEAD`) adds no box of its own (no gap when empty).
 HEAD = "page_head"
 _HEAD_CSS = f"div:has(> .st-key-{HEAD}), .st-key-{HEAD} {{ display: contents; }}"  # and Streamlit's wrapper
 COMPACT_PAGE = f"<style>.stMainBlockContainer {{ padding-top: 2.5rem; }} {_HEAD_CSS}</style>"
-LECTURE_PAGE = f"<style>.stMainBlockContainer {{ padding-top: 3.9rem; }} {_HEAD_CSS}</style>"
+LECTURE_PAGE = ("<style>.stMainBlockContainer { padding: .5rem 3rem 1rem; } "
+                "header[data-testid='stHeader'] { background: transparent; pointer-events: none; } "
+                f"header[data-testid='stHeader'] button {{ pointer-events: auto; }} {_HEAD_CSS}</style>")
 
 
 def more_views(run: Run, cycle: int | None, phase: str) -> None:
@@ -192,8 +196,8 @@ def main() -> None:
         st.error(f"This server's specviz settings are invalid: {exc}", icon=":material/error:")
         return
     session.configure_threads(settings)
+    ws = session.open_workspace()  # first: a reloaded page's settings come back before the widgets are drawn
     sidebar.init_state()
-    ws = session.workspace()
     registry = parking.shared_registry()
     registry.touch(ws)
     released = registry.sweep(settings.idle_seconds, actions.park_idle)  # sessions idle too long free their caches
@@ -209,6 +213,7 @@ def main() -> None:
     finally:
         with runs_slot:
             runs_panel(session.workspace().run)
+        session.workspace().widgets = sidebar.page_settings()  # what a reload of this page starts from
 
 
 def page(settings: ServerSettings, controls: sidebar.Controls | None, limit_notes: list[str]) -> None:
@@ -248,8 +253,7 @@ def page(settings: ServerSettings, controls: sidebar.Controls | None, limit_note
 
 def _show(ws: Any, head: Any) -> None:
     with head:
-        for note in ws.run.notices:
-            st.info(note, icon=":material/info:")
+        stage.notices(ws.run)  # toasts in lecture mode: nothing above the stage moves it
     stage.run_stage(after=more_views)
 
 

@@ -36,7 +36,7 @@ CASES = (("contiguous", "free"), ("paged", "free"), ("paged", "keep"))
 
 # The app's sidebar defaults (app.py init_state / DEFAULT_PROMPT), repeated here so that the
 # benchmark does not import Streamlit.
-APP_PROMPT = "Explain in two sentences why the sky is blue."
+APP_PROMPT = "Explain in a few sentences why the sky is blue during the day and red at sunset."
 APP_SETTINGS = dict(k=5, temperature=1.0, max_new_tokens=128, cache_layout="paged", page_size=16,
                     free_policy="free", max_context=2048, seed=0)
 MIB = 2**20

@@ -250,7 +250,9 @@ def cycle_rows(traces: Sequence[CycleTrace]) -> list[dict[str, object]]:
             "tree": "" if t.tree is None else f"width {t.tree.width}, {t.k} nodes",
             "T": t.temperature,
             "accepted": t.num_accepted,
-            "rejected at": t.rejected_at if t.rejected_at is not None else "—",
+            # Text in every row ("d3" or "—"): a column of numbers and dashes is no Arrow type, and
+            # Streamlit's table then logs a traceback and converts it again.
+            "rejected at": f"d{t.rejected_at}" if t.rejected_at is not None else "—",
             "committed": "".join(e.text for e in t.emitted),
             "last token": t.emitted[-1].kind if t.emitted else "—",
             "note": "no proposal: plain target step" if t.k == 0 else "",

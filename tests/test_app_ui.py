@@ -84,12 +84,13 @@ def test_lecture_mode_enlarges_the_picture_and_hides_the_tabs():
 def _answer(at, accepted: int, dropped, freed) -> None:
     at.radio(key="quiz_accepted").set_value(accepted)
     at.multiselect(key="quiz_dropped").set_value(list(dropped))
-    at.multiselect(key="quiz_freed").set_value(list(freed))
+    at.multiselect(key="quiz_freed").set_value(list(freed)).run()  # the button waits for an answer
     click(at, "quiz_submit")
 
 
 def _quiz_caption(at) -> str:
-    return next(c.value for c in at.caption if c.value.startswith("**Quiz**"))
+    """The quiz's feedback beside the stage (markdown in the narrative's size, not a grey caption)."""
+    return next(m.value for m in at.markdown if m.value.startswith("**Quiz** —"))
 
 
 def test_quiz_asks_at_verify_scores_against_the_trace_and_tallies():
@@ -101,6 +102,8 @@ def test_quiz_asks_at_verify_scores_against_the_trace_and_tallies():
     run = shown(at)
     truth = quiz.truth(run.traces[0])
     assert at.radio(key="quiz_accepted").options == [str(i) for i in range(truth.k + 1)]
+    assert at.radio(key="quiz_accepted").value is None  # nothing chosen for the student
+    assert at.button(key="quiz_submit").disabled  # locked in only once an answer is chosen
     assert at.multiselect(key="quiz_dropped").options == [str(p) for p in truth.candidates]
     assert at.multiselect(key="quiz_freed").options == [str(b) for b in truth.candidate_blocks]
     assert truth.candidate_blocks  # paged + free: the block question is asked
@@ -119,6 +122,8 @@ def test_quiz_asks_at_verify_scores_against_the_trace_and_tallies():
     assert "Score over this run: 3/3" in caption
 
     click(at, "next_phase", 2)  # cycle 2: draft, verify
+    assert at.radio(key="quiz_accepted").value is None  # the last answer is not carried over
+    assert at.multiselect(key="quiz_dropped").value == []
     truth = quiz.truth(shown(at).traces[1])
     wrong = (truth.accepted + 1) % (truth.k + 1)
     not_dropped = [p for p in truth.candidates if p not in truth.dropped][:1]

@@ -5,7 +5,8 @@ test opens its own page, so its own session. What is checked:
 
 * **Lecture layout** (1920x1080, then 1440x900): after the first Next phase the KV picture (`.svkv`)
   spans ≥ 90 % of the main column's content width, its top is above the fold, its cell text is
-  ≥ 14 px, and one physical block is one row (the cells of a row share one y; rows are stacked).
+  ≥ 14 px, and one physical block is one row (its cells in reading order, wrapping to more lines
+  when they do not fit; rows are stacked).
   Lecture mode on enlarges the type (≥ 18 px) and keeps the picture above the fold.
 * **Animation**: a sampler in the page (requestAnimationFrame) watches the new picture after a click:
   running CSS animations inside `.svkv` (`getAnimations`) and the computed style of one animated
@@ -108,7 +109,8 @@ LAYOUT_JS = """() => {
   const cs = getComputedStyle(main);
   const r = kv.getBoundingClientRect();
   const grids = [...kv.querySelectorAll('.svkv-grid')].map(g => [...g.querySelectorAll('.svkv-row')].map(
-    row => [...row.querySelectorAll('.svkv-cell')].map(c => c.getBoundingClientRect().top)));
+    row => [...row.querySelectorAll('.svkv-cell')].map(c => { const b = c.getBoundingClientRect();
+      return [b.top, b.bottom, b.left]; })));
   const tok = kv.querySelector('.svkv-cache .svkv-cell .svkv-tok');
   return {left: r.left, top: r.top, width: r.width, stageWidth: stage.getBoundingClientRect().width,
     mainWidth: main.clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight),
@@ -285,12 +287,14 @@ def _assert_layout(page, fold: int, min_font: float) -> dict:
     assert g["grids"], "no cache grid"
     for grid in g["grids"]:
         assert grid, "a cache grid without rows"
-        tops = []
-        for row in grid:
+        last_bottom = float("-inf")
+        for row in grid:  # one physical block: its cells in reading order, wrapping to more lines if need be
             assert row, "a row without cells"
-            assert max(row) - min(row) <= 1, f"the cells of one block are not on one row: {row}"
-            tops.append(row[0])
-        assert all(b > a for a, b in zip(tops, tops[1:])), f"rows are not stacked: {tops}"
+            for (top, bottom, left), (top2, _, left2) in zip(row, row[1:]):
+                same_line = abs(top2 - top) <= 1 and left2 > left
+                assert same_line or top2 >= bottom - 1, f"the cells of one block are out of order: {row}"
+            assert min(c[0] for c in row) >= last_bottom - 1, f"blocks are not stacked: {grid}"
+            last_bottom = max(c[1] for c in row)
     return g
 
 
@@ -949,4 +953,162 @@ def test_token_tree_panel_and_the_compaction_glide(browser) -> None:
     still = calm.evaluate(TREE_MOVE_JS, [key])
     assert still["same"] and still["running"] == 0, still
     calm.close()
+    assert not errors, errors
+
+
+# ---------------------------------------------------------------- a lecture's walk-through (issue 26) ----
+
+
+def _cur(page) -> int:
+    return page.evaluate("window.__specvizStage.state.cur")
+
+
+def _steps_seen(page, ms: int) -> list[int]:
+    """The steps the stage shows over `ms` milliseconds, each once, in order (sampled every 50 ms)."""
+    seen: list[int] = []
+    for _ in range(ms // 50):
+        cur = _cur(page)
+        if not seen or seen[-1] != cur:
+            seen.append(cur)
+        page.wait_for_timeout(50)
+    return seen
+
+
+def _history_label(page) -> str:
+    return page.locator("[class*='st-key-history-'] [data-testid='stSliderThumbValue']").first.inner_text()
+
+
+def test_play_pause_and_the_history_follow_the_step_on_screen(server: str, browser) -> None:
+    """Play right after Back starts from the step on screen (it skipped 1·2 → 1·5: the server played
+    from the step it was last told of), Pause stops on the step on screen (the timer's next step was
+    on its way), and the history slider's label names the step shown, not the one of the last page
+    run ("cycle 1 · 5" under cycle 2 · 5)."""
+    errors: list[str] = []
+    page = _open(browser, server, errors)
+    for _ in range(3):
+        _button(page, "next_phase").click()
+        page.wait_for_timeout(150)
+    _wait_idle(page)
+    page.wait_for_timeout(4500)  # the page is drawn again for step 3: the slider with it
+    _wait_idle(page)
+    _button(page, "back").click()
+    _button(page, "back").click()
+    assert _cur(page) == 1
+    assert _history_label(page) == "c" + _phase_title(page)[1:], (_history_label(page), _phase_title(page))
+    _button(page, "play").click()  # within a second of Back: the server has not been told of step 1
+    seen = _steps_seen(page, 2600)
+    assert seen[:2] == [1, 2] and all(b == a + 1 for a, b in zip(seen, seen[1:])), seen
+    page.keyboard.press("p")  # Pause, by the button's key (taken by the stage as the button's click is)
+    paused = _cur(page)
+    after = _steps_seen(page, 2500)
+    assert after == [paused], (paused, after)
+    _wait_idle(page)
+    assert _cur(page) == paused and "Pause" not in _button(page, "play").inner_text()
+    assert _history_label(page) == "c" + _phase_title(page)[1:]
+    _button(page, "next_phase").click()  # and the slider keeps following the local steps
+    assert _history_label(page) == "c" + _phase_title(page)[1:]
+    _no_exception(page, "play and pause")
+    page.close()
+    assert not errors, errors
+
+
+def test_clicks_while_a_setting_starts_a_new_run_count_for_the_new_run(server: str, browser) -> None:
+    """A proposer changed, then Next cycle at once: the page is still starting the new run, so the click
+    waits for it (stepped in the old run, it was undone by the new run's first payload: ten clicks
+    ended at cycle 9)."""
+    errors: list[str] = []
+    page = _open(browser, server, errors)
+    old = page.evaluate("window.__specvizStage.state.run")
+    checked = page.locator("[data-testid='stSidebar'] input[type=radio]:checked").all_inner_texts()
+    other = "Feature head (EAGLE-style)" if not any("Feature" in c for c in checked) else "Draft model (a small LM)"
+    page.get_by_text(other).click()
+    _button(page, "next_cycle").click()  # at once
+    for _ in range(2):
+        page.wait_for_timeout(300)
+        _button(page, "next_cycle").click()
+    page.wait_for_function("window.__specvizStage.state.cur === 15 && !window.__specvizStage.state.waiting",
+                           timeout=120_000)
+    _wait_idle(page)
+    state = page.evaluate("({run: window.__specvizStage.state.run, cur: window.__specvizStage.state.cur})")
+    assert state["run"] != old and state["cur"] == 15 and "cycle 3 of" in _status(page), (state, _status(page))
+    _no_exception(page, "clicks during a new run")
+    page.close()
+    assert not errors, errors
+
+
+def test_a_reload_brings_the_run_back_at_its_step(server: str, browser) -> None:
+    """F5 opens a new session: the page's address names the runs, which come back at the step shown
+    (the last local steps told to the server as the page goes), not at a fresh prefill."""
+    errors: list[str] = []
+    page = _open(browser, server, errors)
+    _button(page, "next_cycle").click()
+    page.wait_for_timeout(200)
+    _button(page, "next_phase").click()
+    page.wait_for_timeout(200)
+    _button(page, "next_phase").click()
+    assert _cur(page) == 7
+    run = page.evaluate("window.__specvizStage.state.run")
+    assert "session=" in page.url
+    page.reload(wait_until="domcontentloaded")
+    _button(page, "next_phase").wait_for(timeout=90_000)
+    _wait_idle(page)
+    assert page.evaluate("window.__specvizStage.state.run") == run and _cur(page) == 7, _phase_title(page)
+    assert _phase_title(page).startswith("Cycle 2 · 2")
+    _no_exception(page, "after a reload")
+    page.close()
+    assert not errors, errors
+
+
+def test_every_resource_is_served_by_the_app_itself(server: str, browser) -> None:
+    """Offline, nothing may come from elsewhere: the page icon was a Material symbol fetched from a
+    font CDN on every page (ERR_NAME_NOT_RESOLVED without a network)."""
+    errors: list[str] = []
+    page = browser.new_page(viewport={"width": 1920, "height": 1080})
+    page.set_default_timeout(120_000)
+    _watch_errors(page, errors, server)
+    asked: list[str] = []
+    page.on("request", lambda r: asked.append(r.url))
+    page.goto(server, wait_until="domcontentloaded")
+    _button(page, "next_phase").wait_for(timeout=90_000)
+    _wait_idle(page)
+    _button(page, "next_phase").click()
+    _wait_idle(page)
+    foreign = [u for u in asked if not u.startswith((server, "data:", "blob:"))]
+    assert not foreign, foreign
+    icons = page.evaluate("[...document.querySelectorAll('link[rel~=icon]')].map(l => l.href)")
+    assert icons and all(h.startswith(("data:image/svg", server)) for h in icons), icons
+    page.close()
+    assert not errors, errors
+
+
+def test_the_quiz_asks_beside_the_stage_with_nothing_chosen(server: str, browser) -> None:
+    """A student's quiz: beside the stage (it sat under the token strip, off the screen), no answer
+    chosen for them (it was "0"), and the feedback as large as the narrative (a small grey caption)."""
+    errors: list[str] = []
+    page = _open(browser, server, errors)
+    page.locator(".st-key-quiz label").first.click()  # the sidebar's quiz toggle
+    _wait_idle(page)
+    for _ in range(2):  # draft, verify: the question
+        _button(page, "next_phase").click()
+        _wait_idle(page)
+    form = page.locator(".st-key-quiz_form")
+    form.wait_for(timeout=60_000)
+    stage, box = page.locator(".svs").bounding_box(), form.bounding_box()
+    assert box["x"] >= stage["x"] + stage["width"] - 1 and box["y"] + min(box["height"], 300) <= 1080, (stage, box)
+    assert page.locator(".st-key-quiz_accepted input[type=radio]:checked").count() == 0
+    assert _button(page, "quiz_submit").is_disabled()
+    page.screenshot(path=str(OUT / "50-quiz-question.png"))
+    page.locator(".st-key-quiz_accepted label").nth(1).click()
+    _wait_idle(page)
+    _button(page, "quiz_submit").click()
+    _wait_idle(page)
+    feedback = page.locator(".st-key-quiz_feedback p").first
+    feedback.wait_for(timeout=60_000)
+    sizes = page.evaluate("""() => [getComputedStyle(document.querySelector('.st-key-quiz_feedback p')).fontSize,
+        getComputedStyle(document.querySelector('.svs [data-role=narrative]')).fontSize].map(parseFloat)""")
+    assert sizes[0] >= sizes[1], sizes
+    assert feedback.bounding_box()["x"] >= stage["x"] + stage["width"] - 1
+    page.screenshot(path=str(OUT / "51-quiz-feedback.png"))
+    _no_exception(page, "the quiz")
+    page.close()
     assert not errors, errors

@@ -21,7 +21,8 @@ from specviz.viz.kv_html import FREE_LIST_SHOWN, FREE_LIST_TAIL, kv_stage_html
 from specviz.viz.style import KIND_COLORS, PHASE_TITLES, SLOT_COLORS, esc_attr
 
 CELL = re.compile(r"<div class='svkv-cell ([^']*)'([^>]*) title='slot (\d+)")
-ROW = r"<div class='svkv-row' data-row='(\d+)'[^>]*>(.*?)</div>(?=<div class='svkv-(?:row|gap)'|</div></section>)"
+ROW = (r"<div class='svkv-row(?: svkv-ctx)?' data-row='(\d+)'[^>]*>(.*?)</div>"
+       r"(?=<div class='svkv-(?:row|gap)[ ']|</div></section>)")
 
 
 @functools.cache
@@ -69,7 +70,7 @@ def states(section: str) -> list[str]:
     return [next(c[len("svkv-s-"):] for c in drawn[slot][0] if c.startswith("svkv-s-")) for slot in sorted(drawn)]
 
 
-ROW_OPEN = re.compile(r"<div class='svkv-row' data-row='(\d+)' data-key='[^']*'( data-role='action')?>")
+ROW_OPEN = re.compile(r"<div class='svkv-row(?: svkv-ctx)?' data-row='(\d+)' data-key='[^']*'( data-role='action')?>")
 
 
 def action_rows(section: str) -> set[int]:
@@ -89,7 +90,7 @@ def without_style(html: str) -> str:
 
 
 def cycle_panel(html: str) -> str:
-    opening = "<div class='svkv-cycle' data-key='cyc'>"
+    opening = "<div class='svkv-cycle' data-key='cyc' data-role='drafts'>"
     return html.split(opening, 1)[1] if opening in html else ""
 
 
@@ -106,18 +107,23 @@ def test_one_row_per_physical_block_with_page_size_cells():
         tag = f"block {block}<br>logical {target.block_table.index(block)}" if block in target.block_table else \
             f"block {block}<br>free"
         assert tag in sec
-    assert "repeat(var(--cols),minmax(0,1fr))" in html and "--cols:4" in sec
+    # A block's cells sit in one wrapping line beside its tag: they size to their text, never cut.
+    assert ".svkv-cells{display:flex;flex-wrap:wrap" in html and "--cols:4" in sec
 
 
-def test_every_cell_shows_the_full_token_text_escaped():
+def test_every_cell_shows_its_token_by_the_six_character_rule_and_the_whole_text_in_data_token():
     _, tr = rejected_trace()
     long_text = lambda i: f" extraordinarily_long_token_{i}\n<script>alert(1)</script>"  # noqa: E731
     html = stage(tr, long_text, "verify", max_rows=100)
     snap = tr.snapshot("verify").target
     for slot, tok in enumerate(snap.slot_tokens):
         if snap.slot_state(slot) != "free":
-            assert f"␣extraordinarily_long_token_{tok}↵&lt;script&gt;alert(1)&lt;/script&gt;" in html
-    assert "<script" not in html and "…" not in html.replace("⋯", "")
+            assert f"data-token='␣extraordinarily_long_token_{tok}↵&lt;script&gt;alert(1)&lt;/script&gt;'" in html
+    assert "<script" not in html
+    shown = re.findall(r"<span class='svkv-tok' data-role='token-text'>([^<]*)</span>", html)
+    assert shown and set(shown) - {""} == {"␣extr…"}  # the first 5 characters and "…"
+    short = stage(tr, lambda i: " ab\n", "verify", max_rows=100)
+    assert "data-role='token-text'>␣ab↵</span>" in short and "…" not in short.replace("⋯", "")
 
 
 def test_css_font_sizes_are_at_least_14px_and_18px_in_lecture_mode():
@@ -128,8 +134,10 @@ def test_css_font_sizes_are_at_least_14px_and_18px_in_lecture_mode():
         sizes = re.findall(r"font-size:([^;}]+)", css)
         assert "font-size:16px" in css and "font-size:clamp(16px,2.05vh,22px)" in css  # lecture: by screen height
         for size in sizes:
-            if size.startswith("clamp("):
-                assert int(re.match(r"clamp\((\d+)px", size).group(1)) >= 14, size
+            if size.startswith("var("):
+                continue  # --svkv-small, checked below
+            if size.startswith("clamp("):  # the position number in a cell may be smaller, not under 12 px
+                assert int(re.match(r"clamp\((\d+)px", size).group(1)) >= (12 if "1.3vh" in size else 14), size
             elif size.startswith("max("):
                 assert int(re.match(r"max\((\d+)px", size).group(1)) >= 14, size
             elif size.endswith("em"):
@@ -137,7 +145,9 @@ def test_css_font_sizes_are_at_least_14px_and_18px_in_lecture_mode():
             else:
                 assert int(size.rstrip("px")) >= 14, size
         if lecture:  # every max(14px, …) is raised to 18 px in lecture mode, and secondary lines go
-            assert "svkv-lecture" in html and "font-size:max(18px" in css
+            # secondary lines 14-18 px by screen height, token text 15-20 px (≥ 18 px at 1080 px)
+            assert "svkv-lecture" in html and "--svkv-small:clamp(14px,1.67vh,18px)" in css
+            assert ".svkv-tok{font-size:clamp(15px,1.85vh,20px)" in css
             assert "<p class='svkv-sub'>" not in html
         else:
             assert "<p class='svkv-sub'>" in html

@@ -67,9 +67,21 @@ def test_cycle_rows():
     _, traces = demo_traces(accepted_counts=(3, 5), k=5)
     rows = stats.cycle_rows(traces)
     assert [r["accepted"] for r in rows] == [3, 5]
-    assert rows[0]["rejected at"] == 4 and rows[1]["rejected at"] == "—"
+    assert rows[0]["rejected at"] == "d4" and rows[1]["rejected at"] == "—"
     assert rows[0]["last token"] == "corrected" and rows[1]["last token"] == "bonus"
     assert rows[0]["committed"] == "".join(e.text for e in traces[0].emitted)
+
+
+def test_cycle_rows_convert_to_arrow_as_they_are():
+    """The statistics tab's history table: every column one Arrow type. A column mixing numbers and
+    "—" made Streamlit log a traceback per table and convert the frame a second time."""
+    import pandas as pd
+    import pyarrow as pa
+
+    _, traces = demo_traces(accepted_counts=(3, 5, 0), k=5)
+    frame = pd.DataFrame(stats.cycle_rows(traces))
+    pa.Table.from_pandas(frame)  # raises ArrowInvalid / ArrowTypeError on a mixed column
+    assert list(frame["rejected at"]) == ["d4", "—", "d1"]
 
 
 def test_empty_traces():

@@ -280,3 +280,14 @@ def test_greedy_p_vs_q_says_both_are_one_hot():
     greedy = dataclasses.replace(tr, temperature=0.0)
     assert "greedy (T = 0): p and q are one-hot" in pq_figure(greedy, 1).layout.title.text
     assert "one-hot" not in pq_figure(tr, 1).layout.title.text  # sampled at T = 1: no such note
+
+
+@pytest.mark.parametrize("proposer", ["draft", "feature"])
+def test_the_draft_phase_says_what_was_guessed_before_how_the_cache_caught_up(proposer):
+    """A student's first question at the draft phase is what the proposer guessed: the text opens with
+    the K guesses, and the catch-up (the pairs or tokens fed first, in words, not `feature@38`) after."""
+    tr = decode(DecodeConfig(k=4, seed=0, proposer=proposer), max_cycles=2)[-1]
+    text = narrative.phase_markdown(tr, "draft")
+    guesses = text.index("guesses the next K = 4 tokens")
+    assert guesses < text.index("d1 = ") < text.index("catch-up"), text
+    assert "feature@" not in text and "Catch-up:" not in text

@@ -40,6 +40,7 @@ def test_the_quiz_asks_which_path_and_forcing_is_withdrawn_for_trees():
     box = at.selectbox(key="quiz_path")
     tr = shown(at).traces[-1]
     assert box.label == "Which path will the target accept?" and len(box.options) == len(tr.tree.nodes) + 1
+    assert box.value is None and at.button(key="quiz_submit").disabled  # nothing chosen beforehand
     box.set_value(tr.tree.path[-1] if tr.tree.path else 0).run()
     click(at, "quiz_submit")
     result = shown(at).quiz[-1]

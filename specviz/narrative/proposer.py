@@ -59,11 +59,12 @@ class TokenCache(NoCache):
     def draft(self, tr: CycleTrace) -> str:
         n, k, short, m = tr.context_len, tr.k, self.w.short, len(tr.catch_up)
         fed = ", ".join(tok(t.text) for t in tr.catch_up) or "nothing"
+        # What it guessed comes first (a newcomer's question); how its cache caught up, after.
         return (
-            f"**{cap(short)} proposes.** The {short} first feeds its catch-up token(s) {fed} ({m} "
-            f"token{'s' if m != 1 else ''}; two only after a fully accepted cycle), then samples each proposal from "
-            f"its own processed distribution q_i and feeds it to get the next: {proposals(tr)}. d{k} is sampled but "
-            f"**never fed**, so the {self.w.cache} ends at length n+K−1 = {n + k - 1} (recorded: "
+            f"**{cap(short)} proposes.** It guesses the next K = {k} tokens, each sampled from its own processed "
+            f"distribution q_i and fed back to get the next: {proposals(tr)}. Before guessing, the {short} fed its "
+            f"catch-up token{'s' if m != 1 else ''} {fed} ({m}; two only after a fully accepted cycle). d{k} is "
+            f"sampled but **never fed**, so the {self.w.cache} ends at length n+K−1 = {n + k - 1} (recorded: "
             f"**{tr.snapshot('draft').draft.seq_len}**); the {short}'s new entries are provisional."
         )
 
@@ -120,11 +121,13 @@ class FeaturePairs(TokenCache):
     def draft(self, tr: CycleTrace) -> str:
         k, before, head = tr.k, tr.snapshot("start").draft, tr.snapshot("draft").draft
         real, total = head.num_committed, head.seq_len
-        pairs = ", ".join(f"(feature@{t.position - 1}, {tok(t.text)}@{t.position})" for t in tr.catch_up) or "none"
+        pairs = ", ".join(f"the feature at {t.position - 1} with {tok(t.text)} at {t.position}" for t in tr.catch_up)
+        # What it guessed comes first (a newcomer's question); how the head caught up and fed itself, after.
         text = (
-            f"**{cap(self.w.short)} proposes.** Catch-up: the head is fed {len(tr.catch_up)} pair(s) built from the "
-            f"target's **real** features — {pairs} — the entries its cache lacked; the output of the last one gives "
-            "q_1, from which d1 is sampled."
+            f"**{cap(self.w.short)} proposes.** It guesses the next K = {k} tokens, each sampled from its "
+            f"distribution q_i: {proposals(tr)}. How: first a catch-up, the head is fed {len(tr.catch_up)} pair(s) "
+            f"built from the target's **real** features ({pairs}), the entries its cache lacked; the output of the "
+            "last one gives q_1, from which d1 is sampled."
         )
         if total > real:
             text += (
@@ -133,8 +136,8 @@ class FeaturePairs(TokenCache):
                 "**even if their drafts are accepted** they are dropped at rollback."
             )
         return text + (
-            f" d{k} is sampled but never fed. Proposals: {proposals(tr)}. Head cache {before.seq_len} → "
-            f"**{total}** entries ({real} from real features + {total - real} from predicted features)."
+            f" d{k} is sampled but never fed. Head cache {before.seq_len} → **{total}** entries ({real} from real "
+            f"features + {total - real} from predicted features)."
         )
 
     def verify(self, tr: CycleTrace) -> str:

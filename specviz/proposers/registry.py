@@ -36,6 +36,7 @@ class Words:
     copies: str = ""  # without a cache: what it does instead, for the KV picture's stand-in
     idle: str = ""  # after a cycle where it proposed nothing: which prompts suit it ("" = say nothing)
     proposals: str = "top {n} of each q_i (K = {k}); the sampled token is outlined"  # the drafts panel's subtitle
+    plain: str = ""  # for someone new to all of it (the guided start): what it is, without the jargon
 
 
 @dataclass(frozen=True)
@@ -135,7 +136,8 @@ register(ProposerEntry(
     cli_help="an independent small LM with its own KV cache",
     cls="specviz.proposers.draft_model:DraftModelProposer",
     words=Words(noun="draft model", short="draft", cache="draft cache",
-                proposals="top {n} of each q_i (K = {k}); the sampled token is outlined — a sample, not the argmax"),
+                proposals="top {n} of each q_i (K = {k}); the sampled token is outlined — a sample, not the argmax",
+                plain="a much smaller language model, the draft model"),
     needs="draft", missing="this pair has no draft model",
     cache_title="Draft model cache", cache_token_offset=0,
 ))  # fmt: skip
@@ -146,7 +148,9 @@ register(ProposerEntry(
     cli_help="an EAGLE-style feature head on the target's hidden states (a pair with --feature-head, or the default)",
     cls="specviz.proposers.feature:FeatureProposer",
     words=Words(noun="feature head", short="feature head", cache="feature head's cache",
-                proposals="top {n} of each q_i from the feature head (K = {k}); the sampled token is outlined"),
+                proposals="top {n} of each q_i from the feature head (K = {k}); the sampled token is outlined",
+                plain="a small add-on network that guesses from what the target computed inside for the text so "
+                      "far, called a feature head"),
     needs="feature_head",
     missing="this pair carries no feature head, an EAGLE-style head (`load_pair(..., feature_head=PATH_OR_HEAD)` "
             "attaches one; `FeatureHead.random(target)` makes an untrained one)",
@@ -169,6 +173,7 @@ register(ProposerEntry(
              "the examples “Repeat this list, changing only the last item: …” or “Rewrite this paragraph replacing "
              "‘cat’ with ‘dog’: …” (Example prompts, in the sidebar).",
         proposals="prompt lookup copies tokens from the context (K = {k}): each q_i is one-hot, q = 1 on d_i",
+        plain="no model at all: it copies what followed the same words earlier in the text (prompt lookup)",
     ),
     one_hot=True,
 ))  # fmt: skip
@@ -192,6 +197,8 @@ register(ProposerEntry(
         idle=" Retrieval guesses only where the text repeats what the target wrote before; as a session goes on "
              "and answers repeat their phrases, its drafts get better.",
         proposals="retrieval copies tokens from earlier text (K = {k}): each q_i is one-hot, q = 1 on d_i",
+        plain="no model at all: it copies what followed the same words in answers the target wrote before "
+              "(retrieval)",
     ),
     one_hot=True,
 ))  # fmt: skip
@@ -203,7 +210,9 @@ register(ProposerEntry(
              "the two, chosen before drafting)",
     cls="specviz.proposers.retrieval:RetrievalFeatureProposer",
     words=Words(noun="feature head with retrieval", short="feature head + retrieval", cache="feature head's cache",
-                proposals="top {n} of each q_i (K = {k}); feature-head drafts are sampled, retrieved ones one-hot"),
+                proposals="top {n} of each q_i (K = {k}); feature-head drafts are sampled, retrieved ones one-hot",
+                plain="a small add-on network that guesses from what the target computed inside (a feature head), "
+                      "together with copies from answers the target wrote before"),
     needs="feature_head",
     missing="this pair carries no feature head, which the merged tree grows from",
     cache_title="Feature head cache (1 layer: pairs of target feature + next token)", cache_token_offset=1,

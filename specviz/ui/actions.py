@@ -103,6 +103,11 @@ def _act(ws: Workspace, fn: Callable[[Run], Run], slot: Slot) -> None:
         except Exception as exc:  # keep the app usable whatever happens, but say what it was
             ws.error, ws.playing = f"{type(exc).__name__}: {exc}", False
             return
+        if new is ws.run and woke is None:
+            # Nothing happened (a message about a run no longer shown: a new run replaced it while
+            # the message waited for the lock). Not an action: the new run's notices stay for the
+            # page to draw; withdrawn here, a long scenario's banner was never drawn at all.
+            return
         if new.notices and new.notices == ws.run.notices:
             new = dataclasses.replace(new, notices=())  # a notice is shown once, until the next action
         if woke:

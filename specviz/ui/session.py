@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -22,7 +23,10 @@ from ..errors import SpecvizError
 from ..gate import Place
 from ..server import ServerSettings
 from . import actions
-from .state import Run, Workspace
+from .state import KEPT, Run, Workspace
+
+RELOAD_PARAM = "session"  # the page address's parameter naming the session's workspace (`open_workspace`)
+HANDOVER_WAIT_S = 1.0  # a reload's new session waits this long for the old one to be disconnected
 
 
 def configure_threads(settings: ServerSettings) -> None:
@@ -37,7 +41,56 @@ def configure_threads(settings: ServerSettings) -> None:
 
 
 def workspace() -> Workspace:
-    return st.session_state.setdefault("_workspace", Workspace())
+    ws = st.session_state.get("_workspace")  # not setdefault: a new Workspace (a token) per call is waste
+    return ws if ws is not None else st.session_state.setdefault("_workspace", Workspace())
+
+
+def open_workspace() -> Workspace:
+    """This session's workspace, at its first script run: the one the page's address names, when
+    that one's session has ended (a reload: F5 ends the browser's session and opens a new one), with
+    the page's settings as they were, so that the run comes back where it was; else a new one, which
+    the address then names. Before the sidebar's widgets are drawn (their values come with it)."""
+    ss = st.session_state
+    ws = ss.get("_workspace")
+    if ws is None:
+        me = _session_id()
+        token = st.query_params.get(RELOAD_PARAM)
+        ws = _handed_over(token, me) if token else None
+        if ws is not None:
+            ss.update(ws.widgets)
+        else:
+            ws = Workspace()
+            KEPT.add(ws, me)
+        ss._workspace = ws
+    if st.query_params.get(RELOAD_PARAM) != ws.token:
+        st.query_params[RELOAD_PARAM] = ws.token
+    return ws
+
+
+def _handed_over(token: str, me: str | None) -> Workspace | None:
+    """The workspace `token` names, once its session is no longer connected (a reload's old session
+    goes a moment after the new one may have started); None if it stays connected or there is none."""
+    deadline = time.monotonic() + HANDOVER_WAIT_S
+    while token in KEPT:
+        ws = KEPT.claim(token, me, _connected)
+        if ws is not None or time.monotonic() > deadline:
+            return ws
+        time.sleep(0.1)
+    return None
+
+
+def _session_id() -> str | None:
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    ctx = get_script_run_ctx()
+    return ctx.session_id if ctx is not None else None
+
+
+def _connected(session_id: str) -> bool:
+    """Whether a session has a browser connected (AppTest runs no server: none is)."""
+    from streamlit.runtime import Runtime
+
+    return Runtime.exists() and Runtime.instance().is_active_session(session_id)
 
 
 def request_full_run() -> None:

@@ -30,7 +30,10 @@ PAIR_LABELS = {
     "tiny": "Tiny random pair (instant; for demos of the mechanics)",
     "custom": "Custom: hub ids or local directories",
 }
-DEFAULT_PROMPT = "Explain in two sentences why the sky is blue."
+# The prompt a page opens on: on the default pair (T = 1, seed 0, K = 5) it runs 18 cycles before the
+# text ends, with 4, 4, 3 and 4 drafts accepted along the way (tests/test_app.py measures it); the
+# earlier "in two sentences" ended after 5 cycles, before a lecture had shown much.
+DEFAULT_PROMPT = "Explain in a few sentences why the sky is blue during the day and red at sunset."
 EXAMPLES_FILE = Path(__file__).resolve().parents[2] / "assets" / "prompts" / "examples.json"
 SPEEDS = {"slow (2 s)": 2.0, "normal (1 s)": 1.0, "fast (0.5 s)": 0.5}
 PAGE_SIZES = (1, 2, 4, 8, 16, 32, 64)
@@ -103,6 +106,24 @@ def example_prompts() -> list[str]:
 
 
 def init_state() -> None:
+    for key, value in _defaults().items():
+        st.session_state.setdefault(key, value)
+    st.session_state.setdefault("_proposer_auto", True)  # "proposer" itself is set once a pair is loaded
+
+
+# Page settings outside the sidebar's defaults that a reload brings back too (`page_settings`).
+OTHER_SETTINGS = ("proposer", "_proposer_auto", "compare_on", "compare_layout", "compare_page", "compare_policy",
+                  "more", "tab")
+
+
+def page_settings() -> dict[str, Any]:
+    """The page's settings as they are (every sidebar widget, the comparison, the open tab): what a
+    reloaded page's new session starts from (`session.open_workspace`)."""
+    ss = st.session_state
+    return {key: ss[key] for key in (*_defaults(), *OTHER_SETTINGS) if key in ss}
+
+
+def _defaults() -> dict[str, Any]:
     env_pair = os.environ.get("SPECVIZ_PAIR", "default")
     defaults = dict(
         pair_kind=env_pair if env_pair in PAIR_LABELS else "default",
@@ -115,9 +136,7 @@ def init_state() -> None:
     )  # fmt: skip
     if env_pair == "tiny":
         defaults.update(page_size=4)  # short prompts: small pages show block traffic
-    for key, value in defaults.items():
-        st.session_state.setdefault(key, value)
-    st.session_state.setdefault("_proposer_auto", True)  # "proposer" itself is set once a pair is loaded
+    return defaults
 
 
 def apply_limits(settings: ServerSettings) -> list[str]:
@@ -209,9 +228,16 @@ def _pair_controls(settings: ServerSettings) -> tuple[str, str, str]:
 
 def _prompt_controls(max_chars: int) -> tuple[str, bool]:
     st.markdown("**Prompt**")
+    ss = st.session_state
+    examples = example_prompts()
+    # The menu names the prompt in the box, or none: after another prompt was typed (or a scenario or
+    # an earlier run put one there) it must not still show the last example picked.
+    if ss.get("example") != ss.get("prompt"):
+        ss.example = ss.get("prompt") if ss.get("prompt") in examples else None
     st.selectbox(
-        "Example prompts", example_prompts(), key="example", on_change=_use_example, label_visibility="collapsed"
-    )
+        "Example prompts", examples, key="example", on_change=_use_example, label_visibility="collapsed",
+        placeholder="Example prompts…",
+    )  # fmt: skip
     prompt = st.text_area("Prompt", key="prompt", height=90, max_chars=max_chars)
     chat = st.toggle(
         "Apply the chat template", key="chat",
@@ -283,7 +309,8 @@ def _on_proposer_pick() -> None:
 
 
 def _use_example() -> None:
-    st.session_state.prompt = st.session_state.example
+    if st.session_state.example is not None:
+        st.session_state.prompt = st.session_state.example
 
 
 def _tree_controls() -> tuple[int, int]:

@@ -13,6 +13,7 @@ Keyboard: → next phase, Shift+→ next cycle, ← back (answered by the compon
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import Any
 
@@ -33,7 +34,8 @@ from .tab_export import run_file_button
 WALKTHROUGH = ((1, True), (2, True), (3, True), (4, False))
 # Cache rows drawn around the action; the rest fold into the overview strip. Six rows keep the
 # action above the fold at 1440x900 with the buttons and the status line; in lecture mode the
-# action rows and at most two rows of context (one screen at 1280x720).
+# action rows and at most two rows of context, which a screen under 820 px leaves out (kv.css: a
+# block of 16 readable tokens takes two lines at 1280x720).
 STAGE_ROWS, LECTURE_ROWS = 6, 3
 HISTORY = "history"  # the history slider's key prefix
 
@@ -118,8 +120,10 @@ def on_walkthrough() -> None:
 
 def on_quiz_submit(cycle: int) -> None:
     ss = st.session_state
-    guess = (int(ss.get("quiz_accepted", 0)), list(ss.get("quiz_dropped", [])), list(ss.get("quiz_freed", [])))
-    path = ss.get("quiz_path")  # a token tree's question: the path's last node
+    accepted, path = ss.get("quiz_accepted"), ss.get("quiz_path")  # path: a token tree's, by its last node
+    if accepted is None and path is None:  # nothing chosen yet (the button waits for an answer)
+        return
+    guess = (int(accepted or 0), list(ss.get("quiz_dropped") or []), list(ss.get("quiz_freed") or []))
 
     def run(r: Run) -> Run:
         tr = r.traces[cycle]
@@ -176,39 +180,59 @@ def status_suffix(run: Run) -> str:
     return "" if run.live else f" · {run.source} run (no model)"
 
 
+QUIZ_ANSWERS = ("quiz_accepted", "quiz_dropped", "quiz_freed", "quiz_path")  # the question's widgets
+
+
 def quiz_box(run: Run, cycle: int | None, phase: str) -> None:
-    """Ask at the verify phase of a cycle not yet past it. From the accept phase on, the answer
-    about the accepted count; the rollback answers and the running score (which would tell whether
-    the rollback guesses were right) only from the rollback phase on."""
-    if cycle is None or phase == "start":
-        return
-    tr = run.traces[cycle]
-    result = next((q for q in run.quiz if q.cycle == cycle), None)
-    frontier = run.revealed == run.view
-    if result is None and phase == "verify" and frontier and tr.k > 0:
-        truth = quiz.truth(tr)
-        with st.container(border=True):
-            st.markdown("**Predict, then reveal** — the target has scored the drafts; what happens next?")
-            c1, c2, c3 = st.columns([1, 2, 2])
-            if tr.tree is not None:  # a tree: which root-to-node path wins (labels only: no trace kept)
-                labels = truth.path_labels
-                c1, c2 = st.columns([3, 2])
-                c1.selectbox("Which path will the target accept?", list(range(len(labels))), key="quiz_path",
-                             format_func=labels.__getitem__)
-                c3 = c2
-            else:
-                c1.radio("Drafts accepted", list(range(tr.k + 1)), key="quiz_accepted", horizontal=True)
-                c2.multiselect("Positions the rollback drops (target cache)", truth.candidates, key="quiz_dropped")
-            if truth.candidate_blocks:
-                c3.multiselect("Blocks returned to the pool", truth.candidate_blocks, key="quiz_freed")
-            st.button("Lock in and reveal", key="quiz_submit", on_click=on_quiz_submit, args=(cycle,), type="primary")
+    """Beside the stage (`stage`): ask at the verify phase of a cycle not yet past it, nothing chosen
+    beforehand. From the accept phase on, the answer about the accepted count; the rollback answers
+    and the running score (which would tell whether the rollback guesses were right) only from the
+    rollback phase on, in the narrative's type size (`QUIZ_CSS`)."""
+    tr = run.traces[cycle] if cycle is not None and phase != "start" else None
+    result = next((q for q in run.quiz if tr is not None and q.cycle == cycle), None)
+    if tr is not None and result is None and phase == "verify" and run.revealed == run.view and tr.k > 0:
+        _quiz_question(tr, run.id, cycle)
     elif result is not None and reached(phase, "accept"):
         at_end = reached(phase, "rollback")
         shown = result.marks() if at_end else result.marks()[:1]
         rows = " · ".join(f"{'✓' if ok else '✗'} {q}: you said {yours}, it was {real}" for q, yours, real, ok in shown)
         right, asked = quiz.tally(run.quiz)
         score = f" Score over this run: {right}/{asked}." if at_end else " The rest of your answers at the rollback."
-        st.caption(f"**Quiz** — {rows}.{score}")
+        st.html(QUIZ_CSS)
+        with st.container(border=True, key="quiz_feedback"):
+            st.markdown(f"**Quiz** — {rows}.{score}")
+    else:
+        st.caption("**Quiz**: at each cycle's verify phase, predict here what the target will accept.")
+
+
+# The feedback as large as the narrative beside it (stage.css `.svs-story`, also in lecture mode).
+QUIZ_CSS = ("<style>.st-key-quiz_feedback p { font-size: 16px; line-height: 1.5; } .stApp:has(.svs-lecture) "
+            ".st-key-quiz_feedback p { font-size: clamp(17px, 1.95vh, 21px); line-height: 1.35; }</style>")
+
+
+def _quiz_question(tr: Any, run_id: int, cycle: int) -> None:
+    """The question for `cycle`: no answer chosen beforehand (a question's answers never carry over
+    to the next one), locked in only once one is chosen."""
+    ss = st.session_state
+    if ss.get("_quiz_for") != (run_id, cycle):
+        for key in QUIZ_ANSWERS:
+            ss.pop(key, None)
+        ss._quiz_for = (run_id, cycle)
+    truth = quiz.truth(tr)
+    with st.container(border=True, key="quiz_form"):
+        st.markdown("**Predict, then reveal** — the target has scored the drafts; what happens next?")
+        if tr.tree is not None:  # a tree: which root-to-node path wins (labels only: no trace kept)
+            labels = truth.path_labels
+            answer = st.selectbox("Which path will the target accept?", list(range(len(labels))), key="quiz_path",
+                                  format_func=labels.__getitem__, index=None, placeholder="Choose a path…")
+        else:
+            answer = st.radio("Drafts accepted", list(range(tr.k + 1)), key="quiz_accepted", horizontal=True,
+                              index=None)
+            st.multiselect("Positions the rollback drops (target cache)", truth.candidates, key="quiz_dropped")
+        if truth.candidate_blocks:
+            st.multiselect("Blocks returned to the pool", truth.candidate_blocks, key="quiz_freed")
+        st.button("Lock in and reveal", key="quiz_submit", on_click=on_quiz_submit, args=(cycle,), type="primary",
+                  disabled=answer is None, help="Choose an answer first" if answer is None else None)
 
 
 def history_slider(run: Run) -> None:
@@ -233,7 +257,25 @@ def messages(ws: Any) -> None:
         note, ws.waited_note = ws.waited_note, None
         st.caption(note)
     if ws.finished_note:
-        st.warning(ws.finished_note, icon=":material/flag:")
+        if st.session_state.get("lecture"):  # a banner would move the stage: a toast, once
+            note, ws.finished_note = ws.finished_note, None
+            st.toast(note, icon=":material/flag:", duration="long")
+        else:
+            st.warning(ws.finished_note, icon=":material/flag:")
+
+
+def notices(run: Run) -> None:
+    """The run's notices ("New run: the prompt changed", a scenario's lesson): banners above the
+    buttons, or in lecture mode toasts, each once (a banner there pushed the stage down all run)."""
+    ss = st.session_state
+    if not ss.get("lecture"):
+        for note in run.notices:
+            st.info(note, icon=":material/info:")
+        return
+    if run.notices and ss.get("_toasted") != (run.id, run.notices):
+        ss._toasted = (run.id, run.notices)
+        for note in run.notices:
+            st.toast(note, icon=":material/info:", duration="long")
 
 
 def stage() -> None:
@@ -267,15 +309,20 @@ def stage() -> None:
         suffix=status_suffix(run), compare=compare_timeline(run, compare) if compare else None,
         quiz=bool(ss.get("quiz")), tabs=stage_component.tabs_follow(),
     )  # fmt: skip
-    stage_component.show(view, page)
+    # The quiz sits beside the stage, where its question is seen with the verdicts it asks about.
+    # (Switching the quiz on moves the stage into a column: mounted afresh once, then it stays there.)
+    stage_col, quiz_col = st.columns([3, 1], gap="medium") if ss.get("quiz") else (None, None)
+    with stage_col if stage_col is not None else contextlib.nullcontext():
+        stage_component.show(view, page)
     with top:
         if ws.reset_asked is run:
             reset_question(run)
         messages(ws)
         if compare and run.traces:
             st.markdown(compare_title(compare) + " — the second picture")
-    if ss.get("quiz"):
-        quiz_box(run, cycle, phase)
+    if quiz_col is not None:
+        with quiz_col:
+            quiz_box(run, cycle, phase)
 
 
 def run_stage(after: Any = None) -> None:

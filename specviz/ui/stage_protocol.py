@@ -8,6 +8,7 @@ The browser steps through the phases it has by itself and tells the server only 
     {"kind": "prefetch", "run": 3, "step": 7}                 # compute the next cycle in advance
     {"kind": "next_phase" | "next_cycle" | "back" | "seek",   # a step the browser does not have
      "run": 3, "step": 10, "target": 11}
+    {"kind": "play", "run": 3, "step": 7, "on": true}         # Play (false: Pause) from the step shown
 
 A request (a step the browser does not have) carries an id, `"req": "mount:n"`, that the payload
 answering it echoes (`answered`); one sent again because its answer was late is carried out once.
@@ -35,13 +36,14 @@ from collections.abc import Callable
 from typing import Any
 
 from ..gate import ServerBusyError
+from ..proposers import registry
 from ..timeline import at
 from ..viz import stage_data
 from . import state
 from .actions import act, background_slot, quiet_slot, wake_shown, wanting
 from .state import PREFETCH_DEPTH, Run, Slot, Workspace
 
-KINDS = ("view", "prefetch", "next_phase", "next_cycle", "back", "seek")
+KINDS = ("view", "prefetch", "next_phase", "next_cycle", "back", "seek", "play")
 MAX_HAVE = 256  # signatures a message may list (the browser keeps a few dozen)
 PREFETCH_WAIT_S = 60.0  # a prefetch message on the route waits this long for the one computing
 
@@ -61,6 +63,8 @@ def parse(event: Any) -> dict[str, Any] | None:
             out["req"] = str(event["req"])[:40]
         if event.get("pause") is True:
             out["pause"] = True
+        if out["kind"] == "play":
+            out["on"] = event.get("on") is True
         if "have" in event:
             out["have"] = frozenset(int(h) for h in list(event["have"])[:MAX_HAVE])
     except (KeyError, TypeError, ValueError):
@@ -85,6 +89,9 @@ def apply(run: Run, event: dict[str, Any], slot: Slot = contextlib.nullcontext) 
         "next_cycle": lambda r: state.advance_cycle(r, slot),
         "back": state.back,
         "seek": lambda r: state.seek(r, event.get("target", r.view)),
+        # Play steps at once from the step on screen; Pause stays on it (a step the server made on
+        # the timer after it, on its way to the browser, is undone).
+        "play": lambda r: state.advance_phase(r, slot) if event.get("on") else r,
     }
     return actions[event["kind"]](run)
 
@@ -140,13 +147,16 @@ def handle(ch: Channel, event: dict[str, Any], route: bool = False) -> bool:
         prefetch_next(ch.ws, event["run"], wait=route)  # on the route: the answer brings them
         return False
     moves = moves_server(event)
+    if event["kind"] == "play":  # before the step: a step that fails (the end of the text) stops it again
+        ch.ws.playing = bool(event.get("on")) and ch.ws.run is not None and ch.ws.run.id == event["run"]
     with wanting(ch.ws) if moves else contextlib.nullcontext():  # a click waits for this one
         act(ch.ws, lambda r: apply(r, event, slot), slot, moved=moves)
     if "req" in event:
         ch.answered.append(event["req"])  # the payload that follows answers it
     if event["kind"] == "view":  # the browser moved on (a new cycle, a pause): the next cycle, in the same run
         prefetch_next(ch.ws, event["run"])
-    return bool(event.get("pause")) or (ch.view is not None and ch.view.tabs)
+    # Play and Pause: the page draws the other button (and the stage's timer starts or stops).
+    return bool(event.get("pause")) or event["kind"] == "play" or (ch.view is not None and ch.view.tabs)
 
 
 def served_stamp(event: dict[str, Any], start: float) -> dict[str, Any]:
@@ -206,7 +216,10 @@ def intro(run: Run, proposer_label: str, lecture: bool) -> str:
     if lecture:
         return ""
     target = run.pair.target_name if run.pair is not None else (run.pair_description.split(" + ")[0] or "target")
-    return stage_data.intro_html(target, proposer_label)
+    # Plain words for someone new: the model's name without how its file was made ("Q4_1 GGUF …,
+    # de-quantised"), the proposer said in words before its name ("feature head").
+    plain = next((e.words.plain for e in registry.entries() if e.name == run.proposer), "") or proposer_label
+    return stage_data.intro_html(target.split(" (")[0], plain)
 
 
 def payload(ch: Channel, *, route: str | None = None, page: bool = False, served: dict[str, Any] | None = None,
@@ -233,6 +246,7 @@ def payload(ch: Channel, *, route: str | None = None, page: bool = False, served
         "more": can_grow(run), "end": end_text(run), "follow": view.follow, "lecture": view.lecture,
         "quiz": quiz_steps(run, steps, view.quiz), "prefetch": can_prefetch(run, ws),
         "intro": intro(run, view.proposer_label, view.lecture),
+        "playing": ws.playing,  # what the page's Play button does when the browser takes its click
         "page": page,  # a whole-page run: the history slider below is drawn for `view`
         # The route answers without a script run (None: the page's trigger only); the channel's token
         # is the route's key, and what `version` counts within.

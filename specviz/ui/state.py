@@ -33,7 +33,9 @@ half-updated run.
 from __future__ import annotations
 
 import dataclasses
+import secrets
 import threading
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
@@ -383,6 +385,10 @@ class Workspace:
     prefetching: threading.Lock = field(default_factory=threading.Lock)  # held by the one computing ahead
     # What this session's runs wrote (retrieval drafts from it): never shared, cleared when parked idle.
     session_texts: SessionStore = field(default_factory=SessionStore)
+    # The page's address names the workspace (`Kept`): a reload, which starts a new session, finds it.
+    token: str = field(default_factory=lambda: secrets.token_urlsafe(16))
+    owner: str | None = None  # the session that shows it (a reloaded page's new session takes it over)
+    widgets: dict = field(default_factory=dict)  # the owner's page settings at its last script run
 
     def new_id(self) -> int:
         self.next_id += 1
@@ -409,3 +415,51 @@ class Workspace:
             rest = (*rest, park(self.run))
         self.others, self.run, self.reset_asked = rest, chosen, None
         return chosen
+
+
+class Kept:
+    """The workspaces of this process's sessions by token, which the page's address carries: a reload
+    (F5) ends the browser's session and starts a new one, which takes its runs over from here, at the
+    step shown, instead of a fresh prefill. Held strongly, so a workspace outlives its session: at most
+    `keep` of them (the least recently active dropped first), none idle for longer than `keep_s`.
+
+    A workspace is handed over only when its owner's session is no longer connected (`active`): an
+    address shared with someone else while its page is open gives them a workspace of their own."""
+
+    def __init__(self, keep: int = 64, keep_s: float = 3 * 3600) -> None:
+        self.keep, self.keep_s = keep, keep_s
+        self._items: dict[str, Workspace] = {}
+        self._lock = threading.Lock()
+
+    def add(self, ws: Workspace, owner: str | None) -> None:
+        with self._lock:
+            ws.owner, ws.last_active = owner, ws.last_active or time.monotonic()
+            self._items[ws.token] = ws
+            self._drop_old()
+
+    def claim(self, token: str, owner: str | None, active: Callable[[str], bool]) -> Workspace | None:
+        """The workspace `token` names, now owned by `owner`; None when there is none, or its owner
+        is still connected."""
+        with self._lock:
+            ws = self._items.get(token)
+            if ws is None or (ws.owner not in (None, owner) and active(ws.owner)):
+                return None
+            ws.owner, ws.playing = owner, False
+            return ws
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, token: object) -> bool:
+        return token in self._items
+
+    def _drop_old(self) -> None:
+        now = time.monotonic()
+        for token in [t for t, ws in self._items.items() if ws.last_active and now - ws.last_active > self.keep_s]:
+            del self._items[token]
+        by_age = sorted(self._items, key=lambda t: self._items[t].last_active)
+        for token in by_age[: max(0, len(by_age) - self.keep)]:
+            del self._items[token]
+
+
+KEPT = Kept()  # this process's

@@ -84,7 +84,7 @@ def residual_figure(trace: CycleTrace) -> go.Figure:
     q = {tp.token_id: tp.prob for tp in d.draft_top}
     items = list(trace.residual_top)
     names = [_name(tp) for tp in items]
-    colors = [RESIDUAL_COLOR if tp.token_id == corrected.token_id else "#fbd3a8" for tp in items]
+    colors = [RESIDUAL_COLOR if tp.token_id == corrected.token_id else "#e3c6de" for tp in items]
     fig = go.Figure()
     fig.add_trace(go.Bar(x=names, y=[tp.prob for tp in items], name=f"residual norm(max(0, p{j} − q{j}))",
                          marker_color=colors, hovertemplate="residual=%{y:.4f}<extra></extra>"))

@@ -20,7 +20,7 @@ from functools import cache
 from ..proposers import registry
 from ..timeline import VERDICT_GLYPHS
 from ..timeline import phase_index as _step
-from ..trace import CacheSnapshot, CycleTrace, DraftStep, PhaseSnapshot
+from ..trace import CacheSnapshot, CycleTrace, DraftStep, PhaseSnapshot, TokenProb
 from .cache_words import events_text, memory_text, no_cache_html, panel_title
 from .stage_js import read_static
 from .style import KIND_COLORS, PHASE_TITLES, SLOT_COLORS, SLOT_TEXT_COLORS, esc_attr, fmt_p, show_token
@@ -31,7 +31,7 @@ MAX_ROWS, MAX_ROWS_LECTURE = 20, 12  # rows per cache before the view windows ar
 FREE_LIST_SHOWN, FREE_LIST_TAIL = 16, 6  # free-list entries drawn from its head and its tail; the rest are counted
 MIN_CELL_EM = 3.0  # the narrowest legible cell (in em of the cell text) for the side-by-side decision
 TAG_EM = 6.5
-DENSE_COLS = 12  # rows at least this wide use the smaller token font
+CELL_CHARS = 6  # a cell shows a token whole up to this many characters (display form), else 5 and '…'
 GLYPHS = {"provisional": "P", "stale": "✕", "committed": "", "free": ""}
 STATE_ORDER = ("committed", "provisional", "stale", "free")
 
@@ -64,14 +64,18 @@ def kv_stage_html(now: PhaseSnapshot, before: PhaseSnapshot | None, token_text: 
     body.append("</div>")
     described = _describe(panels, now.draft is None)
     label = f"KV caches, {cycle}{title}: " + ("target and proposer" if now.draft is not None else "target only")
+    # In lecture mode a token tree's draft to resolve are the tree's (its panel shows the target's entries):
+    # the caches give the screen to it, and come back for the rollback's compaction.
+    tree_phase = trace is not None and trace.tree is not None and _step("draft") <= _step(phase) < _step("rollback")
+    mode = (" svkv-lecture" + (" svkv-fold" if tree_phase else "")) if lecture else ""
     return "".join([
-        f"<div class='svkv{' svkv-lecture' if lecture else ''}' role='figure' aria-label='{esc_attr(label)}'>",
+        f"<div class='svkv{mode}' role='figure' aria-label='{esc_attr(label)}'>",
         f"<style>{_css(len(drafts))}</style>" if inline_css else "",
         f"<div class='svkv-phase'>{esc_attr(cycle + title)}</div>",
         *body,
         _legend_html(),
         # A token tree's cycle is drawn by its own panel (viz/tree_view.py), not as a chain's columns.
-        _cycle_html(trace, phase) if drafted and trace.tree is None else "",
+        _cycle_html(trace, phase, lecture) if drafted and trace.tree is None else "",
         f"<p class='svkv-sr'>{esc_attr(described)}</p>",
         "<details class='svkv-describe'><summary>Describe this picture</summary>"
         f"<p>{esc_attr(described)}</p></details>",
@@ -168,6 +172,13 @@ def _draft_index(cache: _Cache, cell: _Slot) -> int | None:
     return None
 
 
+def _recency(snap: CacheSnapshot, row: int) -> int:
+    """How late in the sequence a row's positions come (a block outside the table: never)."""
+    if snap.layout != "paged":
+        return row
+    return snap.block_table.index(row) if row in snap.block_table else -1
+
+
 def _window(cache: _Cache, n_rows: int, hot: set[int], cap: int) -> list[int]:
     """The rows to draw: all of them if they fit, else the rows where something happens (`hot`)
     plus the newest committed ones, in physical order."""
@@ -199,6 +210,8 @@ def _cache_html(cache: _Cache, token_text: TokenText, cap: int, lecture: bool) -
     hot |= changed
     hot |= {p[0] for p in (ptr, was_ptr) if p is not None}
     rows = _window(cache, n_rows, hot, cap)
+    # A short lecture screen keeps the rows where something happens and the newest row of context.
+    context = sorted((r for r in rows if r not in hot), key=lambda r: _recency(snap, r))[:-1]
 
     # The cache, its free list and its grid are keyed too: when one of them moves as a whole (the
     # cache above grew a row), it glides as one node and carries its rows and chips (stage.js `flip`).
@@ -208,17 +221,14 @@ def _cache_html(cache: _Cache, token_text: TokenText, cap: int, lecture: bool) -
         parts.append(_free_list_html(cache))
     if len(rows) < n_rows:
         parts.append(_overview_html(now_cells, rows))
-    # Wide rows (a 16-token page) leave each cell a few characters: a smaller (still ≥ 14 px)
-    # token font keeps a long token to two or three lines instead of a tower.
-    dense = " svkv-dense" if width >= DENSE_COLS else ""
-    parts.append(f"<div class='svkv-grid{dense}' data-key='{cache.cid}-grid' style='--cols:{width}'>")
+    parts.append(f"<div class='svkv-grid' data-key='{cache.cid}-grid' style='--cols:{width}'>")
     last = -1
     for row in rows:
         if row > last + 1:
             parts.append(_gap_html(cache, now_cells, last + 1, row))
         parts.append(
             _row_html(cache, row, now_cells[row], token_text, ptr[1] if ptr and ptr[0] == row else None,
-                      row in changed)
+                      row in changed, context=row in context)
         )
         last = row
     if last < n_rows - 1:
@@ -303,19 +313,22 @@ def _count(n: int, noun: str) -> str:
 
 
 def _row_html(cache: _Cache, row: int, now: Sequence[_Slot], token_text: TokenText, pointer: int | None,
-              changed: bool = False) -> str:
-    """One block (or contiguous row): its tag and its cells; `pointer` is the write pointer's column."""
+              changed: bool = False, context: bool = False) -> str:
+    """One block (or contiguous row): its tag and its cells; `pointer` is the write pointer's column.
+    A `context` row (nothing happens in it) is one a short lecture screen leaves out (kv.css)."""
     snap, width = cache.snap, cache.width
     tag = _tag(snap, row, width)
     tag_cls = "svkv-tag"
     if snap.layout == "paged" and tag[1] == "free":
         tag_cls += " svkv-tag-free"
     role = " data-role='action'" if changed else ""
-    parts = [f"<div class='svkv-row' data-row='{row}' data-key='{cache.cid}-r{row}'{role}>"
-             f"<div class='{tag_cls}'>{tag[0]}<br>{tag[1]}</div>"]
+    # The cells size to what they hold and wrap within the block's line (never cut to fit a column).
+    ctx = " svkv-ctx" if context else ""
+    parts = [f"<div class='svkv-row{ctx}' data-row='{row}' data-key='{cache.cid}-r{row}'{role}>"
+             f"<div class='{tag_cls}'>{tag[0]}<br>{tag[1]}</div><div class='svkv-cells'>"]
     for col, cell in enumerate(now):
         parts.append(_cell_html(cache, row * width + col, cell, token_text, pointer == col))
-    parts.append("</div>")
+    parts.append("</div></div>")
     return "".join(parts)
 
 
@@ -326,7 +339,8 @@ def _cell_html(cache: _Cache, slot: int, cell: _Slot, token_text: TokenText, poi
         text, pos, tip = "", "", f"slot {slot}: free"
     else:
         raw = token_text(cell.tok)
-        text = esc_attr(show_token(raw, 10**6))
+        attrs += f" data-token='{esc_attr(show_token(raw, 10**6))}'"
+        text = esc_attr(show_token(raw, CELL_CHARS))  # whole up to 6 characters, else 5 and "…"
         pos = str(cell.pos)
         what = (f"entry {cell.pos}: feature at {cell.pos} + token at {cell.pos + 1}" if cache.entries
                 else f"position {cell.pos}")
@@ -337,18 +351,18 @@ def _cell_html(cache: _Cache, slot: int, cell: _Slot, token_text: TokenText, poi
         f"title='{esc_attr(tip)}'>{ptr}"
         f"<span class='svkv-meta'><span class='svkv-pos'>{pos}</span><span class='svkv-glyph'>{GLYPHS[cell.state]}"
         "</span></span>"
-        f"<span class='svkv-tok'>{text}</span></div>"
+        f"<span class='svkv-tok' data-role='token-text'>{text}</span></div>"
     )
 
 
 # ---- the cycle panel ----------------------------------------------------------------------------
 
 
-def _cycle_html(trace: CycleTrace, phase: str) -> str:
+def _cycle_html(trace: CycleTrace, phase: str, lecture: bool = False) -> str:
     step = _step(phase)
     if not trace.drafts:
         note = trace.proposer_note or "the proposer proposed nothing: the target took one plain step"
-        return (f"<div class='svkv-cycle' data-key='cyc'><h3 class='svkv-title'>This cycle</h3>"
+        return (f"<div class='svkv-cycle' data-key='cyc' data-role='drafts'><h3 class='svkv-title'>This cycle</h3>"
                 f"<p>{esc_attr(note)}</p></div>")
     greedy = trace.temperature == 0
     intro = ("temperature 0: q and p are one-hot — q(d) = 1 for every draft (it is the draft's argmax), and a "
@@ -358,9 +372,11 @@ def _cycle_html(trace: CycleTrace, phase: str) -> str:
     cols = [_draft_column(d, step, greedy) for d in trace.drafts]
     if step >= _step("resolve"):
         cols.append(_result_column(trace))
+    elif lecture and step == _step("accept") and not greedy:  # lecture mode has no charts below the stage
+        cols.append(_pq_column(trace))
     n = len(cols)
     return (
-        "<div class='svkv-cycle' data-key='cyc'><h3 class='svkv-title'>This cycle's drafts</h3>"
+        "<div class='svkv-cycle' data-key='cyc' data-role='drafts'><h3 class='svkv-title'>This cycle's drafts</h3>"
         f"<p class='svkv-sub2'>{esc_attr(intro)}</p>"
         f"<div class='svkv-drafts' style='--n:{n}'>{''.join(cols)}</div></div>"
     )
@@ -416,12 +432,64 @@ def _result_column(trace: CycleTrace) -> str:
     token = trace.corrected_token or trace.bonus_token
     if token is None:
         return ""
-    where = "from the residual norm(max(0, p − q))" if token.kind == "corrected" else "from p_K+1 (all passed)"
+    corrected = token.kind == "corrected"
+    where = "from the residual norm(max(0, p − q))" if corrected else "from p_K+1 (all passed)"
+    top = {t.token_id: t.prob for t in (trace.residual_top if corrected else trace.bonus_top)}
+    bars = _mini([(t, tp, [("r" if corrected else "b", top.get(t, 0.0))]) for t, tp in _top(
+        [trace.residual_top if corrected else trace.bonus_top], TokenProb(token.token_id, 0.0, token.text))],
+        token.token_id)
     return (
         f"<div class='svkv-draft svkv-result svkv-k-{token.kind}' data-key='res'>"
         f"<div class='svkv-dhead'>{token.kind} <span class='svkv-dpos'>position {token.position}</span></div>"
         f"<div class='svkv-dtok'>{esc_attr(show_token(token.text, 10**6))}</div>"
-        f"<div class='svkv-barrow'>{esc_attr(where)}</div></div>"
+        f"<div class='svkv-barrow'>{esc_attr(where)}</div>{bars}</div>"
+    )
+
+
+MINI_ROWS = 3  # tokens in a card's small distribution (the Distributions tab has the whole chart)
+
+
+def _top(lists: Sequence[Sequence[TokenProb]], chosen: TokenProb) -> list[tuple[int, TokenProb]]:
+    """The MINI_ROWS tokens of most mass in any of `lists`, `chosen` always among them."""
+    mass: dict[int, float] = {}
+    named = {chosen.token_id: chosen}
+    for tops in lists:
+        for t in tops:
+            mass[t.token_id] = max(mass.get(t.token_id, 0.0), t.prob)
+            named.setdefault(t.token_id, t)
+    ids = sorted(mass, key=lambda t: -mass[t])[:MINI_ROWS]
+    if chosen.token_id not in ids:
+        ids = ids[: MINI_ROWS - 1] + [chosen.token_id]
+    return [(t, named[t]) for t in ids]
+
+
+def _mini(rows: Sequence[tuple[int, TokenProb, Sequence[tuple[str, float]]]], chosen: int) -> str:
+    """A few tokens with thin bars (kind, probability), scaled to the largest; `chosen` in bold."""
+    top = max((v for *_, bars in rows for _, v in bars), default=0.0) or 1.0
+    cells = []
+    for tid, tp, bars in rows:
+        tip = ", ".join(f"{k} = {fmt_p(v)}" for k, v in bars)
+        cls = " svkv-mchosen" if tid == chosen else ""
+        spans = "".join(f"<span class='svkv-mbar svkv-mbar-{k}' style='width:{100 * v / top:.1f}%'></span>"
+                        for k, v in bars)
+        cells.append(f"<span class='svkv-mtok{cls}' title='{esc_attr(tip)}'>{esc_attr(show_token(tp.text, 6))}</span>"
+                     f"<span class='svkv-mbars' title='{esc_attr(tip)}'>{spans}</span>")
+    return f"<div class='svkv-mini'>{''.join(cells)}</div>"
+
+
+def _pq_column(trace: CycleTrace) -> str:
+    """p against q at the first rejected draft (or the last draft): the tokens either model favours."""
+    d = trace.drafts[(trace.rejected_at or len(trace.drafts)) - 1]
+    p = {t.token_id: t.prob for t in d.target_top} | {d.token_id: d.target_prob}
+    q = {t.token_id: t.prob for t in d.draft_top} | {d.token_id: d.draft_prob}
+    rows = [(t, tp, [("q", q.get(t, 0.0)), ("p", p.get(t, 0.0))])
+            for t, tp in _top([d.target_top, d.draft_top], TokenProb(d.token_id, 0.0, d.text))]
+    return (
+        "<div class='svkv-draft svkv-result svkv-pq' data-key='res'>"
+        f"<div class='svkv-dhead'>p vs q <span class='svkv-dpos'>at d{d.index}</span></div>"
+        "<div class='svkv-barrow'><span class='svkv-mkey svkv-mbar-q'></span>q "
+        "<span class='svkv-mkey svkv-mbar-p'></span>p</div>"
+        f"{_mini(rows, d.token_id)}</div>"
     )
 
 

@@ -30,7 +30,7 @@ KIND_COLORS: dict[str, str] = {
     "prompt": "#e6e8ec",
     "generated": "#c7d3e6",
     "accepted": "#009e73",
-    "corrected": "#e69f00",
+    "corrected": "#a05195",  # reddish purple: the pending drafts' orange is the proposer's, this the target's
     "bonus": "#56b4e9",
     "pending": "#e69f00",
     # darker than Okabe-Ito's #D55E00, which a deuteranope cannot tell from the corrected orange

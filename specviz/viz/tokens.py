@@ -157,7 +157,7 @@ def strip_html(chips: Sequence[Chip], head: int = 16, tail: int = 48) -> str:
     if any(c.character for c in chips):
         items.append("<code>&lt;0xF0&gt;</code> a byte: tokens are bytes, and a character may take several (hover one)")
     legend = " ".join(f"<span style='display:inline-block;margin-right:10px'>{item}</span>" for item in items)
-    parts.append(f"<div style='font-size:12px;color:#4b5563;margin-top:4px'>{legend}</div>")
+    parts.append(f"<div style='font-size:13px;color:#374151;margin-top:4px'>{legend}</div>")  # as large as the strip
     return "".join(parts)
 
 
@@ -167,7 +167,7 @@ FOLD_SLACK = 8
 _KIND_STYLES = {
     "accepted": ";color:#fff;font-weight:600",
     "rejected": ";color:#fff;font-weight:600;text-decoration:line-through",
-    "corrected": ";color:#111827;font-weight:600",
+    "corrected": ";color:#fff;font-weight:600",
     "bonus": ";color:#111827;font-weight:600",
     "pending": ";outline:1.5px dashed #b45309;background:#fde9b8",
     "untested": ";text-decoration:line-through",

@@ -1,7 +1,7 @@
-"""A token-tree cycle drawn phase by phase: the tree, its attention mask, its slots, the compaction.
+"""A token-tree cycle drawn phase by phase: the tree, its attention mask, its entries, the compaction.
 
 Each part appears when its phase reveals it, never before (docs/design.md §1c, "The views"): the
-tree with q from draft, p, the mask and the verify entries (slot ≠ position) from verify, verdicts
+tree with q from draft, p, the mask and the verify entries (entry ≠ position) from verify, verdicts
 and the winning path from accept, the corrected or bonus token from resolve, the compaction at
 rollback. K/V cells are keyed by node, so the stage glides a moved cell into its new column.
 Pure HTML from a `CycleTrace`, which is also the no-JavaScript fallback; styles `static/tree.css`,
@@ -15,10 +15,12 @@ from collections.abc import Callable
 from ..timeline import VERDICT_GLYPHS
 from ..timeline import phase_index as _step
 from ..trace import CycleTrace, TreeNode, TreeTrace
-from .style import esc_attr, fmt_p, show_token
+from .style import PHASE_TITLES, esc_attr, fmt_p, show_token
 
 TokenText = Callable[[int], str]
 MASK_MAX_NODES = 32  # mask rows/columns drawn; a bigger tree shows its first nodes and says so
+TOKEN_CHARS = 6  # a node shows its token whole up to this many characters, else 5 and "…" (as a cache cell)
+KV_LINE = 12  # verify entries per line at most: more wrap into balanced lines (never cut off)
 
 
 def tree_panel_html(trace: CycleTrace | None, phase: str, token_text: TokenText, *, lecture: bool = False,
@@ -36,15 +38,16 @@ def tree_panel_html(trace: CycleTrace | None, phase: str, token_text: TokenText,
                 f"No token tree this cycle: {esc_attr(note.rstrip('.'))}.</p></div>")
     body = []
     if "tree" in parts:
-        body.append(_tree_html(trace, step, token_text, key))
+        body.append(_tree_html(trace, step, token_text, key, lecture))
     if "mask" in parts and step >= _step("verify"):
         body.append(_mask_html(trace, step, token_text, key))
     if "cache" in parts and step >= _step("verify"):
         body.append(_cache_html(trace, step, token_text, key))
-    label = (f"Token tree of cycle {trace.cycle + 1}: {len(tree.nodes)} nodes, width {tree.width}, "
-             f"depth {max((n.depth for n in tree.nodes), default=0)}")
+    label = (f"Token tree of cycle {trace.cycle + 1} · {PHASE_TITLES.get(phase, phase)}: {len(tree.nodes)} nodes, "
+             f"width {tree.width}, depth {max((n.depth for n in tree.nodes), default=0)}")
+    # The phase names the layout: lecture mode arranges the sections around what the phase teaches.
     return (
-        f"<div class='svtree{' svtree-lecture' if lecture else ''}' role='figure' data-role='tree' "
+        f"<div class='svtree svtree-p-{phase}{' svtree-lecture' if lecture else ''}' role='figure' data-role='tree' "
         f"data-key='{key}' aria-label='{esc_attr(label)}'>"
         + "".join(body)
         + f"<p class='svtree-sr'>{esc_attr(describe(trace, phase, token_text))}</p></div>"
@@ -79,7 +82,37 @@ def _rule(node: TreeNode, greedy: bool) -> str:
     return f"u {fmt_p(node.u)} {sign} p′ {fmt_p(node.accept_prob)}"
 
 
-def _tree_html(trace: CycleTrace, step: int, token_text: TokenText, key: str) -> str:
+def _token(text: str) -> str:
+    """A token as a node or an entry shows it (rule 1 of the stage: whole up to 6 characters), with
+    its whole display form in `data-token`."""
+    return (f"<span class='svtree-tok' data-token='{esc_attr(show_token(text, 10**6))}'>"
+            f"{esc_attr(show_token(text, TOKEN_CHARS))}</span>")
+
+
+def rows(tree: TreeTrace, tail_parent: int | None = None) -> tuple[dict[int, int], int | None, int]:
+    """The tree's grid rows: a node's first child on the node's own row, each later child on the
+    next new row (so a tree takes a row per leaf, not per node); the tail token, if any, as the last
+    child of `tail_parent`. Returns (row of each node, 0 for the root; the tail's row; rows used)."""
+    order = [n.index for n in tree.nodes]  # depth-first, children best first
+    parent = {n.index: n.parent for n in tree.nodes}
+    if tail_parent is not None:
+        at = order.index(tail_parent) + 1 if tail_parent else 0
+        while at < len(order) and tail_parent in ancestors(tree, order[at]) - {order[at]}:
+            at += 1  # past tail_parent's subtree: the tail is its last child
+        order.insert(at, -1)
+        parent[-1] = tail_parent
+    row, used, prev = {0: 0}, 1, 0
+    for n in order:
+        if parent[n] == prev:  # right after its parent: the first child, on the parent's row
+            row[n] = row[parent[n]]
+        else:
+            row[n], used = used, used + 1
+        prev = n
+    tail = row.pop(-1, None)
+    return row, tail, used
+
+
+def _tree_html(trace: CycleTrace, step: int, token_text: TokenText, key: str, lecture: bool = False) -> str:
     tree = trace.tree
     greedy = trace.temperature == 0
     depth = max((n.depth for n in tree.nodes), default=0)
@@ -87,29 +120,30 @@ def _tree_html(trace: CycleTrace, step: int, token_text: TokenText, key: str) ->
     tail = last if step >= _step("resolve") and last is not None and last.kind in ("corrected", "bonus") else None
     tail_depth = len(tree.path) + 1
     cols = max(depth, tail_depth if tail else 0) + 1
+    grid_row, tail_row, n_rows = rows(tree, (tree.path[-1] if tree.path else 0) if tail else None)
     L = tree.root_position
     heads = [f"<div class='svtree-dcol' style='grid-column:{d + 1}'>{f'depth {d}' if d else 'root'}<br>"
              f"<span>position {L + d}</span></div>" for d in range(cols)]
     on_path = set(tree.path) if step >= _step("accept") else set()
-    root_text = show_token(token_text(root_token(trace)), 10**6)
     parents = {n.parent for n in tree.nodes}
     kids = " svtree-kids" if tree.nodes else ""
     cells = [
         f"<div class='svtree-node svtree-root{kids}' style='grid-row:2;grid-column:1' data-n='0' tabindex='0' "
         f"data-key='{key}-t0' title='root: x_n, the newest committed token (position {L})'>"
-        f"<span class='svtree-tok'>{esc_attr(root_text)}</span><span class='svtree-sub'>x_n</span></div>"
+        f"{_token(token_text(root_token(trace)))}<span class='svtree-sub'>x_n</span></div>"
     ]
     for node in tree.nodes:
-        cells.append(_node_html(node, step, greedy, node.index in on_path, node.index in parents, key))
+        up = grid_row[node.index] - grid_row[node.parent]
+        cells.append(_node_html(node, step, greedy, node.index in on_path, node.index in parents, key,
+                                grid_row[node.index] + 2, up, lecture))
     if tail is not None:
         where = "from p′ (every child rejected)" if tail.kind == "corrected" else "from the leaf's p (bonus)"
-        row = (tree.path[-1] if tree.path else 0) + 2  # the row of the path's last node (or the root)
+        up = tail_row - grid_row[tree.path[-1] if tree.path else 0]
         cells.append(
-            f"<div class='svtree-node svtree-tail svtree-k-{tail.kind}' style='grid-row:{row};"
-            f"grid-column:{tail_depth + 1};--up:0' data-key='{key}-tail' data-role='tree-tail' "
+            f"<div class='svtree-node svtree-tail svtree-k-{tail.kind}' style='grid-row:{tail_row + 2};"
+            f"grid-column:{tail_depth + 1};--up:{up}' data-key='{key}-tail' data-role='tree-tail' "
             f"title='{esc_attr(tail.kind + ' token at position ' + str(tail.position) + ', ' + where)}'>"
-            f"<span class='svtree-tok'>{esc_attr(show_token(tail.text, 10**6))}</span>"
-            f"<span class='svtree-sub'>{tail.kind}</span></div>"
+            f"{_token(tail.text)}<span class='svtree-sub'>{tail.kind}</span></div>"
         )
     if greedy:
         rule = ("T = 0: at each node the child equal to the target's argmax is accepted; where none is, the argmax "
@@ -121,20 +155,23 @@ def _tree_html(trace: CycleTrace, step: int, token_text: TokenText, key: str) ->
         "; p: the target's, from the verify pass" if step >= _step("verify") else "")
     summary = _summary(trace, step)
     return (
-        "<section class='svtree-sec' aria-label='The token tree'>"
+        "<section class='svtree-sec svtree-treesec' aria-label='The token tree'>"
         f"<h3 class='svtree-title'>Token tree · width {tree.width}, {len(tree.nodes)} nodes</h3>"
         f"<p class='svtree-note'>{esc_attr(intro)}{'. ' + esc_attr(rule) if step >= _step('accept') else ''}</p>"
-        f"<div class='svtree-grid' style='--cols:{cols};--rows:{len(tree.nodes) + 1}'>{''.join(heads + cells)}</div>"
+        f"<div class='svtree-grid' style='--cols:{cols};--rows:{n_rows}'>{''.join(heads + cells)}</div>"
         + (f"<p class='svtree-note svtree-path' data-role='tree-path'>{esc_attr(summary)}</p>" if summary else "")
         + "</section>"
     )
 
 
-def _node_html(node: TreeNode, step: int, greedy: bool, on_path: bool, kids: bool, key: str) -> str:
+def _node_html(node: TreeNode, step: int, greedy: bool, on_path: bool, kids: bool, key: str, row: int,
+               up: int, lecture: bool = False) -> str:
     classes = ["svtree-node"] + (["svtree-kids"] if kids else [])
     lines = [f"q {fmt_p(node.draft_prob)}"]
     if step >= _step("verify"):
-        lines.append(f"p {fmt_p(node.target_prob)}")
+        # A lecture screen keeps each box to what the phase adds (q stays in the tooltip): the
+        # verify pass brings p, the test that decides a node uses p′ and u, not q.
+        lines = lines[:0 if lecture else 1] + [f"p {fmt_p(node.target_prob)}"]
     verdict = ""
     if step >= _step("accept"):
         classes.append(f"svtree-v-{node.verdict}")
@@ -143,17 +180,16 @@ def _node_html(node: TreeNode, step: int, greedy: bool, on_path: bool, kids: boo
         verdict = f"<span class='svtree-verdict' data-role='tree-verdict'>{VERDICT_GLYPHS[node.verdict]}</span>"
         lines = [_rule(node, greedy)] if node.verdict != "untested" else lines
     tip = (f"node {node.index} (parent {node.parent}), depth {node.depth}, position {node.position}, "
-           f"verify slot {node.slot}: q = {fmt_p(node.draft_prob)}")
+           f"verify entry L+{node.index} (slot {node.slot}): q = {fmt_p(node.draft_prob)}")
     if step >= _step("verify"):
         tip += f", p = {fmt_p(node.target_prob)}"
     if step >= _step("accept"):
         tip += f"; {node.verdict} ({_rule(node, greedy)})"
     return (
-        f"<div class='{' '.join(classes)}' style='grid-row:{node.index + 2};grid-column:{node.depth + 1};"
-        f"--up:{node.index - node.parent}' data-n='{node.index}' data-key='{key}-t{node.index}' tabindex='0' "
+        f"<div class='{' '.join(classes)}' style='grid-row:{row};grid-column:{node.depth + 1};"
+        f"--up:{up}' data-n='{node.index}' data-key='{key}-t{node.index}' tabindex='0' "
         f"data-role='tree-node' title='{esc_attr(tip)}'>"
-        f"<span class='svtree-id'>{node.index}</span>"
-        f"<span class='svtree-tok'>{esc_attr(show_token(node.text, 10**6))}</span>{verdict}"
+        f"<span class='svtree-id'>{node.index}</span>{_token(node.text)}{verdict}"
         f"<span class='svtree-sub'>{esc_attr(' · '.join(lines))}</span></div>"
     )
 
@@ -197,10 +233,12 @@ def _mask_html(trace: CycleTrace, step: int, token_text: TokenText, key: str) ->
         n.index: show_token(n.text, 6) for n in tree.nodes[:shown]}
     win = set(tree.path) | {0} if step >= _step("accept") else set()
     L = tree.root_position
-    head = ["<div class='svtree-mh svtree-corner'>query ↓ · key →</div>",
+    head = ["<div class='svtree-mh svtree-corner'>query ↓ key →</div>",
             f"<div class='svtree-mh svtree-mprefix' title='the committed prefix: positions 0–{L - 1}'>"
             f"prefix<br>0–{max(L - 1, 0)}</div>"]
-    head += [f"<div class='svtree-mh' data-n='{j}'>{j}<br>{esc_attr(labels[j])}</div>" for j in ids]
+    # A key column is named by its node number (the row labels and the tree carry the tokens).
+    head += [f"<div class='svtree-mh' data-n='{j}' title='key: node {j} {esc_attr(labels[j])}'>{j}</div>"
+             for j in ids]
     rows = []
     for i in ids:
         seen = ancestors(tree, i) if i else {0}
@@ -217,7 +255,7 @@ def _mask_html(trace: CycleTrace, step: int, token_text: TokenText, key: str) ->
             "the same rule.</p>" if shown < len(tree.nodes) else "")
     return (
         f"<section class='svtree-sec' aria-label='Tree attention mask' data-role='tree-mask' data-key='{key}-mask'>"
-        "<h3 class='svtree-title'>Tree attention mask</h3>"
+        "<h3 class='svtree-title'>Tree attention mask · ■ may attend</h3>"
         "<p class='svtree-note'>■ = may attend (an additive 0), empty = masked (the dtype's minimum). Each node "
         "sees the whole prefix, its ancestors and itself — never a sibling or a cousin.</p>"
         f"<div class='svtree-mask' style='--cols:{shown + 1}'>{''.join(head)}{''.join(rows)}</div>{more}</section>"
@@ -245,32 +283,38 @@ def _cache_html(trace: CycleTrace, step: int, token_text: TokenText, key: str) -
     freed = freed_blocks(trace) if compacted else set()
     new_len = L + 1 + len(kept)  # valid entries after the rollback: 0 .. L + len(kept)
 
+    # Entry = the cache's index L+c (what the sequence reads), slot = where it lives in memory (a
+    # block's row): one word per concept. Long rows wrap into balanced lines, never cut off.
+    per_line = -(-n_cols // -(-n_cols // KV_LINE))
     heads = []
     for c in range(n_cols):
-        block = f"<br>block {slots[c] // page}" if paged else ""
+        line, col = divmod(c, per_line)
+        new_block = paged and (c == 0 or col == 0 or slots[c] // page != slots[c - 1] // page)
+        block = f"<br>block {slots[c] // page}" if new_block else ""
         edge = " svtree-bedge" if paged and c and slots[c] // page != slots[c - 1] // page else ""
-        heads.append(f"<div class='svtree-ch{edge}' style='grid-column:{c + 1}'>entry {L + c}<br>"
+        heads.append(f"<div class='svtree-ch{edge}' style='{_kv_at(c, per_line, 1)}'>entry {L + c}<br>"
                      f"<span>slot {slots[c]}{block}</span></div>")
-    cells = [_kv_cell(key, 0, 0, "root", token_text(root_token(trace)), L, committed=compacted)]
+    cells = [_kv_cell(key, 0, 0, "root", token_text(root_token(trace)), L, per_line, committed=compacted)]
     if not compacted:
         for node in tree.nodes:
             state = "win" if node.index in on_path else node.verdict if step >= _step("accept") else "prov"
-            cells.append(_kv_cell(key, node.index, node.index, state, node.text, node.position))
+            cells.append(_kv_cell(key, node.index, node.index, state, node.text, node.position, per_line))
     else:
         for i, a in enumerate(kept, start=1):  # the compaction: node a's K/V now in entry L+i
             node = _node(tree, a)
-            cells.append(_kv_cell(key, a, i, "moved" if a != i else "kept", node.text, node.position,
+            cells.append(_kv_cell(key, a, i, "moved" if a != i else "kept", node.text, node.position, per_line,
                                   committed=True, came_from=L + a if a != i else None))
         for c in range(len(kept) + 1, n_cols):
             state = "freed" if paged and slots[c] // page in freed else "stale"
             cells.append(
-                f"<div class='svtree-kv svtree-kv-{state}' style='grid-column:{c + 1}' data-key='{key}-x{c}' "
+                f"<div class='svtree-kv svtree-kv-{state}' style='{_kv_at(c, per_line, 2)}' data-col='{c}' "
+                f"data-key='{key}-x{c}' "
                 f"data-role='tree-{state}' title='entry {L + c}: {state}'>"
                 f"<span class='svtree-tok'>{'✕' if state == 'stale' else ''}</span>"
                 f"<span class='svtree-sub'>{state}</span></div>"
             )
     if not compacted:
-        note = ("During verify node i sits in entry L+i (its slot) but at position L + depth: slot ≠ position, and "
+        note = ("During verify node i sits in entry L+i but at position L + depth: entry ≠ position, and "
                 "siblings share a position.")
     elif not tree.moves:
         note = (f"No copy: the accepted path is nodes 1…{len(kept)}, already in entries {L + 1}…{L + len(kept)}. "
@@ -286,24 +330,30 @@ def _cache_html(trace: CycleTrace, step: int, token_text: TokenText, key: str) -
     return (
         f"<section class='svtree-sec' aria-label='{esc_attr(title)}' data-role='tree-kv' data-key='{key}-kvsec'>"
         f"<h3 class='svtree-title'>{esc_attr(title)}</h3>"
-        f"<div class='svtree-kvgrid' style='--cols:{n_cols}'>{''.join(heads)}{''.join(cells)}</div>"
+        f"<div class='svtree-kvgrid' style='--cols:{per_line}'>{''.join(heads)}{''.join(cells)}</div>"
         f"<p class='svtree-note' data-role='tree-kvnote'>{esc_attr(note)}</p></section>"
     )
 
 
-def _kv_cell(key: str, node: int, col: int, state: str, text: str, position: int, *, committed: bool = False,
-             came_from: int | None = None) -> str:
+def _kv_at(c: int, per_line: int, part: int) -> str:
+    """Where entry L+`c`'s header (`part` 1) or cell (2) goes in the wrapped grid of verify entries."""
+    line, col = divmod(c, per_line)
+    return f"grid-row:{2 * line + part};grid-column:{col + 1}"
+
+
+def _kv_cell(key: str, node: int, col: int, state: str, text: str, position: int, per_line: int, *,
+             committed: bool = False, came_from: int | None = None) -> str:
     """Node `node`'s K/V in entry root+`col`: the key is the node's, so a move is the same DOM node."""
     cls = f"svtree-kv svtree-kv-{state}" + (" svtree-kv-committed" if committed else "")
     role = " data-role='tree-move'" if came_from is not None else ""
     label = "root" if node == 0 else f"node {node}"
     tip = f"{label}: position {position}" + (f", moved here from entry {came_from}" if came_from is not None else "")
     return (
-        f"<div class='{cls}' style='grid-column:{col + 1}' data-key='{key}-n{node}' data-n='{node}'{role} "
-        f"tabindex='0' title='{esc_attr(tip)}'>"
-        f"<span class='svtree-tok'>{esc_attr(show_token(text, 10**6))}</span>"
+        f"<div class='{cls}' style='{_kv_at(col, per_line, 2)}' data-col='{col}' data-key='{key}-n{node}' "
+        f"data-n='{node}'{role} "
+        f"tabindex='0' title='{esc_attr(tip)}'>{_token(text)}"
         f"<span class='svtree-sub'>{esc_attr(f'pos {position} · #{node}')}</span>"
-        + (f"<span class='svtree-sub svtree-from'>← from {came_from}</span>" if came_from is not None else "")
+        + (f"<span class='svtree-sub svtree-from'>← entry {came_from}</span>" if came_from is not None else "")
         + "</div>"
     )
 
@@ -322,7 +372,7 @@ def describe(trace: CycleTrace, phase: str, token_text: TokenText) -> str:
         words = (f"Node {node.index} {show_token(node.text, 40)}, child of {node.parent}, depth {node.depth}, "
                  f"position {node.position}")
         if step >= _step("verify"):
-            words += f", verify slot {node.slot}, p {fmt_p(node.target_prob)}"
+            words += f", verify entry {L + node.index} (slot {node.slot}), p {fmt_p(node.target_prob)}"
         if step >= _step("accept"):
             words += f", {node.verdict}"
         parts.append(words + ".")

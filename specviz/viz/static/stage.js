@@ -42,9 +42,16 @@ function reducedMotion() {
 // FLIP: First (rects before the patch), Last (after), Invert and Play (a transform animation from
 // the old place to none). A keyed node inside a keyed node that moved the same way does not move on
 // its own: only the difference to its keyed ancestor is animated.
+// A node not drawn (display: none: lecture mode leaves out what a phase does not teach) has no place
+// to glide from or to: it just appears or goes.
+const drawn = r => r.width > 0 || r.height > 0;
+
 function measure(root) {
   const rects = new Map();
-  root.querySelectorAll('[data-key]').forEach(el => rects.set(el, el.getBoundingClientRect()));
+  root.querySelectorAll('[data-key]').forEach(el => {
+    const r = el.getBoundingClientRect();
+    if (drawn(r)) rects.set(el, r);
+  });
   return rects;
 }
 
@@ -54,6 +61,7 @@ function flip(root, before) {
   before.forEach((r0, el) => {
     if (!el.isConnected || !root.contains(el)) return;
     const r1 = el.getBoundingClientRect();
+    if (!drawn(r1)) return;
     const dx = r0.left - r1.left, dy = r0.top - r1.top;
     if (Math.abs(dx) >= 1 || Math.abs(dy) >= 1) moved.set(el, [dx, dy]);
   });
@@ -156,6 +164,43 @@ function patch(slot, html) {
   fadeFrom(changed.filter(([el, was]) => el.isConnected && getComputedStyle(el).backgroundColor !== was));
 }
 
+// Lecture mode fits a token tree's panel to the screen (docs/design.md §3, "One screen in lecture
+// mode"): every size in it is in em (tree.css), so one font size scales it as a whole. Measured at its
+// own size after each patch (the patch drops the last step's fit), before FLIP measures where the
+// nodes went. Below FIT_MIN a big tree scrolls inside its panel instead of shrinking further.
+const FIT_MIN = 0.6, FIT_MARGIN_PX = 8;
+// A grid's size from its tracks, as laid out: a section fading in (scaled) or gliding (translated)
+// would mislead a measure of its boxes.
+function gridSize(cs) {
+  const sum = (tracks, gap) => {
+    const px = tracks.split(' ').map(parseFloat).filter(x => !isNaN(x));
+    return px.reduce((a, b) => a + b, 0) + Math.max(0, px.length - 1) * (parseFloat(gap) || 0);
+  };
+  return [sum(cs.gridTemplateColumns, cs.columnGap), sum(cs.gridTemplateRows, cs.rowGap)];
+}
+
+function fitTree(root) {
+  const panel = root.querySelector('.svs-pic > .svtree.svtree-lecture');
+  if (!panel) return;
+  panel.style.fontSize = panel.style.maxHeight = panel.style.overflow = '';
+  const top = Math.max(0, panel.getBoundingClientRect().top);
+  const room = [panel.parentElement.clientWidth, window.innerHeight - top - FIT_MARGIN_PX];
+  const cs = getComputedStyle(panel), base = parseFloat(cs.fontSize);
+  let size = base;
+  // Borders and gaps are in px and do not scale: a second measure corrects the first guess.
+  for (let i = 0; i < 2; i++) {
+    const [w, h] = gridSize(cs);
+    const scale = Math.min(1, room[0] / w, room[1] / h);
+    if (scale >= 1) break;
+    size = Math.max(base * FIT_MIN, size * scale * 0.99);
+    panel.style.fontSize = size.toFixed(2) + 'px';
+    if (size <= base * FIT_MIN) {
+      Object.assign(panel.style, {maxHeight: room[1] + 'px', overflow: 'auto'});
+      break;
+    }
+  }
+}
+
 function createStage(root, hooks) {
   root.classList.add('svs');
   root.innerHTML = (
@@ -179,9 +224,12 @@ function createStage(root, hooks) {
   const s = {
     data: null, cur: null, run: null, seq: null, queue: [], waiting: false, held: null,
     reportTimer: null, reported: null, pauseTimer: null, pausedAt: null, painted: 0, prefetched: null, shown: null,
-    req: 0, pending: null, awaited: null, superseded: null, resendTimer: null, log: [],
+    req: 0, pending: null, awaited: null, superseded: null, resendTimer: null, log: [], deferred: [], holdTimer: null,
     bodies: new Map(), raw: null, timings: [], received: {payloads: 0, steps: 0, bodies: 0, again: 0},  // held bodies; the last payload
   };
+
+  const refit = () => fitTree(root);  // a projector's screen replacing a laptop's
+  window.addEventListener('resize', refit);
 
   function cycleOf(step) { return step === 0 ? -1 : Math.floor((step - 1) / PHASES); }
   function known(step) { return !!(s.data && s.data.steps[String(step)]); }
@@ -199,6 +247,7 @@ function createStage(root, hooks) {
     const kv = d.kv || [];
     root.classList.toggle('svs-compare', kv.length > 1);
     el.pics.forEach((slot, i) => patch(slot, kv[i] || ''));
+    fitTree(root);
     el.status.innerHTML = d.status;
     el.story.innerHTML = d.story;
     if (el.strip.dataset.html !== d.strip) { el.strip.innerHTML = d.strip; el.strip.dataset.html = d.strip; }
@@ -289,10 +338,22 @@ function createStage(root, hooks) {
       say(`Computing on the server… ${s.queue.length} click${s.queue.length > 1 ? 's' : ''} queued.`);
       return;
     }
+    // The page is being drawn again for a change made elsewhere (a setting in the sidebar: maybe a
+    // new run, or new settings that the cycles in hand were not computed under): the click waits for
+    // the page's new data and is then carried out on it. Stepped at once, it stepped the old run,
+    // and the new run's first payload then undid it (ten Next cycle clicks after a proposer change
+    // ended at cycle 9).
+    if (hooks.held && hooks.held()) {
+      s.deferred.push([kind, target]);
+      say(`Waiting for the page… ${s.deferred.length} click${s.deferred.length > 1 ? 's' : ''} queued.`);
+      clearInterval(s.holdTimer);
+      s.holdTimer = setInterval(release, 100);
+      return;
+    }
     target = Math.max(0, target);
     if (s.data.quiz && kind !== 'back' && s.data.quiz.includes(s.cur) && s.held !== s.cur && target > s.cur) {
       s.held = s.cur;  // a pending question: the first Next says so, the second skips it
-      say('A quiz question is waiting below this picture: answer it, or press Next again to skip it.');
+      say('A quiz question is waiting beside this picture: answer it, or press Next again to skip it.');
       return;
     }
     if (known(target)) {
@@ -327,6 +388,19 @@ function createStage(root, hooks) {
     say(kind === 'back' ? 'Fetching the earlier step from the server…' : `Computing cycle ${c} on the server…`);
     root.classList.add('svs-busy');
     request(kind, {target});
+  }
+
+  // The clicks that waited for the page (`hooks.held`), on the data it brought.
+  function release() {
+    if (!s.deferred.length || s.waiting || (hooks.held && hooks.held())) return;
+    clearInterval(s.holdTimer);
+    const clicks = s.deferred;
+    s.deferred = [];
+    say('');
+    for (const [kind, target] of clicks) {
+      if (kind === 'seek') api.seek(target);
+      else api[{next_phase: 'next', next_cycle: 'nextCycle', back: 'back'}[kind]]();
+    }
   }
 
   // A request carries an id that the server echoes in the payload that answers it (`answered`). A
@@ -386,6 +460,8 @@ function createStage(root, hooks) {
     nextCycle() { if (s.data) go(nextCycleTarget(s.cur), 'next_cycle'); },
     back() { if (s.data && s.cur > 0) go(s.cur - 1, 'back'); },
     seek(step) { if (s.data) go(step, 'seek'); },
+    // Play (on) or Pause: the server plays, from the step shown here (a report with what to do).
+    play(on) { if (s.data && s.cur !== null) report('play', {on: !!on}); },
     get state() { return s; },
     // A payload is unpacked (inflated) and taken at once, in the call that brings it: nothing
     // waits for a later task, and payloads are taken in the order they come.
@@ -405,7 +481,10 @@ function createStage(root, hooks) {
         say(`The stage could not read the server's data: ${err}`);
       }
     },
-    destroy() { clearTimeout(s.reportTimer); clearTimeout(s.pauseTimer); clearTimeout(s.resendTimer); },
+    destroy() {
+      clearTimeout(s.reportTimer); clearTimeout(s.pauseTimer); clearTimeout(s.resendTimer); clearInterval(s.holdTimer);
+      window.removeEventListener('resize', refit);
+    },
   };
 
   // Where a round trip's time went (the latency bench reads it): the server's stamps (`served`:

@@ -1,0 +1,265 @@
+"""Lecture mode on the real default pair, in a real headless Chromium (issue 26's bounds).
+
+One `streamlit run app.py` with the default pair (module fixture) serves a page per shape: the chain
+(K = 5) and the token tree (width 3, 16 nodes, depth K = 5). Lecture mode is switched on (the
+sidebar folds away by itself), then every phase of 4 cycles is stepped, the prompt is changed
+(the sidebar opened, a new prompt typed, the sidebar folded again: the "New run" notice is a toast,
+the stage does not move), and every phase of 4 more cycles is stepped. After each phase the page is
+measured at 1920x1080 and at 1280x720 (the viewport resized in place: the same step, both sizes):
+
+* **Token text in the cells**: every visible cache cell with a token shows it by the six-character
+  rule (whole up to 6 characters of its display form, `data-token`, else its first 5 and "…") in its
+  `data-role="token-text"` element, which lies inside the cell, unclipped; token text ≥ 18 px at
+  1080 px, ≥ 14 px at 720 px.
+* **One screen**: the drafts panel (`data-role="drafts"`), each verdict (`data-role="verdict"`) and
+  the narrative (`data-role="narrative"`) inside the viewport; for a tree cycle the tree panel
+  (`data-role="tree"`, `role="figure"`, its label naming the phase) and every section it shows.
+* **Nothing overflows**: no text-bearing element of the stage has `scrollWidth > clientWidth`, none
+  sticks out of its parent's box, none out of the picture's column.
+
+The figures (the share of cells by the rule, the smallest token text, the lowest bottom edge of the
+hooks) go to test-artifacts/browser/lecture-bounds-<shape>.json; screenshots of every phase of the
+first cycle, before and after the prompt change, at both sizes, to test-artifacts/browser/.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bench.load import CHROMIUM, CHROMIUM_ARGS, start_server, stop_server
+from specviz.viz.style import PHASE_TITLES
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "test-artifacts" / "browser"
+SIZES = ((1920, 1080), (1280, 720))
+MIN_TOKEN_PX = {1080: 18.0, 720: 14.0}
+CYCLES = 4
+PHASES = ("draft", "verify", "accept", "resolve", "rollback")
+NEW_PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.slow,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian chromium is not installed"),
+]
+
+# Everything the bounds need, measured in the page at the step on screen.
+MEASURE_JS = r"""() => {
+  const vw = innerWidth, vh = innerHeight, stage = document.querySelector('.svs');
+  const box = e => { const r = e.getBoundingClientRect(); return [r.top, r.bottom, r.left, r.right]; };
+  const shown = e => { const r = e.getBoundingClientRect(); return r.width > 0 && r.height > 0; };
+  const inside = r => r.top >= -0.5 && r.left >= -0.5 && r.bottom <= vh + 0.5 && r.right <= vw + 0.5;
+  const rule = t => { const a = Array.from(t); return a.length <= 6 ? t : a.slice(0, 5).join('') + '\u2026'; };
+  const cells = {visible: 0, byRule: 0, clipped: [], wrong: [], minPx: null};
+  for (const c of stage.querySelectorAll('.svkv-cell[data-token]')) {
+    const r = c.getBoundingClientRect();
+    if (!(r.width > 0 && r.height > 0 && inside(r))) continue;
+    cells.visible += 1;
+    const t = c.querySelector('[data-role=token-text]');
+    if (t && t.textContent === rule(c.dataset.token)) cells.byRule += 1; else cells.wrong.push(c.dataset.token);
+    if (!t) continue;
+    const tr = t.getBoundingClientRect();
+    if (t.scrollWidth > t.clientWidth + 1 || tr.left < r.left - 0.5 || tr.right > r.right + 0.5 ||
+        tr.top < r.top - 0.5 || tr.bottom > r.bottom + 0.5) cells.clipped.push(c.dataset.token);
+    const px = parseFloat(getComputedStyle(t).fontSize);
+    cells.minPx = cells.minPx === null ? px : Math.min(cells.minPx, px);
+  }
+  // Text that does not fit: its own box (scrollWidth), its parent's box, the picture's column.
+  const over = [], seen = new Set(), pics = stage.querySelector('.svs-pics').getBoundingClientRect();
+  const walker = document.createTreeWalker(stage, NodeFilter.SHOW_TEXT);
+  while (walker.nextNode()) {
+    if (!walker.currentNode.textContent.trim()) continue;
+    let e = walker.currentNode.parentElement;
+    while (e !== stage && getComputedStyle(e).display.startsWith('inline')) e = e.parentElement;
+    if (seen.has(e) || e === stage || !shown(e) || e.closest('.svkv-sr, .svtree-sr, .svs-notice')) continue;
+    seen.add(e);
+    const what = (e.className || e.tagName) + ': ' + e.textContent.slice(0, 30);
+    if (e.scrollWidth > e.clientWidth + 1) over.push(['scrollWidth', what, e.scrollWidth, e.clientWidth]);
+    let up = e.parentElement;
+    while (up !== stage && getComputedStyle(up).display === 'contents') up = up.parentElement;
+    const a = e.getBoundingClientRect(), b = up.getBoundingClientRect();
+    if (up !== stage && (a.right > b.right + 1 || a.left < b.left - 1)) over.push(['parent', what, a.right, b.right]);
+    if (e.closest('.svs-pics') && a.right > pics.right + 1) over.push(['column', what, a.right, pics.right]);
+  }
+  const hooks = sel => [...stage.querySelectorAll(sel)].filter(shown).map(box);
+  const tree = stage.querySelector('.svs-pic > [data-role=tree]');
+  const sections = tree ? [...tree.querySelectorAll(':scope > section')].filter(shown).map(box) : [];
+  return {title: stage.dataset.title, vw, vh, cells, over: over.slice(0, 12),
+    drafts: hooks('[data-role=drafts]'), verdicts: hooks('[data-role=verdict]'),
+    narrative: hooks('[data-role=narrative]'),
+    tree: tree && shown(tree) ? {box: box(tree), role: tree.getAttribute('role'),
+      label: tree.getAttribute('aria-label'), sections, font: parseFloat(getComputedStyle(tree).fontSize)} : null,
+    alerts: [...document.querySelectorAll("[data-testid='stMain'] [data-testid='stAlert']")].filter(shown).length,
+    stageTop: stage.getBoundingClientRect().top};
+}"""
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    proc, url = start_server("default", ready_s=180)
+    try:
+        yield url
+    finally:
+        stop_server(proc)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    from playwright.sync_api import sync_playwright
+
+    OUT.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+def _settle(page) -> None:
+    """The stage's motion has run (glides, fades) and no script run is out."""
+    page.wait_for_selector("[data-testid='stStatusWidget']", state="detached", timeout=300_000)
+    page.wait_for_function("() => document.querySelector('.svs').getAnimations({subtree: true})"
+                           ".every(a => a.playState !== 'running')", timeout=60_000)
+    page.wait_for_timeout(150)
+
+
+def _step(page, step: int) -> None:
+    page.keyboard.press("ArrowRight")
+    page.wait_for_function(f"() => {{ const s = window.__specvizStage.state; return s.cur === {step} && !s.waiting; }}",
+                           timeout=300_000)
+    _settle(page)
+
+
+def _sidebar(page, open_it: bool) -> None:
+    """Streamlit's own toggle (lecture mode folded the sidebar away)."""
+    button = "[data-testid='stExpandSidebarButton']" if open_it else "button[aria-label='Collapse sidebar']"
+    page.evaluate(f"document.querySelector(\"{button}\").click()")
+    page.wait_for_function(f"() => document.querySelector(\"section[data-testid='stSidebar']\")"
+                           f".getAttribute('aria-expanded') === '{str(open_it).lower()}'", timeout=30_000)
+    page.wait_for_timeout(600)
+
+
+def _check(m: dict, height: int, tree: bool, phase: str) -> list[str]:
+    """What is wrong with one measured step (an empty list: every bound holds)."""
+    where, bad = f"{m['vw']}x{m['vh']} {m['title']}", []
+    cells = m["cells"]
+    if cells["visible"]:
+        if cells["byRule"] < 0.95 * cells["visible"] or cells["clipped"]:
+            bad.append(f"{where}: cells {cells}")
+        if cells["minPx"] < MIN_TOKEN_PX[height]:
+            bad.append(f"{where}: token text {cells['minPx']} px")
+    elif not (tree and phase != "rollback"):  # a tree's draft to resolve give the screen to the tree
+        bad.append(f"{where}: no cache cell in view")
+    if m["over"]:
+        bad.append(f"{where}: overflowing text {m['over']}")
+    hooks = {"narrative": m["narrative"]}
+    if tree:
+        t = m["tree"]
+        if t is None or t["role"] != "figure" or PHASE_TITLES[phase] not in t["label"]:
+            bad.append(f"{where}: tree panel {t}")
+        else:
+            hooks["tree"] = [t["box"], *t["sections"]]
+    else:
+        hooks |= {"drafts": m["drafts"], "verdicts": m["verdicts"]}
+        if not m["drafts"] or (phase not in ("draft", "verify") and len(m["verdicts"]) < 1):
+            bad.append(f"{where}: drafts {m['drafts']} verdicts {m['verdicts']}")
+    for name, boxes in hooks.items():
+        for top, bottom, left, right in boxes:
+            if top < -0.5 or left < -0.5 or bottom > m["vh"] + 0.5 or right > m["vw"] + 0.5:
+                bad.append(f"{where}: {name} outside the viewport: {[top, bottom, left, right]}")
+    if m["alerts"]:
+        bad.append(f"{where}: {m['alerts']} banner(s) above the stage")
+    return bad
+
+
+def _measure_both(page, tree: bool, phase: str, figures: dict, shot: str | None) -> list[str]:
+    bad = []
+    for width, height in SIZES:
+        page.set_viewport_size({"width": width, "height": height})
+        page.wait_for_timeout(250)  # the stage refits a tree panel on resize
+        _settle(page)
+        m = page.evaluate(MEASURE_JS)
+        bad += _check(m, height, tree, phase)
+        f = figures.setdefault(f"{width}x{height}", {"steps": 0, "visible": 0, "byRule": 0, "minPx": None,
+                                                    "lowest": 0.0, "treeFontMin": None})
+        f["steps"] += 1
+        f["visible"] += m["cells"]["visible"]
+        f["byRule"] += m["cells"]["byRule"]
+        if m["cells"]["minPx"] is not None:
+            f["minPx"] = min(f["minPx"] or 99.0, m["cells"]["minPx"])
+        boxes = m["drafts"] + m["verdicts"] + m["narrative"] + ([m["tree"]["box"], *m["tree"]["sections"]]
+                                                                if m["tree"] else [])
+        f["lowest"] = max([f["lowest"], *(b[1] for b in boxes)])
+        if m["tree"]:
+            f["treeFontMin"] = min(f["treeFontMin"] or 99.0, m["tree"]["font"])
+        if shot:
+            page.screenshot(path=str(OUT / f"lecture-{width}x{height}-{shot}.png"))
+    page.set_viewport_size({"width": SIZES[0][0], "height": SIZES[0][1]})
+    return bad
+
+
+def _walk(page, tree: bool, first: int, figures: dict, shots: str) -> list[str]:
+    """Every phase of CYCLES cycles from step `first`, measured at both sizes."""
+    bad = []
+    for n in range(CYCLES * len(PHASES)):
+        _step(page, first + n)
+        phase = PHASES[n % len(PHASES)]
+        shot = f"{shots}-c1-{n + 1}-{phase}" if n < len(PHASES) else None
+        bad += _measure_both(page, tree, phase, figures, shot)
+    return bad
+
+
+@pytest.mark.parametrize("shape", ["chain", "tree"])
+def test_lecture_mode_one_screen_and_token_text_at_both_sizes(server: str, browser, shape: str) -> None:
+    tree = shape == "tree"
+    errors: list[str] = []
+    page = browser.new_page(viewport={"width": SIZES[0][0], "height": SIZES[0][1]})
+    page.set_default_timeout(300_000)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(server, wait_until="domcontentloaded")
+    page.locator(".st-key-next_phase button").first.wait_for(timeout=300_000)
+    _settle(page)
+    if tree:
+        width = page.locator("input[aria-label='Tree width (1 = chain)']")
+        width.fill("3")
+        width.press("Enter")
+        page.wait_for_function("() => [...document.querySelectorAll(\"input[aria-label='Tree nodes (budget)']\")]"
+                               ".some(e => !e.disabled)", timeout=120_000)
+        _settle(page)
+    page.get_by_text("Lecture mode").first.click()
+    page.wait_for_selector(".svs .svkv.svkv-lecture", timeout=300_000)
+    page.wait_for_function("() => document.querySelector(\"section[data-testid='stSidebar']\")"
+                           ".getAttribute('aria-expanded') === 'false'", timeout=60_000)
+    _settle(page)
+    assert page.evaluate("window.__specvizStage.state.cur") == 0
+    figures: dict = {}
+    bad = _walk(page, tree, 1, figures, f"{shape}-before")
+
+    # A new prompt: the sidebar opened by its own toggle, the prompt typed, the sidebar folded again.
+    run = page.evaluate("window.__specvizStage.state.run")
+    top = page.evaluate("document.querySelector('.svs').getBoundingClientRect().top")
+    _sidebar(page, True)
+    prompt = page.locator("textarea[aria-label='Prompt']")
+    prompt.fill(NEW_PROMPT)
+    prompt.press("Control+Enter")
+    page.wait_for_function(f"() => window.__specvizStage.state.run !== {run}", timeout=300_000)
+    page.wait_for_selector("[data-testid='stToast']", timeout=60_000)  # "New run: the prompt changed", a toast
+    assert "prompt changed" in page.locator("[data-testid='stToast']").first.inner_text()
+    _sidebar(page, False)
+    _settle(page)
+    assert abs(page.evaluate("document.querySelector('.svs').getBoundingClientRect().top") - top) < 1
+    bad += _walk(page, tree, page.evaluate("window.__specvizStage.state.cur") + 1, figures, f"{shape}-after")
+    page.close()
+
+    for f in figures.values():
+        f["share"] = round(f["byRule"] / f["visible"], 4) if f["visible"] else None
+    (OUT / f"lecture-bounds-{shape}.json").write_text(json.dumps(figures, indent=1), encoding="utf-8")
+    assert not bad, "\n".join(bad[:20])
+    for size, f in figures.items():
+        assert f["visible"] and f["share"] >= 0.95, (size, f)
+    assert not errors, errors
