@@ -12,23 +12,10 @@ from typing import Any
 
 import torch
 
-from . import sampling
+from . import runtime, sampling
 from .config import DecodeConfig
 from .errors import ContextFullError, DecodingFinishedError
 from .kv import SpecvizCache
-from .runtime import (
-    TokenTexts,
-    context_limit,
-    copy_generator,
-    eos_ids_of,
-    expected_reach,
-    forward,
-    make_generator,
-    model_device,
-    open_cache,
-    validate_prompt,
-    vocab_size_of,
-)
 
 
 class AutoregressiveDecoder:
@@ -38,10 +25,9 @@ class AutoregressiveDecoder:
     def __init__(self, model: Any, config: DecodeConfig | None = None, tokenizer: Any | None = None) -> None:
         self.model = model
         self.config = config or DecodeConfig()
-        self.config.validate()
-        self.eos_ids = eos_ids_of(model)
-        self.token_text = TokenTexts(tokenizer)
-        self.max_context = context_limit(self.config, model)
+        self.eos_ids = runtime.eos_ids_of(model)
+        self.token_text = runtime.TokenTexts(tokenizer)
+        self.max_context = runtime.context_limit(self.config, model)
         self._committed: list[int] = []
         self.num_prompt_tokens = 0
         self.finish_reason: str | None = None
@@ -57,26 +43,24 @@ class AutoregressiveDecoder:
         return list(self._committed)
 
     def start(self, prompt_ids: Sequence[int]) -> None:
-        ids = validate_prompt(prompt_ids, vocab_size_of(self.model), self.max_context)
+        ids = runtime.validate_prompt(prompt_ids, runtime.vocab_size_of(self.model), self.max_context)
         # Sized for what the run can reach; it grows on demand (max_new_tokens may rise) up to max_context.
-        cache = open_cache(self.model, self.config, self.max_context, ids,
-                           reach=expected_reach(self.config, len(ids), self.max_context))
+        cache = runtime.open_cache(self.model, self.config, self.max_context, ids)
         self.cache, self._committed, self.num_prompt_tokens = cache, ids, len(ids)
-        self.generator = make_generator(model_device(self.model), self.config.seed)
+        self.generator = runtime.make_generator(runtime.model_device(self.model), self.config.seed)
         self.finish_reason = None
 
     def fork(self, seed: int | None = None) -> AutoregressiveDecoder:
         """An independent copy at the current state (cache copied; reseeded if `seed` is given)."""
         if self.cache is None or self.generator is None:
             raise DecodingFinishedError("the decoder has not started: call start(prompt_ids) first")
-        cfg = self.config if seed is None else self.config.replace(seed=seed)
-        twin = AutoregressiveDecoder(self.model, cfg)
-        twin.eos_ids, twin.token_text = self.eos_ids, self.token_text
+        twin = copy.copy(self)  # the model, EOS ids, token texts and counts: shared or immutable
         twin.cache, twin._committed = copy.deepcopy(self.cache), list(self._committed)
-        twin.num_prompt_tokens, twin.finish_reason = self.num_prompt_tokens, self.finish_reason
-        twin.generator = (
-            make_generator(model_device(self.model), seed) if seed is not None else copy_generator(self.generator)
-        )
+        if seed is None:
+            twin.generator = runtime.copy_generator(self.generator)
+        else:
+            twin.config = self.config.replace(seed=seed)
+            twin.generator = runtime.make_generator(runtime.model_device(self.model), seed)
         return twin
 
     def step(self) -> int:
@@ -88,7 +72,7 @@ class AutoregressiveDecoder:
         if len(self._committed) >= self.max_context:
             raise ContextFullError(f"the context is full ({len(self._committed)} of {self.max_context} positions)")
         cfg = self.config
-        logits = forward(self.model, self.cache, [self._committed[-1]], "decode", last_only=True)[-1]  # [V]
+        logits = runtime.forward(self.model, self.cache, [self._committed[-1]], "decode", last_only=True)[-1]  # [V]
         probs = sampling.process_logits(logits, cfg.temperature, cfg.top_k, cfg.top_p)
         token = sampling.greedy_token(probs) if cfg.greedy else sampling.sample(probs, self.generator)
         self._committed.append(token)

@@ -1,9 +1,6 @@
 """Headless walk-through: run speculative decoding cycle by cycle and narrate each one.
 
-    python -m specviz walk --prompt "Explain KV caches." --k 5 --temperature 0.8 --cycles 8 \
-        --layout paged --page-size 4 [--policy free|keep] [--seed N] [--json FILE] [--no-chat] \
-        [--proposer NAME] [--target ID_OR_DIR --draft ID_OR_DIR | --tiny] \
-        [--dtype float32|bfloat16] [--tree-width W --tree-nodes N]
+    python -m specviz walk --prompt "Explain KV caches." --k 5 --cycles 8 [--tiny] [--json FILE]  # more: --help
 
 Each cycle is printed with its positions and numbers (docs/design.md §1): the catch-up, each draft's
 q, p, min(1, p/q), u and verdict (a token tree, §1c: as an outline, then its path and K/V moves), the
@@ -25,7 +22,7 @@ from .config import DecodeConfig
 from .errors import SpecvizError
 from .outcome import cycle_outcome
 from .proposers import registry
-from .trace import CacheSnapshot, CycleTrace, TokenProb, TreeTrace
+from .trace import CacheSnapshot, CycleTrace, DraftStep, TokenProb, TreeTrace
 
 DEFAULT_PROMPT = "Explain in two sentences what a KV cache is."
 
@@ -61,26 +58,12 @@ def format_cycle(trace: CycleTrace) -> str:
     if trace.proposer_note:
         out.append(f"draft   {trace.proposer_note}")
     if trace.tree is not None:
-        out += _tree_lines(trace, trace.tree)
-    for d in trace.drafts if trace.tree is None else ():
-        line = (
-            f"draft   d{d.index} = '{_show(d.text)}' (id {d.token_id}, position {d.position}): "
-            f"q = {d.draft_prob:.4f}, p = {d.target_prob:.4f}, min(1, p/q) = {d.ratio:.4f}"
-        )
-        if d.verdict == "untested":
-            line += "  -> not tested (after the first rejection)"
-        else:
-            u = "greedy: accept iff d = argmax p" if d.u is None else f"u = {d.u:.4f}"
-            forced = " [FORCED: what-if mode]" if d.forced else ""
-            line += f", {u} -> {d.verdict.upper()}{forced}"
-        out.append(line)
-    if trace.tree is None and k:  # a tree's lines said it
-        out.append(
-            f"verify  target ran ONE pass over {k + 1} inputs (x_n and d1..d{k}) at positions {n - 1}..{n + k - 1}"
-            f" -> {k + 1} distributions p_1..p_{k + 1}"
-        )
-    elif trace.tree is None:
-        out.append(f"verify  no proposal: the target ran one plain step over x_n at position {n - 1} -> p_1")
+        out += _tree_lines(trace, trace.tree)  # the verify pass included
+    else:
+        out += [_draft_line(d) for d in trace.drafts]
+        out.append(f"verify  target ran ONE pass over {k + 1} inputs (x_n and d1..d{k}) at positions "
+                   f"{n - 1}..{n + k - 1} -> {k + 1} distributions p_1..p_{k + 1}" if k else
+                   f"verify  no proposal: the target ran one plain step over x_n at position {n - 1} -> p_1")
     result = cycle_outcome(trace)  # the end of the text may have cut the drawn token: never assume it is there
     final = result.final
     token = f"'{_show(final.text)}' (id {final.token_id})" if final else "drawn, then cut off by the end of the text"
@@ -90,30 +73,35 @@ def format_cycle(trace: CycleTrace) -> str:
                 "p' at the last accepted node" if trace.tree.path else "p' at the root")
             out.append(f"resolve {final.kind} token {token} from {rule}")
     elif trace.rejected_at is not None:
-        out.append(
-            f"resolve rejection at d{trace.rejected_at}: corrected token {token} "
-            f"sampled from norm(max(0, p - q)) [top: {_tops(trace.residual_top)}]; no bonus token"
-        )
+        out.append(f"resolve rejection at d{trace.rejected_at}: corrected token {token} "
+                   f"sampled from norm(max(0, p - q)) [top: {_tops(trace.residual_top)}]; no bonus token")
     elif k:
-        top = _tops(trace.bonus_top)
-        out.append(f"resolve all {k} accepted: bonus token {token} sampled from p_{k + 1} [top: {top}]")
+        out.append(f"resolve all {k} accepted: bonus token {token} sampled from p_{k + 1} "
+                   f"[top: {_tops(trace.bonus_top)}]")
     emitted = " ".join(f"'{_show(t.text)}'({t.kind})" for t in trace.emitted)
     cut = f" (the end of the text cut {result.cut} of the {result.drawn} produced)" if result.cut else ""
     out.append(f"commit  +{len(trace.emitted)} token(s){cut}: {emitted}")
     for role, events in (("target", trace.target_events), ("draft", trace.draft_events)):
-        for e in events:
-            out.append(f"{role:7s} [{e.phase}] {e.describe()}")
+        out += [f"{role:7s} [{e.phase}] {e.describe()}" for e in events]
         snap = getattr(trace.snapshot("rollback"), role) if trace.snapshots else None
         if snap is not None:
             out.append(f"{role:7s} after rollback: {_layout_line(snap)}")
     if trace.invariant_max_abs_diff is not None:
         words = precision.invariant_words(trace.invariant_max_abs_diff, trace.dtype).replace("**", "")
         out.append(f"check   cache vs fresh prefill, max |diff|: {words}")
-    ms = ", ".join(f"{p} {v:.1f}" for p, v in trace.timings_ms.items())
-    out.append(f"time    ms: {ms}")
+    out.append("time    ms: " + ", ".join(f"{p} {v:.1f}" for p, v in trace.timings_ms.items()))
     if trace.finish_reason:
         out.append(f"done    sequence finished: {trace.finish_reason}")
     return "\n".join(out)
+
+
+def _draft_line(d: DraftStep) -> str:
+    line = (f"draft   d{d.index} = '{_show(d.text)}' (id {d.token_id}, position {d.position}): "
+            f"q = {d.draft_prob:.4f}, p = {d.target_prob:.4f}, min(1, p/q) = {d.ratio:.4f}")
+    if d.verdict == "untested":
+        return line + "  -> not tested (after the first rejection)"
+    u = "greedy: accept iff d = argmax p" if d.u is None else f"u = {d.u:.4f}"
+    return line + f", {u} -> {d.verdict.upper()}" + (" [FORCED: what-if mode]" if d.forced else "")
 
 
 def _tree_lines(trace: CycleTrace, tree: TreeTrace) -> list[str]:
@@ -124,12 +112,9 @@ def _tree_lines(trace: CycleTrace, tree: TreeTrace) -> list[str]:
     depth = max((n.depth for n in tree.nodes), default=0)
     out = [f"tree    width {tree.width}, depth {depth} (K {tree.depth}), {N} nodes (budget {tree.budget}); "
            f"root x_n at position {L}, entry {L}"]
-    kids: dict[int, list] = {}
-    for node in tree.nodes:
-        kids.setdefault(node.parent, []).append(node)
 
     def draw(parent: int, indent: str) -> None:
-        children = kids.get(parent, [])
+        children = [n for n in tree.nodes if n.parent == parent]
         for j, node in enumerate(children):
             last = j == len(children) - 1
             if node.verdict == "untested":
@@ -195,13 +180,10 @@ def walk(args: argparse.Namespace, out: TextIO) -> int:
     entry = registry.get(cfg.proposer)
     print(f"prompt: {len(ids)} tokens; target {pair.target_name}, proposer {cfg.proposer} "
           f"({pair.draft_name if entry.needs == 'draft' else entry.description}), {dec.dtype}", file=out)
-    traces = []
-    for _ in range(args.cycles):
-        if dec.finished:
-            break
-        trace = dec.step()
-        traces.append(trace)
-        print(format_cycle(trace) + "\n", file=out)
+    traces: list[CycleTrace] = []
+    while len(traces) < args.cycles and not dec.finished:
+        traces.append(dec.step())
+        print(format_cycle(traces[-1]) + "\n", file=out)
     generated = dec.committed[dec.num_prompt_tokens :]
     text = pair.tokenizer.decode(generated) if pair.tokenizer is not None else str(generated)
     accepted = sum(t.num_accepted for t in traces)

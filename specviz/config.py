@@ -71,53 +71,40 @@ class DecodeConfig:
         self.validate()
 
     def validate(self) -> None:
-        """Raise ConfigError with a clear message for any out-of-range value."""
-        if not isinstance(self.k, int) or isinstance(self.k, bool) or not 1 <= self.k <= MAX_K:
-            raise ConfigError(f"K (draft length) must be an integer in 1..{MAX_K}, got {self.k!r}")
-        if not _int(self.tree_width) or not 1 <= self.tree_width <= MAX_TREE_WIDTH:
-            raise ConfigError(
-                f"tree_width must be an integer in 1..{MAX_TREE_WIDTH} (1 = a chain), got {self.tree_width!r}"
-            )
-        if not _int(self.tree_nodes) or not 1 <= self.tree_nodes <= MAX_TREE_NODES:
-            raise ConfigError(
-                f"tree_nodes (the tree's node budget) must be an integer in 1..{MAX_TREE_NODES}, "
-                f"got {self.tree_nodes!r}"
-            )
-        if self.tree_width > 1 and self.forced_outcomes:
+        """Raise ConfigError with a clear message for the first out-of-range value."""
+        k, width, nodes = self.k, self.tree_width, self.tree_nodes
+        _require(_int(k) and 1 <= k <= MAX_K, f"K (draft length) must be an integer in 1..{MAX_K}", k)
+        _require(_int(width) and 1 <= width <= MAX_TREE_WIDTH,
+                 f"tree_width must be an integer in 1..{MAX_TREE_WIDTH} (1 = a chain)", width)
+        _require(_int(nodes) and 1 <= nodes <= MAX_TREE_NODES,
+                 f"tree_nodes (the tree's node budget) must be an integer in 1..{MAX_TREE_NODES}", nodes)
+        if width > 1 and self.forced_outcomes:
             raise ConfigError("what-if forcing (forced_outcomes) works on chains only: set tree_width to 1")
         registry.get(self.proposer)  # ConfigError naming the known proposers
-        if not (isinstance(self.lookup_min_ngram, int) and isinstance(self.lookup_max_ngram, int)
-                and 1 <= self.lookup_min_ngram <= self.lookup_max_ngram <= 64):
-            raise ConfigError(
-                f"lookup n-gram sizes need 1 <= min <= max <= 64, got {self.lookup_min_ngram}..{self.lookup_max_ngram}"
-            )
-        if not _finite(self.draft_confidence) or not 0 <= self.draft_confidence < 1:
-            raise ConfigError(f"draft_confidence must be in [0, 1) (0 = off), got {self.draft_confidence!r}")
-        if not _finite(self.temperature) or self.temperature < 0:
-            raise ConfigError(f"temperature must be a finite number >= 0 (0 = greedy), got {self.temperature!r}")
-        if not isinstance(self.top_k, int) or self.top_k < 0:
-            raise ConfigError(f"top_k must be an integer >= 0 (0 = off), got {self.top_k!r}")
-        if not _finite(self.top_p) or not 0 < self.top_p <= 1:
-            raise ConfigError(f"top_p must be in (0, 1] (1 = off), got {self.top_p!r}")
-        if self.cache_layout not in LAYOUTS:
-            raise ConfigError(f"cache_layout must be one of {LAYOUTS}, got {self.cache_layout!r}")
-        if self.free_policy not in POLICIES:
-            raise ConfigError(f"free_policy must be one of {POLICIES}, got {self.free_policy!r}")
-        if not isinstance(self.page_size, int) or not 1 <= self.page_size <= 1024:
-            raise ConfigError(f"page_size must be an integer in 1..1024, got {self.page_size!r}")
-        if self.num_blocks is not None and (not isinstance(self.num_blocks, int) or self.num_blocks < 1):
-            raise ConfigError(f"num_blocks must be a positive integer or None, got {self.num_blocks!r}")
-        if not isinstance(self.max_context, int) or self.max_context < 2:
-            raise ConfigError(f"max_context must be an integer >= 2, got {self.max_context!r}")
-        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
-            raise ConfigError(f"max_new_tokens must be an integer >= 1, got {self.max_new_tokens!r}")
-        if not isinstance(self.seed, int):
-            raise ConfigError(f"seed must be an integer, got {self.seed!r}")
-        if not isinstance(self.top_n, int) or self.top_n < 1:
-            raise ConfigError(f"top_n must be a positive integer, got {self.top_n!r}")
+        low, high = self.lookup_min_ngram, self.lookup_max_ngram
+        if not (isinstance(low, int) and isinstance(high, int) and 1 <= low <= high <= 64):
+            raise ConfigError(f"lookup n-gram sizes need 1 <= min <= max <= 64, got {low}..{high}")
+        confidence, temperature, top_k, top_p = self.draft_confidence, self.temperature, self.top_k, self.top_p
+        _require(_finite(confidence) and 0 <= confidence < 1, "draft_confidence must be in [0, 1) (0 = off)",
+                 confidence)
+        _require(_finite(temperature) and temperature >= 0, "temperature must be a finite number >= 0 (0 = greedy)",
+                 temperature)
+        _require(isinstance(top_k, int) and top_k >= 0, "top_k must be an integer >= 0 (0 = off)", top_k)
+        _require(_finite(top_p) and 0 < top_p <= 1, "top_p must be in (0, 1] (1 = off)", top_p)
+        _require(self.cache_layout in LAYOUTS, f"cache_layout must be one of {LAYOUTS}", self.cache_layout)
+        _require(self.free_policy in POLICIES, f"free_policy must be one of {POLICIES}", self.free_policy)
+        page, blocks = self.page_size, self.num_blocks
+        _require(isinstance(page, int) and 1 <= page <= 1024, "page_size must be an integer in 1..1024", page)
+        _require(blocks is None or isinstance(blocks, int) and blocks >= 1,
+                 "num_blocks must be a positive integer or None", blocks)
+        for name, least in (("max_context", 2), ("max_new_tokens", 1)):
+            value = getattr(self, name)
+            _require(isinstance(value, int) and value >= least, f"{name} must be an integer >= {least}", value)
+        _require(isinstance(self.seed, int), "seed must be an integer", self.seed)
+        _require(isinstance(self.top_n, int) and self.top_n >= 1, "top_n must be a positive integer", self.top_n)
         for item in self.forced_outcomes:
-            if len(item) != 2 or not isinstance(item[0], int) or not 1 <= item[0] <= MAX_K:
-                raise ConfigError(f"forced_outcomes entries are (draft index 1..{MAX_K}, bool), got {item!r}")
+            _require(len(item) == 2 and isinstance(item[0], int) and 1 <= item[0] <= MAX_K,
+                     f"forced_outcomes entries are (draft index 1..{MAX_K}, bool)", item)
 
     @property
     def greedy(self) -> bool:
@@ -131,9 +118,10 @@ class DecodeConfig:
     def replace(self, **changes: object) -> DecodeConfig:
         return dataclasses.replace(self, **changes)
 
-    def forced_outcome(self, index: int) -> bool | None:
-        """The forced verdict for 1-based draft index `index`, or None when not forced."""
-        return next((accept for i, accept in self.forced_outcomes if i == index), None)
+
+def _require(ok: bool, rule: str, value: object) -> None:
+    if not ok:
+        raise ConfigError(f"{rule}, got {value!r}")
 
 
 def _int(x: object) -> bool:

@@ -104,12 +104,9 @@ class FeatureHead(nn.Module):
     @classmethod
     def random(cls, target: Any, seed: int = 0, vocab: Sequence[int] | None = None) -> FeatureHead:
         """An untrained head fitted to `target` (exactness holds whatever the head's quality)."""
-        gen_state = torch.random.get_rng_state()
-        torch.manual_seed(seed)
-        try:
+        with torch.random.fork_rng(devices=[]):  # the global generator is left as it was
+            torch.manual_seed(seed)
             head = cls(_layer_config(target), target_fingerprint(target), vocab, info={"trained": False})
-        finally:
-            torch.random.set_rng_state(gen_state)
         return head.bind(target)
 
     def bind(self, target: Any) -> FeatureHead:
@@ -124,11 +121,10 @@ class FeatureHead(nn.Module):
         self.to(device=weight.device, dtype=weight.dtype).eval().requires_grad_(False)
         self._target = (target.get_input_embeddings(), out)
         # Plain tensors, not parameters: the head never trains or saves the target's weights.
-        weight, bias = out.weight.detach(), getattr(out, "bias", None)
-        self.output_weight = weight if self.vocab is None else weight[self.vocab].clone()  # [|S|, H]
-        if bias is not None:
-            bias = bias.detach() if self.vocab is None else bias.detach()[self.vocab]
-        self.output_bias = bias
+        rows = slice(None) if self.vocab is None else self.vocab  # the trimmed vocabulary S, or every row
+        self.output_weight = out.weight.detach()[rows]  # [|S|, H]
+        bias = getattr(out, "bias", None)
+        self.output_bias = None if bias is None else bias.detach()[rows]
         self.vocab_size = int(out.weight.shape[0])
         return self
 

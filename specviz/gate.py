@@ -1,25 +1,17 @@
-"""A process-wide cap on how many sessions decode at once, with a first-come queue.
+"""A process-wide cap on how many sessions decode at once, with a first-come queue (docs/design.md §3).
 
-On a shared server every browser session steps its own decoder in its own script thread, all on
-one model pair. Unbounded, sessions stepping at once on a few cores slow every step down and make
-every page look frozen. `DecodingGate` lets `capacity` steps run at a time; the others queue
-in arrival order and are told, while they wait, where they stand ("2 ahead of you"), through the
-`on_wait` callback (the app draws it on the waiting page). A session that waits longer than
-`timeout` gets `ServerBusyError` and nothing changes in its state.
+Every model run (a cycle, a prefill, the baseline, the lab) holds a slot of `DecodingGate`; the
+others queue in arrival order and are told where they stand through `on_wait` ("2 ahead of you"),
+or get `ServerBusyError` after `timeout`, with nothing changed. Slots are re-entrant per thread.
 
-What counts as "decoding" is anything that runs a model: a cycle, a prefill (a new run or a
-rebuilt one), the autoregressive baseline and the exactness lab. Slots are re-entrant per
-thread, so a step that prefills inside a held slot does not wait for itself.
-
-**Someone waiting goes first.** A cycle computed ahead (the stage's prefetch) waits as
-*background* work: every waiter someone is waiting for (a click, a page opening) is served before
-it, whenever it came. Its `urgent` predicate, asked each time the queue is looked at, promotes it
-the moment someone needs it after all (a click reached the cycle it is computing): then it takes
-its place among the urgent waiters by arrival. `nudge()` tells the waiters to look again.
+**Someone waiting goes first.** Background work (a cycle computed ahead) is served after every
+urgent waiter; its `urgent` predicate, asked each time the queue is looked at, promotes it to its
+place by arrival the moment someone needs it. `nudge()` tells the waiters to look again.
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections import deque
@@ -53,24 +45,15 @@ class Place:
 class DecodingGate:
     def __init__(self, capacity: int) -> None:
         self._cond = threading.Condition()
-        self._capacity = max(1, int(capacity))
+        self.capacity = max(1, int(capacity))  # set by `shared_gate`, then `nudge()`d
         self._active = 0
         self._queue: deque[int] = deque()
         self._urgent: dict[int, Callable[[], bool]] = {}  # a background waiter's ticket -> its predicate
-        self._tickets = 0
+        self._tickets = itertools.count()  # arrival order
         self._held: dict[int, int] = {}  # thread id -> nesting depth of its slot
 
-    @property
-    def capacity(self) -> int:
-        return self._capacity
-
-    def set_capacity(self, capacity: int) -> None:
-        with self._cond:
-            self._capacity = max(1, int(capacity))
-            self._cond.notify_all()
-
     def nudge(self) -> None:
-        """Wake the waiters to look at the queue again (a background waiter's predicate changed)."""
+        """Wake the waiters to look at the queue again (a background waiter's predicate or the capacity changed)."""
         with self._cond:
             self._cond.notify_all()
 
@@ -91,14 +74,10 @@ class DecodingGate:
     @contextmanager
     def slot(self, on_wait: Callable[[Place], None] | None = None, timeout: float | None = None, poll: float = 0.5,
              urgent: Callable[[], bool] | None = None) -> Iterator[float]:
-        """Hold one decoding slot for the `with` block; yields the seconds waited for it.
-
-        `on_wait(place)` is called (outside the gate's lock) each time the waiting session is
-        woken by a change in the queue, and at least every `poll` seconds, so a waiting page can
-        show its place and the time; never when a slot is free at once. After `timeout` seconds
-        (None = wait forever) it raises `ServerBusyError`. With `urgent`, the wait is background
-        work, served after every urgent waiter while `urgent()` is false (see the module
-        docstring)."""
+        """Hold one decoding slot for the `with` block; yields the seconds waited for it. While it
+        waits, `on_wait(place)` is called outside the lock at each change in the queue and at least
+        every `poll` seconds; after `timeout` seconds (None: never) it raises `ServerBusyError`.
+        With `urgent`, the wait is background work (see the module docstring)."""
         me = threading.get_ident()
         with self._cond:
             nested = me in self._held
@@ -119,8 +98,7 @@ class DecodingGate:
                  urgent: Callable[[], bool] | None) -> float:
         t0 = time.monotonic()
         with self._cond:
-            ticket = self._tickets
-            self._tickets += 1
+            ticket = next(self._tickets)
             self._queue.append(ticket)
             if urgent is not None:
                 self._urgent[ticket] = urgent
@@ -128,14 +106,12 @@ class DecodingGate:
             while True:
                 with self._cond:
                     ahead = self._ahead(ticket)
-                    if ahead == 0 and self._active < self._capacity:
+                    if ahead == 0 and self._active < self.capacity:
                         self._queue.remove(ticket)
-                        self._urgent.pop(ticket, None)
                         self._active += 1
                         self._held[me] = 1
-                        self._cond.notify_all()  # the next in line may fit too
                         return time.monotonic() - t0
-                    place = Place(ahead, self._active, self._capacity, time.monotonic() - t0)
+                    place = Place(ahead, self._active, self.capacity, time.monotonic() - t0)
                 if timeout is not None and place.waited_s >= timeout:
                     raise ServerBusyError(
                         f"The server is busy: {place.decoding} session(s) were decoding and {place.ahead} waiting "
@@ -144,16 +120,15 @@ class DecodingGate:
                 if on_wait is not None:
                     on_wait(place)
                 with self._cond:
-                    if not (self._ahead(ticket) == 0 and self._active < self._capacity):
+                    if not (self._ahead(ticket) == 0 and self._active < self.capacity):
                         left = poll if timeout is None else max(0.0, min(poll, timeout - (time.monotonic() - t0)))
                         self._cond.wait(left)
-        except BaseException:
+        finally:  # served, timed out or interrupted: out of the queue, and the next in line may fit now
             with self._cond:
                 if ticket in self._queue:
                     self._queue.remove(ticket)
                 self._urgent.pop(ticket, None)
                 self._cond.notify_all()
-            raise
 
 
 _shared: DecodingGate | None = None
@@ -167,5 +142,6 @@ def shared_gate(capacity: int) -> DecodingGate:
         if _shared is None:
             _shared = DecodingGate(capacity)
         elif _shared.capacity != capacity:
-            _shared.set_capacity(capacity)
+            _shared.capacity = max(1, int(capacity))
+            _shared.nudge()
         return _shared

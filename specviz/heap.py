@@ -1,18 +1,10 @@
-"""The server's Python heap, frozen once it is built: what keeps each script run's garbage collection cheap.
+"""The server's Python heap, frozen once built, so each script run's garbage collection stays cheap.
 
-Streamlit runs a full garbage collection (`gc.collect(2)`) at the end of every script run
-(`runner.postScriptGC`), so that objects caught in reference cycles -- a dropped decoder and its KV
-caches among them -- are freed at once. A full collection walks every object the collector
-tracks: with a model pair loaded, hundreds of thousands (torch, transformers, pandas, plotly, the
-tokenizer), while holding the GIL, so the server cannot even send what the run drew meanwhile --
-and every round trip of the stage is a script run.
-
-`settle()` collects once and freezes what survives (`gc.freeze`): frozen objects are never walked
-again, so the collection after a script run sees only what was made since. The price: garbage
-among frozen objects waits for the next `settle()` (which unfreezes first, so that collection sees
-everything). So settle whenever frozen garbage may have appeared: at a process's first script run
-and after a pair is loaded or dropped (the bulk of the heap, built before any run exists), and
-after the idle sweep released decoders or sessions went away (`settle_if_sessions_left`).
+Streamlit runs `gc.collect(2)` after every script run, walking every tracked object under the GIL.
+`settle()` collects once and freezes what survives (`gc.freeze`; docs/design.md §3), so later
+collections see only what was made since. Frozen garbage waits for the next `settle()`: at a
+process's first script run, after a pair is loaded or dropped, and when the idle sweep released
+decoders or sessions went away (`settle_if_sessions_left`).
 """
 
 from __future__ import annotations

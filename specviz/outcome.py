@@ -1,11 +1,10 @@
 """What a cycle really committed, and what the end of the text cut off — read from its trace.
 
 The textbook arithmetic (a rejection at j commits j tokens, full acceptance K+1; docs/design.md §1)
-holds only while the text goes on: the engine cuts the emitted tokens at end-of-text,
-`max_new_tokens` and the context's end, so an accepted draft can end the text and the drawn
-corrected or bonus token is thrown away. The views state the recorded result through this module,
-never a formula that assumes no cut: `cycle_outcome` (drawn, committed, cut) and `dropped_entries`
-(each position a rollback dropped, and why). Positions are 0-based: x_n at n−1, d_i at n+i−1.
+holds only while the text goes on: the engine cuts the emitted tokens at end-of-text, `max_new_tokens`
+and the context's end. The views state the recorded result through `cycle_outcome` (drawn, committed,
+cut) and `dropped_entries` (each position a rollback dropped, and why), never a formula that assumes
+no cut. Positions are 0-based: x_n at n−1, d_i at n+i−1.
 """
 
 from __future__ import annotations
@@ -29,8 +28,7 @@ class CycleOutcome:
 
     drawn: int  # tokens the acceptance rule produced: the accepted drafts + the corrected/bonus/generated one
     committed: tuple[EmittedToken, ...]  # what was really committed (the trace's `emitted`)
-    final_kind: str  # "corrected", "bonus" or "generated": the token drawn after the tests
-    final: EmittedToken | None  # that token, or None when the cut discarded it
+    final: EmittedToken | None  # the token drawn after the tests (corrected, bonus, generated); None: cut
     cut_drafts: tuple[DraftStep, ...]  # accepted drafts that the cut removed (after an end-of-text draft)
     finish_reason: str | None  # "eos" / "max_new_tokens" / "context_full" when this cycle ended the text
 
@@ -46,17 +44,15 @@ class CycleOutcome:
 
 
 def cycle_outcome(trace: CycleTrace) -> CycleOutcome:
-    """Compare what the acceptance rule produced with what the trace says was committed.
-
-    The emitted tokens are always the accepted drafts in order followed by the drawn token, cut
-    from the end; so the first `len(emitted)` of that list survived and the rest were cut."""
+    """What the acceptance rule produced against what was committed: the emitted tokens are the accepted
+    drafts and then the drawn token, cut from the end, so the first `len(emitted)` of those survived."""
     accepted = [d for d in trace.drafts if d.verdict == "accepted"]
     final_kind = "generated" if trace.k == 0 else "bonus" if trace.rejected_at is None else "corrected"
     drawn = len(accepted) + 1
     kept = len(trace.emitted)
     final = trace.emitted[-1] if kept == drawn and trace.emitted[-1].kind == final_kind else None
-    return CycleOutcome(drawn=drawn, committed=trace.emitted, final_kind=final_kind, final=final,
-                        cut_drafts=tuple(accepted[kept:]), finish_reason=trace.finish_reason)
+    return CycleOutcome(drawn=drawn, committed=trace.emitted, final=final, cut_drafts=tuple(accepted[kept:]),
+                        finish_reason=trace.finish_reason)
 
 
 @dataclass(frozen=True)
@@ -87,25 +83,19 @@ def dropped_entries(trace: CycleTrace, events: Sequence[CacheEvent], n_after: in
     and cut off) or is the newest committed token, whose K/V the invariant leaves for the next verify."""
     n = trace.context_len
     by_position = {d.position: d for d in trace.drafts}
-    out = []
-    for e in events:
-        if e.kind != "truncate" or e.phase != "rollback":
-            continue
-        entries = []
-        for pos in range(e.end, e.start):
-            d = by_position.get(pos)
-            name = f"d{d.index}" if d is not None else ("x_n" if pos == n - 1 else f"position {pos}")
-            if d is None or (d.verdict == "accepted" and pos < n_after):
-                reason = "newest"
-            elif d.verdict == "accepted":
-                reason = "cut"
-            else:
-                reason = d.verdict  # "rejected" or "untested"
-            entries.append(DroppedEntry(pos, name, reason))
-        out.append(Truncation(e.start, e.end, tuple(entries)))
-    return out
+
+    def entry(pos: int) -> DroppedEntry:
+        d = by_position.get(pos)
+        if d is None:
+            return DroppedEntry(pos, "x_n" if pos == n - 1 else f"position {pos}", "newest")
+        if d.verdict != "accepted":
+            return DroppedEntry(pos, f"d{d.index}", d.verdict)  # "rejected" or "untested"
+        return DroppedEntry(pos, f"d{d.index}", "newest" if pos < n_after else "cut")
+
+    return [Truncation(e.start, e.end, tuple(entry(pos) for pos in range(e.end, e.start)))
+            for e in events if e.kind == "truncate" and e.phase == "rollback"]
 
 
-def freed_blocks(events: Sequence[CacheEvent], phase: str = "rollback") -> tuple[int, ...]:
-    """Physical block ids returned to the pool during `phase`, in the recorded order."""
-    return tuple(b for e in events if e.kind == "free" and e.phase == phase for b in e.blocks)
+def freed_blocks(events: Sequence[CacheEvent]) -> tuple[int, ...]:
+    """Physical block ids the rollback returned to the pool, in the recorded order."""
+    return tuple(b for e in events if e.kind == "free" and e.phase == "rollback" for b in e.blocks)

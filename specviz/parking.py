@@ -1,23 +1,13 @@
-"""Releasing an idle session's KV caches, and rebuilding its decoder when the user returns.
+"""Releasing an idle session's KV caches, and rebuilding its decoder exactly when the user returns.
 
-A browser tab left open on a shared server keeps its decoder: the target's and the proposer's
-KV caches. `park(dec)` keeps only what is needed to continue the run *exactly* — the committed
-tokens and their origins, the prompt length (max_new_tokens counts from it), the cycle count,
-the finish reason, the config and both random generators' states — and drops the decoder, so
-its caches are freed. The recorded traces live in the app's session and are untouched: history,
-statistics and export work as before.
+`park(dec)` keeps only what continues the run *exactly* (committed tokens and origins, prompt length,
+cycle count, finish reason, config, the generators' states) and drops the decoder with its caches;
+the recorded traces stay in the session. `resume(pair, parked)` prefills the committed tokens and
+restores the rest, so each cache holds what the invariant asks (docs/design.md §1) and the run
+continues as if never parked (the tests compare with an uninterrupted run).
 
-`resume(pair, parked)` rebuilds the decoder by prefilling the committed tokens (`start()` on
-them) and restoring the rest. After a prefill each cache holds exactly what the decoder held
-between cycles (the invariant, docs/design.md §1: target = x_1..x_{n-1}; a draft model and a
-feature head may lag less than before, which changes only how much the next catch-up feeds), and
-the generators continue their streams, so the run goes on as if it had never been parked (the
-tests compare against an uninterrupted run). A finished run is rebuilt without its last tokens'
-K/V: it can take no further step anyway.
-
-`IdleRegistry` tracks the sessions of a process (weakly: a closed session just disappears) and
-parks those idle longer than a timeout. It is swept whenever some session is active; a sweep
-never waits for a busy session (a session whose lock is held is not idle).
+`IdleRegistry` tracks a process's sessions weakly and parks those idle past a timeout; a sweep never
+waits for a busy session (one whose lock is held is not idle).
 """
 
 from __future__ import annotations

@@ -18,9 +18,8 @@ from .errors import ConfigError
 DTYPES = ("float32", "bfloat16")  # offered by the app and the CLI; float32 first: the default
 DEFAULT_DTYPE = "float32"
 ALIASES = {"fp32": "float32", "float": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16"}
-# Formats `load_pair` also accepts (a GPU's float16, float64 for checks); the app offers DTYPES only.
-KNOWN = (*DTYPES, "float16", "float64")
-# max |ΔK/V| between a cache and a fresh prefill that is still rounding, per dtype (see above).
+# max |ΔK/V| between a cache and a fresh prefill that is still rounding, per dtype (see above): every
+# format `load_pair` accepts (also a GPU's float16, float64 for checks); the app offers DTYPES only.
 INVARIANT_TOLERANCE = {"float32": 1e-3, "bfloat16": 1.0, "float16": 0.1, "float64": 1e-9}
 
 
@@ -31,11 +30,9 @@ def dtype_name(dtype: Any) -> str:
     raw = str(dtype).strip()
     name = raw.removeprefix("torch.").lower()
     name = ALIASES.get(name, name)
-    if name not in KNOWN:
-        raise ConfigError(
-            f"unknown precision {raw!r}: choose one of {', '.join(DTYPES)} (or float16 on a GPU); "
-            "aliases fp32, bf16 and torch dtypes are accepted too"
-        )
+    if name not in INVARIANT_TOLERANCE:
+        raise ConfigError(f"unknown precision {raw!r}: choose one of {', '.join(DTYPES)} (or float16 on a GPU); "
+                          "aliases fp32, bf16 and torch dtypes are accepted too")
     return name
 
 
@@ -63,9 +60,6 @@ def run_dtype(*models: Any) -> str:
     """The precision a run is judged in: the lowest of the given models' (None skipped), so a
     float32 target with a bfloat16 draft is judged as bfloat16. A model without parameters (or no
     model) counts as float32."""
-    names = [DEFAULT_DTYPE]
-    for model in models:
-        first = next(iter(model.parameters()), None) if model is not None else None
-        if first is not None:
-            names.append(dtype_name(first.dtype))
+    firsts = (next(iter(model.parameters()), None) for model in models if model is not None)
+    names = [DEFAULT_DTYPE, *(dtype_name(first.dtype) for first in firsts if first is not None)]
     return max(names, key=INVARIANT_TOLERANCE.__getitem__)

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import torch
 
 from .errors import CacheCapacityError, SpecvizError
-from .kv import ContiguousKVCache, PagedKVCache, SpecvizCache
+from .kv import SpecvizCache
 from .proposers import registry
 from .runfile import RunRecord
 from .runtime import sized_cache
@@ -31,23 +31,6 @@ _WORK_PHASES = CYCLE_PHASES[1:]
 
 class ReplayError(SpecvizError):
     """A recorded run cannot be replayed: its cache log does not fit its own tokens (a damaged file)."""
-
-
-class _StandInBytes:
-    """Reports the recorded model's bytes per slot instead of the dummy tensors' (0 until written)."""
-
-    recorded_bytes_per_slot = 0
-
-    def bytes_per_position(self) -> int:
-        return self.recorded_bytes_per_slot if self.layers[0].is_initialized else 0
-
-
-class _ContiguousStandIn(_StandInBytes, ContiguousKVCache):
-    pass
-
-
-class _PagedStandIn(_StandInBytes, PagedKVCache):
-    pass
 
 
 def replay_run(record: RunRecord, *, cache_layout: str, page_size: int = 16, free_policy: str = "free",
@@ -63,9 +46,10 @@ def replay_run(record: RunRecord, *, cache_layout: str, page_size: int = 16, fre
     target_snap, draft_snap = record.prefill
 
     def new_cache(recorded: Sequence[CacheSnapshot | None]) -> SpecvizCache:
-        cache = sized_cache(1, config, record.max_context, record.cache_reach,
-                            contiguous=_ContiguousStandIn, paged=_PagedStandIn)  # as the decoder sizes its own
-        cache.recorded_bytes_per_slot = max((s.bytes_per_slot for s in recorded if s is not None), default=0)
+        cache = sized_cache(1, config, record.max_context, record.cache_reach)  # as the decoder sizes its own
+        per_slot = max((s.bytes_per_slot for s in recorded if s is not None), default=0)
+        # Its snapshots count the recorded model's bytes per slot, not the dummy K/V's (0 until written).
+        cache.bytes_per_position = lambda: per_slot if cache.layers[0].is_initialized else 0
         return cache
 
     target = new_cache([target_snap, *_snapshots_of(record.traces, "target")])
@@ -139,18 +123,11 @@ def _replay_cycle(
             tree = _tree_slots(tree, target, trace)
         if phase in recorded:
             snap = recorded[phase]
-            snapshots.append(PhaseSnapshot(
-                phase,
-                target.snapshot(snap.target.num_committed),
-                None if draft is None or snap.draft is None else draft.snapshot(snap.draft.num_committed),
-            ))
-    return dataclasses.replace(
-        trace,
-        tree=tree,
-        target_events=tuple(target.drain_events()),
-        draft_events=() if draft is None else tuple(draft.drain_events()),
-        snapshots=tuple(snapshots),
-    )
+            proposer = None if draft is None or snap.draft is None else draft.snapshot(snap.draft.num_committed)
+            snapshots.append(PhaseSnapshot(phase, target.snapshot(snap.target.num_committed), proposer))
+    draft_events = () if draft is None else tuple(draft.drain_events())
+    return dataclasses.replace(trace, tree=tree, target_events=tuple(target.drain_events()), draft_events=draft_events,
+                               snapshots=tuple(snapshots))
 
 
 def _tree_slots(tree: TreeTrace, target: SpecvizCache, trace: CycleTrace) -> TreeTrace:
@@ -171,10 +148,8 @@ def _by_phase(trace: CycleTrace, events: Sequence[CacheEvent]) -> dict[str, list
         if event.kind not in ("append", "truncate", "move"):
             continue  # what the layout made of the calls: the replay's own cache makes it anew
         if event.phase not in log:
-            raise ReplayError(
-                f"cycle {trace.cycle + 1} records a cache {event.kind} in phase {event.phase!r}, "
-                "which is not a phase of a cycle: the record is damaged"
-            )
+            raise ReplayError(f"cycle {trace.cycle + 1} records a cache {event.kind} in phase {event.phase!r}, "
+                              "which is not a phase of a cycle: the record is damaged")
         log[event.phase].append(event)
     return log
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from .config import DecodeConfig
 from .errors import SpecvizError
-from .trace import CYCLE_PHASES, CacheSnapshot, CycleTrace
+from .trace import CYCLE_PHASES, CacheSnapshot, CycleTrace, record_from_dict
 
 FORMAT_NAME = "specviz-run"
 FORMAT_VERSION = "1.0"  # major.minor: a newer minor only adds optional fields; a newer major is refused
@@ -115,15 +115,14 @@ def record_run(
     snapshot's where that says it exactly (contiguous layout), else the config's."""
     traces = tuple(traces)
     prompt_ids = tuple(int(t) for t in prompt_ids)
-    target, draft = prefill
     if max_context is None:
-        max_context = _max_context_of(target, config)
-    reach = _cache_reach(config, len(prompt_ids), max_context, target)
+        max_context = _max_context_of(prefill[0], config)
+    reach = _cache_reach(config, len(prompt_ids), max_context, prefill[0])
     ids = run_token_ids(prompt_ids, prefill, traces)
     return RunRecord(
         title=title, created=datetime.now(UTC).isoformat(timespec="seconds"), pair=pair_description,
         proposer=proposer, config=config, max_context=max_context, cache_reach=reach, prompt_text=prompt_text,
-        chat=bool(chat), prompt_ids=prompt_ids, prefill=(target, draft), traces=traces,
+        chat=bool(chat), prompt_ids=prompt_ids, prefill=tuple(prefill), traces=traces,
         token_texts={i: token_text(i) for i in sorted(ids)}, baseline_ms_per_token=baseline_ms_per_token,
     )
 
@@ -146,8 +145,7 @@ def run_token_ids(
         if t.tree is not None:  # a tree's nodes are its drafts; what the proposer fed while growing it too
             ids.update(t.tree.proposer_fed)
         snapshots.extend(s for snap in t.snapshots for s in (snap.target, snap.draft) if s is not None)
-    for snap in snapshots:
-        ids.update(snap.slot_tokens)
+    ids.update(token for snap in snapshots for token in snap.slot_tokens)
     return {i for i in ids if i >= 0}
 
 
@@ -193,18 +191,19 @@ def load_run(data: str | bytes | bytearray) -> RunRecord:
     notes: list[str] = []
     config = _config_from_dict(obj["config"], notes)
     traces = _traces_from(obj["traces"])
-    prompt_ids = _int_list(obj["prompt_ids"], "prompt_ids")
-    if not prompt_ids:
-        raise RunFileError("this run file has an empty prompt")
+    prompt_ids = _prompt_ids(obj["prompt_ids"])
     prefill = _prefill_from(obj["prefill"])
     max_context = _int_field(obj, "max_context", _max_context_of(prefill[0], config))
     reach = _int_field(obj, "cache_reach", _cache_reach(config, len(prompt_ids), max_context, prefill[0]))
+    baseline = obj.get("baseline_ms_per_token")
+    if baseline is not None and (not isinstance(baseline, (int, float)) or isinstance(baseline, bool)):
+        raise RunFileError(f"the run file's 'baseline_ms_per_token' must be a number, got {baseline!r}")
     return RunRecord(
         title=str(obj.get("title", "")), created=str(obj.get("created", "")), pair=str(obj.get("pair", "")),
         proposer=str(obj.get("proposer", traces[0].proposer)), config=config, max_context=max_context,
         cache_reach=reach, prompt_text=str(obj.get("prompt_text", "")), chat=bool(obj.get("chat", False)),
-        prompt_ids=tuple(prompt_ids), prefill=prefill, traces=traces, token_texts=_token_texts_from(obj["token_texts"]),
-        baseline_ms_per_token=_optional_float(obj.get("baseline_ms_per_token")), version=str(obj["version"]),
+        prompt_ids=prompt_ids, prefill=prefill, traces=traces, token_texts=_token_texts_from(obj["token_texts"]),
+        baseline_ms_per_token=None if baseline is None else float(baseline), version=str(obj["version"]),
         notes=tuple(notes),
     )
 
@@ -227,10 +226,8 @@ def _parse(data: str | bytes | bytearray) -> Any:
     except UnicodeDecodeError:
         raise RunFileError("this file is not text (not UTF-8), so it is not a specviz run file") from None
     except json.JSONDecodeError as err:
-        raise RunFileError(
-            f"this file is not valid JSON (line {err.lineno}, column {err.colno}: {err.msg}); "
-            "a run file is the JSON that 'export run' writes"
-        ) from None
+        raise RunFileError(f"this file is not valid JSON (line {err.lineno}, column {err.colno}: {err.msg}); "
+                           "a run file is the JSON that 'export run' writes") from None
 
 
 def _check_format(obj: Mapping[str, Any]) -> None:
@@ -239,19 +236,12 @@ def _check_format(obj: Mapping[str, Any]) -> None:
         shown = "no format name" if name is None else f"format {name!r}"
         raise RunFileError(f"this JSON file is not a specviz run: it has {shown}, expected {FORMAT_NAME!r}")
     version = str(obj.get("version", ""))
-    major, mine = _major(version), _major(FORMAT_VERSION)
-    if major is None:
+    major, mine = version.split(".", 1)[0], int(FORMAT_VERSION.split(".", 1)[0])
+    if not major.isdigit():
         raise RunFileError(f"this run file has an unreadable version {version!r} (expected e.g. {FORMAT_VERSION!r})")
-    if major > mine:
-        raise RunFileError(
-            f"this run file was written by a newer specviz (format version {version}; this one reads "
-            f"{mine}.x): update specviz to open it"
-        )
-
-
-def _major(version: str) -> int | None:
-    head = version.split(".", 1)[0]
-    return int(head) if head.isdigit() else None
+    if int(major) > mine:
+        raise RunFileError(f"this run file was written by a newer specviz (format version {version}; this one reads "
+                           f"{mine}.x): update specviz to open it")
 
 
 def _config_from_dict(data: Any, notes: list[str]) -> DecodeConfig:
@@ -290,10 +280,8 @@ def _traces_from(items: Any) -> tuple[CycleTrace, ...]:
 def _snapshot_from(data: Any, what: str) -> CacheSnapshot:
     if not isinstance(data, dict):
         raise RunFileError(f"the {what} snapshot is not a cache snapshot")
-    known = {f.name for f in dataclasses.fields(CacheSnapshot)}
-    values = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in known}
     try:
-        return CacheSnapshot(**values)
+        return record_from_dict(CacheSnapshot, data)
     except TypeError as err:
         raise RunFileError(f"the {what} snapshot cannot be read ({err})") from None
 
@@ -314,10 +302,12 @@ def _token_texts_from(data: Any) -> dict[int, str]:
         raise RunFileError("the run file's 'token_texts' has a key that is not a token id") from None
 
 
-def _int_list(data: Any, what: str) -> list[int]:
+def _prompt_ids(data: Any) -> tuple[int, ...]:
     if not isinstance(data, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in data):
-        raise RunFileError(f"the run file's {what!r} is not a list of token ids")
-    return data
+        raise RunFileError("the run file's 'prompt_ids' is not a list of token ids")
+    if not data:
+        raise RunFileError("this run file has an empty prompt")
+    return tuple(data)
 
 
 def _int_field(obj: Mapping[str, Any], name: str, default: int) -> int:
@@ -325,14 +315,6 @@ def _int_field(obj: Mapping[str, Any], name: str, default: int) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise RunFileError(f"the run file's {name!r} must be a positive whole number, got {value!r}")
     return value
-
-
-def _optional_float(value: Any) -> float | None:
-    if value is None:
-        return None
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        raise RunFileError(f"the run file's 'baseline_ms_per_token' must be a number, got {value!r}")
-    return float(value)
 
 
 # ---------------------------------------------------------------- the older export
@@ -344,22 +326,17 @@ def _from_old_export(items: list[Any]) -> RunRecord:
     traces = _traces_from(items)
     first = traces[0]
     if not first.snapshots:
-        raise RunFileError(
-            "these cycles were recorded without cache snapshots (instrument off), so the prompt and the "
-            "prefill cannot be rebuilt from them"
-        )
+        raise RunFileError("these cycles were recorded without cache snapshots (instrument off), so the prompt and the "
+                           "prefill cannot be rebuilt from them")
     prompt_ids = _prompt_from(first)
     start = first.snapshot("start")
-    notes = [
-        "rebuilt from an older export (a list of cycles): the prompt and the prefill come from the first "
-        "cycle's cache snapshots; max_new_tokens and the seed are not stored there"
-    ]
+    notes = ["rebuilt from an older export (a list of cycles): the prompt and the prefill come from the first "
+             "cycle's cache snapshots; max_new_tokens and the seed are not stored there"]
     if first.cycle != 0:
         notes.append(f"the export starts at cycle {first.cycle + 1}: its 'prompt' is the text up to there")
-    config = _config_of_old(traces, start.target, notes)
-    max_context = _max_context_of(start.target, config)
-    if start.target.layout == "paged" and start.target.max_capacity:
-        max_context = start.target.max_capacity  # rounded to whole pages: exact unless the pool was capped
+    config = _config_of_old(traces, start.target)
+    # A contiguous buffer's hard limit is the context; a paged pool's is rounded to whole pages: exact unless capped.
+    max_context = start.target.max_capacity or config.max_context
     reach = start.target.capacity or len(prompt_ids)  # a paged pool tells it to whole pages only
     texts = _texts_carried(traces)
     return RunRecord(
@@ -391,7 +368,7 @@ def _prompt_from(first: CycleTrace) -> list[int]:
     return [tokens[p] for p in range(n)]
 
 
-def _config_of_old(traces: Sequence[CycleTrace], target: CacheSnapshot, notes: list[str]) -> DecodeConfig:
+def _config_of_old(traces: Sequence[CycleTrace], target: CacheSnapshot) -> DecodeConfig:
     """The settings a list of traces shows: sampling from the first cycle, the layout from its
     snapshot; K is the largest any cycle used, max_new_tokens what the run generated."""
     first = traces[0]
@@ -399,24 +376,14 @@ def _config_of_old(traces: Sequence[CycleTrace], target: CacheSnapshot, notes: l
     if target.layout == "paged":
         layout.update(page_size=target.page_size, free_policy=target.policy or "free")
     try:
-        return DecodeConfig(
-            k=max(1, min(64, max(t.k for t in traces))),
-            proposer=first.proposer,
-            temperature=first.temperature,
-            top_k=first.top_k,
-            top_p=first.top_p,
-            max_new_tokens=max(1, sum(len(t.emitted) for t in traces)),
-            **layout,
-        )
+        return DecodeConfig(k=max(1, min(64, max(t.k for t in traces))), proposer=first.proposer,
+                            temperature=first.temperature, top_k=first.top_k, top_p=first.top_p,
+                            max_new_tokens=max(1, sum(len(t.emitted) for t in traces)), **layout)
     except SpecvizError as err:
         raise RunFileError(f"the cycles' settings are not valid: {err}") from None
 
 
 def _texts_carried(traces: Iterable[CycleTrace]) -> dict[int, str]:
     """Token texts the traces themselves carry (empty texts -- instrument off -- are not texts)."""
-    texts: dict[int, str] = {}
-    for t in traces:
-        for token_id, text in _texts_in(t):
-            if text and token_id not in texts:
-                texts[token_id] = text
-    return texts
+    carried = [(token_id, text) for t in traces for token_id, text in _texts_in(t) if text]
+    return dict(reversed(carried))  # each id's first text wins

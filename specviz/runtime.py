@@ -11,6 +11,7 @@ the invariant check compares every cache against it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -52,9 +53,7 @@ def eos_ids_of(model: Any) -> frozenset[int]:
     ids = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     if ids is None:
         ids = getattr(model.config, "eos_token_id", None)
-    if ids is None:
-        return frozenset()
-    return frozenset([ids] if isinstance(ids, int) else ids)
+    return frozenset([ids] if isinstance(ids, int) else ids or ())
 
 
 @torch.inference_mode()
@@ -81,7 +80,7 @@ def forward_with_features(
     extra = {} if tree is None else tree_inputs(model, *tree, num_tokens=len(token_ids))
     start_len = cache.get_seq_length()
     cache.reserve(list(token_ids), phase)
-    with output_head_inputs(model, enabled=features) as caught:
+    with output_head_inputs(model) if features else contextlib.nullcontext([]) as caught:
         try:
             ids = torch.tensor([list(token_ids)], dtype=torch.long, device=model_device(model))  # [1, T]
             keep = 1 if last_only and not features else 0  # features of every position need the full head input
@@ -115,15 +114,12 @@ def tree_inputs(model: Any, mask: torch.Tensor, positions: Sequence[int], num_to
 
 
 @contextlib.contextmanager
-def output_head_inputs(model: Any, enabled: bool = True) -> Iterator[list[torch.Tensor]]:
+def output_head_inputs(model: Any) -> Iterator[list[torch.Tensor]]:
     """Collect the inputs of `model`'s output head ([1, T, H] each) during the `with` block.
 
     The model is shared by every session of a server, and a module's hooks fire for every
     caller: only this thread's passes are kept (another session's verify may run concurrently)."""
     caught: list[torch.Tensor] = []
-    if not enabled:
-        yield caught
-        return
     me = threading.get_ident()
 
     def catch(_m: Any, args: tuple, _out: Any) -> None:
@@ -144,16 +140,14 @@ def expected_reach(cfg: DecodeConfig, prompt_len: int, limit: int | None = None)
     return reach if limit is None else min(reach, limit)
 
 
-def sized_cache(num_layers: int, cfg: DecodeConfig, max_len: int, reach: int, *,
-                contiguous: type[ContiguousKVCache] = ContiguousKVCache,
-                paged: type[PagedKVCache] = PagedKVCache) -> SpecvizCache:
-    """The one cache-sizing rule, for the target, every proposer's cache and a replay's stand-ins:
+def sized_cache(num_layers: int, cfg: DecodeConfig, max_len: int, reach: int) -> SpecvizCache:
+    """The one cache-sizing rule, for the target, every proposer's cache and a replay's caches:
     the configured layout, storage for `reach` positions at start (`expected_reach`), growing on
     demand up to `max_len`, the context limit (a paged pool capped at `cfg.num_blocks` if set)."""
     if cfg.cache_layout == "contiguous":
-        return contiguous(num_layers, max_len=max_len, initial_len=reach)
-    return paged(num_layers, max_len=max_len, page_size=cfg.page_size, policy=cfg.free_policy,
-                 num_blocks=cfg.num_blocks, initial_len=reach)
+        return ContiguousKVCache(num_layers, max_len=max_len, initial_len=reach)
+    return PagedKVCache(num_layers, max_len=max_len, page_size=cfg.page_size, policy=cfg.free_policy,
+                        num_blocks=cfg.num_blocks, initial_len=reach)
 
 
 def open_cache(
@@ -213,23 +207,17 @@ def validate_prompt(prompt_ids: Sequence[int], vocab_size: int, max_context: int
     if bad:
         raise PromptError(f"the prompt has token ids outside the vocabulary 0..{vocab_size - 1}: {bad[:5]}")
     if len(ids) >= max_context:
-        raise PromptError(
-            f"the prompt has {len(ids)} tokens but the context holds {max_context}; "
-            "shorten it so that at least one position is left for generation"
-        )
+        raise PromptError(f"the prompt has {len(ids)} tokens but the context holds {max_context}; "
+                          "shorten it so that at least one position is left for generation")
     return ids
 
 
 def make_generator(device: torch.device, seed: int) -> torch.Generator:
-    gen = torch.Generator(device=device)
-    gen.manual_seed(seed)
-    return gen
+    return torch.Generator(device=device).manual_seed(seed)
 
 
 def copy_generator(gen: torch.Generator) -> torch.Generator:
-    twin = torch.Generator(device=gen.device)
-    twin.set_state(gen.get_state())
-    return twin
+    return torch.Generator(device=gen.device).set_state(gen.get_state())
 
 
 class TokenTexts:
@@ -243,14 +231,11 @@ class TokenTexts:
     def __init__(self, tokenizer: Any | None) -> None:
         self.tokenizer = tokenizer
         self._cache: dict[int, str] = {}
-        self._byte_level: bool | None = None
 
     def __call__(self, token_id: int) -> str:
-        text = self._cache.get(token_id)
-        if text is None:
-            text = f"<{token_id}>" if self.tokenizer is None else self._label(token_id)
-            self._cache[token_id] = text
-        return text
+        if token_id not in self._cache:
+            self._cache[token_id] = f"<{token_id}>" if self.tokenizer is None else self._label(token_id)
+        return self._cache[token_id]
 
     def _label(self, token_id: int) -> str:
         text = self.tokenizer.decode([token_id])
@@ -279,16 +264,14 @@ class TokenTexts:
         piece = self.tokenizer.convert_ids_to_tokens(int(token_id))
         if not isinstance(piece, str):
             return None
-        if self._is_byte_level():
+        if self._byte_level:
             raw = tokenbytes.byte_level_bytes(piece)
             if raw is not None:
                 return raw
         return tokenbytes.byte_fallback_bytes(piece)
 
-    def _is_byte_level(self) -> bool:
+    @functools.cached_property
+    def _byte_level(self) -> bool:
         # A byte-level BPE says so in its decoder (fast tokenizers) or keeps the table (slow GPT-2).
-        if self._byte_level is None:
-            backend = getattr(self.tokenizer, "backend_tokenizer", None)
-            decoder = getattr(backend, "decoder", None)
-            self._byte_level = "ByteLevel" in repr(decoder) or hasattr(self.tokenizer, "byte_decoder")
-        return self._byte_level
+        decoder = getattr(getattr(self.tokenizer, "backend_tokenizer", None), "decoder", None)
+        return "ByteLevel" in repr(decoder) or hasattr(self.tokenizer, "byte_decoder")

@@ -1,10 +1,7 @@
-"""A gallery of scenarios: one click to a cycle where a particular lesson happens, exactly.
+"""The scenario gallery (docs/design.md §3): seeds that make a lesson happen by itself at a known cycle.
 
-Forcing an outcome breaks exactness; a scenario *finds* it instead: the decoder is deterministic
-given its seed, so some (prompt, seed, settings) makes the event happen by itself at a known cycle.
 `scripts/find_scenarios.py` writes them to `assets/scenarios.json`; this module reads that file, and
-`check_scenario` replays a scenario and lists every recorded fact of its cycle (`CycleFacts`) that no
-longer holds (docs/design.md §3, "The scenario gallery").
+`check_scenario` replays one and lists every recorded fact of its cycle (`CycleFacts`) that no longer holds.
 """
 
 from __future__ import annotations
@@ -61,11 +58,6 @@ def facts_of(trace: CycleTrace, eos_ids: Sequence[int]) -> CycleFacts:
     )
 
 
-# Fields an entry may omit (written before token trees): a chain, and no tree facts.
-OPTIONAL_FIELDS = {"tree_width": 1, "tree_nodes": 16}
-OPTIONAL_FACTS = {"tree_moves": 0, "move_crosses_block": False, "deepest_path": False}
-
-
 @dataclass(frozen=True)
 class Scenario:
     """A prompt and the settings that matter, the cycle where the lesson happens, and its facts.
@@ -90,14 +82,19 @@ class Scenario:
     tree_nodes: int = 16
 
     def config(self) -> DecodeConfig:
-        return DecodeConfig(
-            k=self.k, temperature=self.temperature, seed=self.seed, cache_layout=self.cache_layout,  # type: ignore[arg-type]
-            page_size=self.page_size, free_policy=self.free_policy, max_new_tokens=self.max_new_tokens,  # type: ignore[arg-type]
-            proposer=self.proposer, tree_width=self.tree_width, tree_nodes=self.tree_nodes,  # type: ignore[arg-type]
-        )
+        names = {f.name for f in dataclasses.fields(DecodeConfig)}
+        return DecodeConfig(**{f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name in names})
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def _defaults(cls: type) -> dict[str, Any]:
+    return {f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
+
+
+# Fields an entry may omit (written before token trees): a chain, and no tree facts.
+OPTIONAL_FIELDS, OPTIONAL_FACTS = _defaults(Scenario), _defaults(CycleFacts)
 
 
 def scenario_from_dict(data: Any) -> Scenario:

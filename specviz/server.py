@@ -1,31 +1,12 @@
-"""Server settings: one specviz process serving many browser sessions (docs/design.md §3).
+"""Server settings: one specviz process serving many browser sessions (README, "A shared server";
+docs/design.md §3). No Streamlit import: the app reads them on every script run.
 
-Two groups of settings, read by the app on every script run (no Streamlit import here):
-
-* **Classroom lockdown** (off by default: a personal machine needs none of it). On a shared
-  server a student must not make the server download or read arbitrary models, or run it out of
-  memory with a huge prompt. With `classroom` on:
-    - only the embedded default pair and the tiny random pair (built in code, a few MB) can be
-      chosen: no custom pair, so no hub id and no local path ever reaches `load_pair`;
-    - the prompt is capped in characters (checked before tokenizing) and in tokens (after the chat
-      template), and `max_new_tokens`, K and the exactness lab's N have upper bounds;
-    - the sidebar says so. Model loading stays as strict as ever: never `trust_remote_code`,
-      safetensors weights only (`specviz.models`).
-* **Sharing the machine** (always on): how many sessions may decode at once (`max_decoding`,
-  default: the number of cores; `specviz.gate`), how long a waiting session waits before it is
-  told to try again (`busy_timeout`), after how many idle seconds a session's KV caches are
-  released (`idle_seconds`, 0 = never; `specviz.parking`), and torch's thread count.
-
-Where they come from, highest precedence first: environment variables (`SPECVIZ_CLASSROOM=1`,
-`SPECVIZ_MAX_K=8`, ... — the field name in capitals after `SPECVIZ_`), then the `[specviz]`
-table of a TOML file — `$SPECVIZ_SETTINGS`, else `.streamlit/specviz.toml` in the directory the
-server runs in (Streamlit's own `.streamlit/config.toml` accepts no custom keys) — then the
-defaults below. A value that cannot be parsed is an error (`ConfigError`): a typo must not quietly
-open a server that was meant to be locked down.
-
-**Threads.** `torch.set_num_threads` is process-wide, while each concurrently decoding session
-runs its own intra-op team of that many threads: `threads_per_step()` divides the cores among the
-decoding slots (`plan_threads`), and `SPECVIZ_THREADS` overrides.
+**Classroom lockdown** (off by default): only the built-in pairs (no hub id or local path reaches
+`load_pair`), and caps on the prompt, `max_new_tokens`, K and the lab's N. **Sharing the machine**:
+`max_decoding` (`specviz.gate`), `busy_timeout`, `idle_seconds` (`specviz.parking`), torch's threads.
+`SPECVIZ_<FIELD>` variables win over the `[specviz]` table of `$SPECVIZ_SETTINGS` (else
+`.streamlit/specviz.toml`), over the defaults below. A value that cannot be parsed is a
+`ConfigError`: a typo must not quietly open a server that was meant to be locked down.
 """
 
 from __future__ import annotations
@@ -79,8 +60,6 @@ class ServerSettings:
     threads: int | None = None  # torch threads; None = threads_per_step()
     source: str = "defaults"  # where the values came from, for messages
 
-    # -- loading ---------------------------------------------------------------------------
-
     @classmethod
     def load(cls, env: Mapping[str, str] | None = None, path: str | Path | None = None) -> ServerSettings:
         """Defaults, then the settings file's `[specviz]` table, then `SPECVIZ_*` variables."""
@@ -95,8 +74,7 @@ class ServerSettings:
                 raise ConfigError(f"cannot read the server settings file {file}: {exc}") from exc
             if not isinstance(table, dict):
                 raise ConfigError(f"{file}: [{TABLE}] must be a table")
-            unknown = sorted(set(table) - set(_FIELDS))
-            if unknown:
+            if unknown := sorted(set(table) - set(_FIELDS)):
                 raise ConfigError(f"{file}: unknown [{TABLE}] setting(s) {unknown}; known: {sorted(_FIELDS)}")
             values.update({name: _parse(name, value, str(file)) for name, value in table.items()})
             sources.append(str(file))
@@ -105,8 +83,6 @@ class ServerSettings:
         if from_env:
             sources.append("environment (" + ", ".join(_env_name(n) for n in from_env) + ")")
         return cls(**values, source=" + ".join(sources) or "defaults")
-
-    # -- what the app may offer ------------------------------------------------------------
 
     @property
     def limits(self) -> Limits:
@@ -156,8 +132,6 @@ class ServerSettings:
             f"At most {self.max_decoding} session(s) decode at once; the others wait their turn."
         )
 
-    # -- threads ---------------------------------------------------------------------------
-
     def threads_per_step(self, cores: int | None = None) -> int:
         """Torch threads for each decoding step: the cores shared among the decoding slots."""
         if self.threads is not None:
@@ -199,9 +173,7 @@ def _parse(name: str, value: object, where: str) -> object:
     kind = _FIELDS[name]
     text = str(value).strip().lower()
     if kind == "bool":
-        if isinstance(value, bool):
-            return value
-        if text in _BOOL:
+        if text in _BOOL:  # a TOML boolean too: str(True) is "True"
             return _BOOL[text]
         raise ConfigError(f"{where}: {name} must be on or off (1/0, true/false), got {value!r}")
     try:

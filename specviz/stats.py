@@ -1,25 +1,18 @@
 """Acceptance statistics from recorded traces, and the theory they should match (docs/design.md §1,
 "Expected gain" and "What the statistics count").
 
-With each draft accepted independently at rate α (Leviathan et al. 2023, §3.3–3.4), a cycle of K
-drafts commits E = (1 − α^(K+1)) / (1 − α) tokens on average, and with c the draft's cost per pass
-relative to the target's the speedup is E / (K·c + 1). `acceptance_stats` measures α, tokens per
-cycle, accepted lengths and acceptance by position; `cost_ratio` estimates c from the timings.
-
-The textbook counts a verify pass as one plain step and ignores the bookkeeping. `pass_costs`
-measures each piece in plain autoregressive steps of the same target (verify: v(K)), so the
-speedup decomposes one factor at a time, and the last is the measurement itself:
-
-    textbook  E / (K·c + 1)  →  measured pass costs  E / (draft + v(K))
-              →  + bookkeeping  E / (draft + v(K) + other)  →  this run's tokens  E_run / (same)
-
-Forced cycles are left out; plain steps (k = 0) and token-tree cycles are counted on their own.
+`acceptance_stats` measures α, tokens per cycle, accepted lengths and acceptance by position;
+`cost_ratio` estimates c, and `pass_costs` measures each piece of a cycle in plain autoregressive
+steps of the same target (verify: v(K)), so `measured_speedup` decomposes the textbook's
+E / (K·c + 1) one measured factor at a time, down to the run's own wall time. Forced cycles are
+left out; plain steps (k = 0) and token-tree cycles are counted on their own.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .trace import CycleTrace
 
@@ -42,13 +35,11 @@ class AcceptanceStats:
     tokens: int  # committed by those cycles
     tested: int  # drafts whose acceptance test ran
     accepted: int
-    mean_ratio: float  # mean of min(1, p/q) over tested drafts (another estimate of α)
     accepted_hist: tuple[int, ...]  # accepted_hist[a] = cycles that accepted exactly a drafts
     tested_by_position: tuple[int, ...]  # index i-1: how often d_i was tested
     accepted_by_position: tuple[int, ...]
     mean_k: float
     forced_cycles: int = 0
-    k_values: tuple[int, ...] = field(default_factory=tuple)
     plain_cycles: int = 0  # cycles with no proposal (k = 0): one plain target step each
     tree_cycles: int = 0  # token-tree cycles: outside α, the histogram and the per-position rates
     tree_nodes: int = 0  # nodes those trees held (verified in their one pass each)
@@ -78,31 +69,17 @@ def acceptance_stats(traces: Sequence[CycleTrace]) -> AcceptanceStats:
     trees = [t for t in used if t.tree is not None]
     chains = [t for t in used if t.tree is None]
     max_k = max((t.k for t in chains), default=0)
-    hist = [0] * (max_k + 1)
-    tested_pos = [0] * max_k
-    accepted_pos = [0] * max_k
-    tested = accepted = 0
-    ratio_sum = 0.0
-    for t in chains:
-        if t.k == 0:  # nothing proposed: not "0 accepted", just a plain step
-            continue
-        hist[t.num_accepted] += 1
-        for d in t.drafts:
-            if d.verdict == "untested":
-                continue
-            tested += 1
-            tested_pos[d.index - 1] += 1
-            ratio_sum += d.ratio
-            if d.verdict == "accepted":
-                accepted += 1
-                accepted_pos[d.index - 1] += 1
+    hist = Counter(t.num_accepted for t in chains if t.k)  # k = 0: nothing proposed, a plain step
+    tested = [d for t in chains for d in t.drafts if d.verdict != "untested"]
+    accepted = [d for d in tested if d.verdict == "accepted"]
+    tested_pos, accepted_pos = Counter(d.index for d in tested), Counter(d.index for d in accepted)
     return AcceptanceStats(
-        cycles=len(used), tokens=sum(len(t.emitted) for t in used), tested=tested, accepted=accepted,
-        mean_ratio=ratio_sum / tested if tested else 0.0, accepted_hist=tuple(hist),
-        tested_by_position=tuple(tested_pos), accepted_by_position=tuple(accepted_pos),
+        cycles=len(used), tokens=sum(len(t.emitted) for t in used), tested=len(tested), accepted=len(accepted),
+        accepted_hist=tuple(hist[a] for a in range(max_k + 1)),
+        tested_by_position=tuple(tested_pos[i] for i in range(1, max_k + 1)),
+        accepted_by_position=tuple(accepted_pos[i] for i in range(1, max_k + 1)),
         mean_k=sum(t.k for t in chains) / len(chains) if chains else 0.0, forced_cycles=len(traces) - len(used),
-        k_values=tuple(sorted({t.k for t in chains})), plain_cycles=sum(1 for t in chains if t.k == 0),
-        tree_cycles=len(trees), tree_nodes=sum(t.k for t in trees),
+        plain_cycles=sum(1 for t in chains if t.k == 0), tree_cycles=len(trees), tree_nodes=sum(t.k for t in trees),
         tree_path_tokens=sum(t.num_accepted for t in trees),
     )
 
@@ -113,9 +90,8 @@ def cycle_ms(trace: CycleTrace) -> float:
 
 
 def cost_ratio(traces: Sequence[CycleTrace]) -> float | None:
-    """c ≈ (draft time per draft forward) / (target verify time). The draft runs about K passes per
-    cycle (catch-up with q_1, then d_1 … d_{K−1}), the target one verify pass, which on a memory-bound
-    device costs about one decode step."""
+    """c ≈ (draft time per draft forward) / (target verify time): about K draft passes per cycle
+    (catch-up with q_1, then d_1 … d_{K−1}), one verify pass (on a memory-bound device, one decode step)."""
     traces = [t for t in traces if t.tree is None]  # a tree's nodes are not one forward each
     draft = sum(t.timings_ms.get("draft", 0.0) for t in traces)
     forwards = sum(t.k for t in traces)
@@ -139,10 +115,6 @@ class CycleCost:
     check_ms: float  # the optional invariant check: not decoding, but it was timed with the cycle
     tokens: int  # committed by the cycle
     forced: bool  # what-if: shown, but left out of every statistic
-
-    @property
-    def total_ms(self) -> float:
-        return self.draft_ms + self.verify_ms + self.bookkeeping_ms + self.check_ms
 
 
 def cycle_costs(traces: Sequence[CycleTrace]) -> list[CycleCost]:
@@ -198,7 +170,6 @@ class SpeedupReport:
     measured_tokens_per_cycle: float
     theoretical_speedup: float | None  # the textbook: a verify pass costs one plain step
     spec_ms_per_token: float
-    baseline_ms_per_token: float | None
     measured_speedup: float | None
     # With a baseline: the measured costs in plain steps, and the theory re-evaluated with them.
     costs: PassCosts | None = None
@@ -224,15 +195,13 @@ def measured_speedup(traces: Sequence[CycleTrace], baseline_ms_per_token: float 
     chain = used and not st.tree_cycles  # the textbook models chains: no theory for a run with trees
     expected = share * expected_tokens_per_cycle(st.alpha, k) + (1.0 - share) if chain else 0.0
     theory = expected / (share * (k * c + 1.0) + (1.0 - share)) if (chain and k and c is not None) else None
-    spec_ms = sum(cycle_ms(t) for t in used)
-    spec_per_token = spec_ms / st.tokens if st.tokens else 0.0
+    spec_per_token = sum(cycle_ms(t) for t in used) / st.tokens if st.tokens else 0.0
     measured = baseline_ms_per_token / spec_per_token if baseline_ms_per_token and spec_per_token > 0 else None
     costs = pass_costs(used, baseline_ms_per_token)
     return SpeedupReport(
         alpha=st.alpha, k=st.mean_k, c=c, expected_tokens_per_cycle=expected,
         measured_tokens_per_cycle=st.tokens_per_cycle, theoretical_speedup=theory,
-        spec_ms_per_token=spec_per_token, baseline_ms_per_token=baseline_ms_per_token, measured_speedup=measured,
-        costs=costs,
+        spec_ms_per_token=spec_per_token, measured_speedup=measured, costs=costs,
         theory_with_pass_costs=expected / costs.passes if costs and costs.passes > 0 and chain else None,
         theory_with_bookkeeping=expected / costs.total if costs and costs.total > 0 and chain else None,
         tree_cycles=st.tree_cycles,
@@ -250,8 +219,7 @@ def cycle_rows(traces: Sequence[CycleTrace]) -> list[dict[str, object]]:
             "tree": "" if t.tree is None else f"width {t.tree.width}, {t.k} nodes",
             "T": t.temperature,
             "accepted": t.num_accepted,
-            # Text in every row ("d3" or "—"): a column of numbers and dashes is no Arrow type, and
-            # Streamlit's table then logs a traceback and converts it again.
+            # text in every row ("d3" or "—"): a column of numbers and dashes is no Arrow type
             "rejected at": f"d{t.rejected_at}" if t.rejected_at is not None else "—",
             "committed": "".join(e.text for e in t.emitted),
             "last token": t.emitted[-1].kind if t.emitted else "—",

@@ -1,15 +1,10 @@
 """A run as a timeline of steps: what the page reveals, and in which order (docs/design.md §3).
 
-The decoder computes a whole cycle at once; the page then *reveals* it phase by phase. So a run is
-a sequence of steps::
-
     step 0            after prefill, or the "start" of cycle 1 once a cycle exists
     step 5c + p       cycle c (0-based), phase CYCLE_PHASES[p] for p = 1..5 (draft … rollback)
 
-A cycle's "start" is the previous cycle's rollback, so it has no step of its own after cycle 1.
-Every view that shows a cycle at some phase asks `reached(phase, mark)` before it shows what
-`mark` reveals (the verdicts from "accept" on, the extra token from "resolve" on, …), so nothing is
-shown before its phase. No torch, no Streamlit: the app, the standalone page and the views share it.
+A cycle's "start" is the previous cycle's rollback. Every view asks `reached(phase, mark)` before
+it shows what `mark` reveals, so nothing is shown before its phase. No torch, no Streamlit.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ No torch and no tokenizer here: the views read labels from traces.
 
 from __future__ import annotations
 
+import codecs
 import functools
 import itertools
 import re
@@ -16,6 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+# A lead byte and the continuation bytes its length needs: a multi-byte UTF-8 character, if it decodes.
+_MULTIBYTE = re.compile(rb"[\xc0-\xdf][\x80-\xbf]|[\xe0-\xef][\x80-\xbf]{2}|[\xf0-\xff][\x80-\xbf]{3}")
 
 
 @functools.cache
@@ -44,17 +47,14 @@ def byte_fallback_bytes(piece: str) -> bytes | None:
 
 def bytes_label(raw: bytes) -> str:
     """Text where `raw` holds whole UTF-8 characters, `<0xNN>` for every byte that is not part of one."""
-    out: list[str] = []
-    rest = raw
-    while rest:
-        try:
-            out.append(rest.decode("utf-8"))
-            break
-        except UnicodeDecodeError as err:
-            out.append(rest[: err.start].decode("utf-8"))
-            out.extend(f"<0x{b:02X}>" for b in rest[err.start : err.end])
-            rest = rest[err.end :]
-    return "".join(out)
+    return raw.decode("utf-8", errors="specviz-byte-labels")
+
+
+def _byte_labels(err: UnicodeDecodeError) -> tuple[str, int]:
+    return "".join(f"<0x{b:02X}>" for b in err.object[err.start : err.end]), err.end
+
+
+codecs.register_error("specviz-byte-labels", _byte_labels)
 
 
 def label_bytes(label: str) -> bytes:
@@ -100,25 +100,14 @@ def _spans_in_run(pieces: Sequence[bytes], offset: int) -> list[CharacterSpan]:
     data = b"".join(pieces)
     owner = [offset + t for t, piece in enumerate(pieces) for _ in piece]  # byte -> token index
     spans: list[CharacterSpan] = []
-    i = 0
-    while i < len(data):
-        size = _utf8_length(data[i])
-        chunk = data[i : i + size]
-        if size == 1 or len(chunk) < size or not is_whole(chunk):
-            i += 1  # ASCII, or a byte that starts no whole character: it stays with its own token
+    for match in _MULTIBYTE.finditer(data):  # a byte that starts no whole character stays with its own token
+        first, last = owner[match.start()], owner[match.end() - 1]
+        if first == last or not is_whole(match.group()):
             continue
-        first, last = owner[i], owner[i + size - 1]
-        if first != last:
-            char = chunk.decode("utf-8")
-            if spans and first <= spans[-1].last:  # shares a token with the previous cut character
-                prev = spans.pop()
-                spans.append(CharacterSpan(prev.first, max(prev.last, last), prev.text + char))
-            else:
-                spans.append(CharacterSpan(first, last, char))
-        i += size
+        char = match.group().decode("utf-8")
+        if spans and first <= spans[-1].last:  # shares a token with the previous cut character
+            prev = spans.pop()
+            spans.append(CharacterSpan(prev.first, max(prev.last, last), prev.text + char))
+        else:
+            spans.append(CharacterSpan(first, last, char))
     return spans
-
-
-def _utf8_length(lead: int) -> int:
-    """Bytes of the character a UTF-8 lead byte starts (1 for ASCII and for a stray byte)."""
-    return 4 if lead >= 0xF0 else 3 if lead >= 0xE0 else 2 if lead >= 0xC0 else 1

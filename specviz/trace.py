@@ -15,7 +15,9 @@ touch torch. Cache bookkeeping is recorded as `CacheEvent`s (what happened) and 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
+import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
@@ -33,20 +35,8 @@ SlotState = Literal["committed", "provisional", "stale", "free"]
 
 @dataclass(frozen=True)
 class CacheEvent:
-    """One change to a KV cache.
-
-    kind      meaning of (start, end) and blocks
-    append    provisional K/V written for positions start .. end-1 (half-open)
-    truncate  length moved from `start` to `end` (end < start)
-    pointer   contiguous write pointer moved from `start` to `end`
-    alloc     `blocks` (physical ids) taken from the free pool
-    free      `blocks` returned to the free pool
-    reuse     `blocks` kept reserved by the "keep" policy and written again
-    grow      storage enlarged from `start` to `end` rows (contiguous) or blocks (paged: `blocks`
-              are the new ids, added to the free list's tail); every slot keeps its K/V
-    move      K/V of entry `start` copied to entry `end` (end < start): a tree's compaction;
-              `blocks` are the physical (from, to) blocks for the paged layout
-    """
+    """One change to a KV cache: its `kind` says what `start`, `end` and `blocks` mean (docs/design.md §5);
+    `describe()` says it in words."""
 
     kind: EventKind
     phase: str
@@ -121,23 +111,15 @@ class CacheSnapshot:
     def slot_state(self, slot: int) -> SlotState:
         """committed / provisional / stale (written, but past the valid length) / free."""
         pos = self.slot_positions[slot] if slot < len(self.slot_positions) else -1
+        here = slot  # the position this slot stands for now (paged: through the block table; -1: a free block)
         if self.layout == "paged":
             block, offset = divmod(slot, self.page_size)
-            if block not in self.block_table:
-                return "free"
-            logical = self.block_table.index(block)
-            pos_here = logical * self.page_size + offset
-            if pos != pos_here:  # never written since this block was (re)assigned
-                return "free"
-        elif pos != slot:
-            return "free"
-        if pos < 0:
+            here = self.block_table.index(block) * self.page_size + offset if block in self.block_table else -1
+        if pos < 0 or pos != here:  # never written (since its block was (re)assigned)
             return "free"
         if pos < self.num_committed:
             return "committed"
-        if pos < self.seq_len:
-            return "provisional"
-        return "stale"
+        return "provisional" if pos < self.seq_len else "stale"
 
 
 @dataclass(frozen=True)
@@ -273,40 +255,33 @@ class CycleTrace:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CycleTrace:
-        return _build(cls, data)
+        return record_from_dict(cls, data)
 
 
 # ---- from_dict: rebuild nested frozen dataclasses from plain dicts/lists ----
 
-_NESTED: dict[type, dict[str, type]] = {
-    CycleTrace: {"catch_up": EmittedToken, "drafts": DraftStep, "residual_top": TokenProb, "bonus_top": TokenProb,
-                 "emitted": EmittedToken, "target_events": CacheEvent, "draft_events": CacheEvent,
-                 "snapshots": PhaseSnapshot, "tree": TreeTrace},
-    DraftStep: {"draft_top": TokenProb, "target_top": TokenProb},
-    TreeTrace: {"nodes": TreeNode},
-    PhaseSnapshot: {"target": CacheSnapshot, "draft": CacheSnapshot},
-}
+
+@functools.cache
+def _nested(cls: type) -> dict[str, type]:
+    """The fields of record `cls` that hold another record (or a tuple of them), read from its type hints."""
+    hints = typing.get_type_hints(cls)
+    return {name: inner for name, hint in hints.items() for inner in (hint, *get_args(hint))
+            if dataclasses.is_dataclass(inner)}
 
 
-def _build(cls: type, data: dict[str, Any]) -> Any:
-    nested = _NESTED.get(cls, {})
-    kwargs: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        if f.name not in data:
-            continue
-        value = data[f.name]
-        if f.name in nested and value is not None:
-            inner = nested[f.name]
-            value = _build(inner, value) if isinstance(value, dict) else tuple(_build(inner, v) for v in value)
-        elif isinstance(value, list):
-            value = _tuples(value)
-        kwargs[f.name] = value
-    return cls(**kwargs)
+def record_from_dict(cls: type, data: dict[str, Any]) -> Any:
+    """A trace record of class `cls` from its `dataclasses.asdict` form (keys it does not know are ignored)."""
+    nested = _nested(cls)
+    return cls(**{f.name: _value(nested.get(f.name), data[f.name]) for f in dataclasses.fields(cls) if f.name in data})
 
 
-def _tuples(value: Any) -> Any:
-    """JSON lists back to the tuples they were (nested ones too, e.g. a tree's moves)."""
-    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
+def _value(record: type | None, value: Any) -> Any:
+    """A field's JSON value as it was: a record or a tuple of records; other lists back to tuples (nested too)."""
+    if record is None or value is None:
+        return tuple(_value(None, v) for v in value) if isinstance(value, list) else value
+    if isinstance(value, dict):
+        return record_from_dict(record, value)
+    return tuple(record_from_dict(record, v) for v in value)
 
 
 def traces_to_json(traces: list[CycleTrace]) -> str:

@@ -140,7 +140,7 @@ def _sidebar(page, open_it: bool) -> None:
     button = "[data-testid='stExpandSidebarButton']" if open_it else "button[aria-label='Collapse sidebar']"
     page.evaluate(f"document.querySelector(\"{button}\").click()")
     page.wait_for_function(f"() => document.querySelector(\"section[data-testid='stSidebar']\")"
-                           f".getAttribute('aria-expanded') === '{str(open_it).lower()}'", timeout=30_000)
+                           f".getAttribute('data-collapsed') === '{str(not open_it).lower()}'", timeout=30_000)
     page.wait_for_timeout(600)
 
 
@@ -234,7 +234,7 @@ def test_lecture_mode_one_screen_and_token_text_at_both_sizes(server: str, brows
     page.get_by_text("Lecture mode").first.click()
     page.wait_for_selector(".svs .svkv.svkv-lecture", timeout=300_000)
     page.wait_for_function("() => document.querySelector(\"section[data-testid='stSidebar']\")"
-                           ".getAttribute('aria-expanded') === 'false'", timeout=60_000)
+                           ".getAttribute('data-collapsed') === 'true'", timeout=60_000)
     _settle(page)
     assert page.evaluate("window.__specvizStage.state.cur") == 0
     figures: dict = {}
@@ -250,6 +250,7 @@ def test_lecture_mode_one_screen_and_token_text_at_both_sizes(server: str, brows
     page.wait_for_function(f"() => window.__specvizStage.state.run !== {run}", timeout=300_000)
     page.wait_for_selector("[data-testid='stToast']", timeout=60_000)  # "New run: the prompt changed", a toast
     assert "prompt changed" in page.locator("[data-testid='stToast']").first.inner_text()
+    page.evaluate("document.activeElement && document.activeElement.blur()")  # the arrows step again
     _sidebar(page, False)
     _settle(page)
     assert abs(page.evaluate("document.querySelector('.svs').getBoundingClientRect().top") - top) < 1

@@ -51,6 +51,19 @@ def pair():
     return make_pair("llama")
 
 
+def datastore_text(pair, n: int) -> list[int]:
+    """The first n tokens of the pair's retrieval datastore: a context retrieval finds there."""
+    return [int(t) for t in pair.retrieval_store.tokens[:n]]
+
+
+def prompt_for(proposer: str, pair, repeating: list[int], plain: list[int]) -> list[int]:
+    """A prompt this proposer drafts from: text that repeats itself for prompt lookup, the
+    datastore's own text for retrieval, `plain` for the model-based proposers."""
+    if proposer == "lookup":
+        return repeating
+    return datastore_text(pair, len(plain)) if proposer == "retrieval" else plain
+
+
 @pytest.fixture(scope="module")
 def repeating_prompt(pair) -> list[int]:
     """PROMPT and the target's greedy continuation of it: text that repeats itself, so prompt
@@ -206,7 +219,7 @@ def test_one_token_prompt_starts_with_a_plain_target_step(pair, proposer):
 def test_k_is_clamped_to_the_room_left(pair, repeating_prompt, proposer):
     """K = 8 with 3 positions left in the context: the cycle drafts 3 (lookup: at most 3), verify
     fills the context exactly, and the sequence ends there with every cache still exact."""
-    prompt = repeating_prompt if proposer == "lookup" else PROMPT
+    prompt = prompt_for(proposer, pair, repeating_prompt, PROMPT)
     cfg = DecodeConfig(k=8, proposer=proposer, max_context=len(prompt) + 3, check_invariant=True)
     dec = SpeculativeDecoder(pair, cfg)
     dec.start(prompt)
@@ -225,7 +238,7 @@ def test_k_is_clamped_to_the_room_left(pair, repeating_prompt, proposer):
 @pytest.mark.parametrize("proposer", registry.names())
 def test_k_is_clamped_to_the_tokens_left(pair, repeating_prompt, proposer):
     """K = 8 with 2 new tokens allowed: one draft, and exactly 2 tokens committed."""
-    prompt = repeating_prompt if proposer == "lookup" else PROMPT
+    prompt = prompt_for(proposer, pair, repeating_prompt, PROMPT)
     dec = SpeculativeDecoder(pair, DecodeConfig(k=8, proposer=proposer, max_new_tokens=2))
     dec.start(prompt)
     trace = dec.step()
@@ -284,7 +297,8 @@ def test_pool_exhaustion_inside_step_changes_nothing(pair, proposer, k):
     drafting. Either way the error leaves every state as it was, and after lowering K the next
     cycle is exactly the one a decoder that never failed would run."""
     cfg = DecodeConfig(k=k, proposer=proposer, page_size=4, num_blocks=3)
-    prompt = PROMPT + PROMPT[:2]  # 9 tokens: lookup matches the 2-gram and proposes 5 tokens
+    # 9 tokens: lookup matches the 2-gram and proposes 5 tokens; retrieval finds them in its datastore
+    prompt = prompt_for(proposer, pair, PROMPT + PROMPT[:2], PROMPT + PROMPT[:2])
     dec = SpeculativeDecoder(pair, cfg)
     dec.start(prompt)
     before = state(dec)

@@ -27,9 +27,8 @@ def pair():
 @pytest.mark.parametrize("scenario", SHIPPED, ids=[s.id for s in SHIPPED])
 def test_shipped_scenario_holds_on_the_default_pair(pair, scenario):
     from specviz.models import preferred_proposer
-    from specviz.scenarios import check_scenario
-
     from specviz.proposers import registry
+    from specviz.scenarios import check_scenario
 
     assert scenario.proposer in [e.name for e in registry.available(pair)]
     if scenario.proposer != preferred_proposer(pair):  # the app opens on that one: a lesson about another names it

@@ -18,10 +18,8 @@ from specviz.kv.base import DEFAULT_INITIAL_LEN, KVMemory, SpecvizCache, Specviz
 from specviz.kv.contiguous import ContiguousKVCache
 from specviz.kv.paged import POLICIES, BlockPool, BlockTable, KVBlock, PagedKVCache
 
-__all__ = [
-    "LAYOUTS", "POLICIES", "BlockPool", "DEFAULT_INITIAL_LEN", "BlockTable", "ContiguousKVCache", "KVBlock",
-    "KVMemory", "PagedKVCache", "SpecvizCache", "SpecvizLayer", "create_cache",
-]
+__all__ = ["LAYOUTS", "POLICIES", "BlockPool", "DEFAULT_INITIAL_LEN", "BlockTable", "ContiguousKVCache", "KVBlock",
+           "KVMemory", "PagedKVCache", "SpecvizCache", "SpecvizLayer", "create_cache"]
 
 
 def create_cache(model: torch.nn.Module, layout: str = "paged", *, page_size: int = 16, policy: str = "free",

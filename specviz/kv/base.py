@@ -19,6 +19,7 @@ one that imports `transformers.cache_utils` (§3).
 
 from __future__ import annotations
 
+from abc import ABCMeta, abstractmethod
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -32,6 +33,7 @@ from specviz.trace import CacheEvent, CacheSnapshot
 AUTO_TOKEN = -1  # token id recorded for positions written without a reserve() (e.g. HF generate)
 AUTO_PHASE = "auto"  # phase recorded for such implicit reservations
 DEFAULT_INITIAL_LEN = 256  # positions allocated up front when a caller gives no expected reach
+KV = tuple[torch.Tensor, torch.Tensor]  # one layer's (keys, values)
 
 
 def grown(tensor: torch.Tensor, dim: int, size: int) -> torch.Tensor:
@@ -77,15 +79,13 @@ def num_attention_layers(model: torch.nn.Module) -> int:
         layer_types += ["full_attention"] * (len(blocks) - len(layer_types))
     other = sorted(set(layer_types) - {"full_attention"})
     if other:
-        raise ConfigError(
-            f"specviz KV caches support full-attention layers only; this model also has {other} layers"
-        )
+        raise ConfigError(f"specviz KV caches support full-attention layers only; this model also has {other} layers")
     return len(layer_types)
 
 
 class SpecvizLayer(CacheLayerMixin):
-    """One layer's K/V storage (a layout implements `allocate`, `write_and_read`, `dense`, ...). The owning
-    cache keeps one length for all layers; a layer asks it which positions to write (`begin_write`)."""
+    """One layer's K/V storage. The owning cache keeps one length for all layers; a layer asks it which
+    positions to write (`begin_write`)."""
 
     is_sliding = False
     is_croppable = True
@@ -96,32 +96,22 @@ class SpecvizLayer(CacheLayerMixin):
         self.owner = owner
         self.layer_idx = layer_idx
 
-    # -- storage, per layout -------------------------------------------------------------
-    def allocate(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        raise NotImplementedError
-
-    def write_and_read(
-        self, start: int, key_states: torch.Tensor, value_states: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write positions start..start+t-1, return dense K/V of positions 0..start+t-1."""
-        raise NotImplementedError
-
-    def dense(self, length: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Dense K/V `[1, H_kv, length, D]` of positions 0..length-1."""
-        raise NotImplementedError
-
-    def grow(self, num_slots: int) -> None:
-        """Enlarge the storage to `num_slots` slots, keeping every existing slot's K/V."""
-        raise NotImplementedError
-
-    def bytes_per_slot(self) -> int:
-        """Bytes of keys + values of one slot (0 before the first write allocates storage)."""
-        raise NotImplementedError
-
-    def copy_slots(self, src: torch.Tensor, dst: torch.Tensor) -> None:
-        """Copy the K/V of physical slots `src` to slots `dst` ([M] each): the source rows are
-        gathered before anything is written, so overlapping copies are safe."""
-        raise NotImplementedError
+    # -- storage, per layout: `write_and_read` writes positions start..start+t-1 and returns the dense K/V
+    # [1, H_kv, L, D] of 0..start+t-1, `dense` those of 0..length-1; `grow` keeps every slot's K/V;
+    # `bytes_per_slot` is 0 before the first write; `copy_slots` copies the K/V of physical slots src to dst
+    # ([M] each), the sources gathered before anything is written, so overlapping copies are safe.
+    @abstractmethod
+    def allocate(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None: ...
+    @abstractmethod
+    def write_and_read(self, start: int, key_states: torch.Tensor, value_states: torch.Tensor) -> KV: ...
+    @abstractmethod
+    def dense(self, length: int) -> KV: ...
+    @abstractmethod
+    def grow(self, num_slots: int) -> None: ...
+    @abstractmethod
+    def bytes_per_slot(self) -> int: ...
+    @abstractmethod
+    def copy_slots(self, src: torch.Tensor, dst: torch.Tensor) -> None: ...
 
     # -- the transformers CacheLayerMixin interface --------------------------------------
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
@@ -132,9 +122,7 @@ class SpecvizLayer(CacheLayerMixin):
             self.allocate(key_states, value_states)
         self.is_initialized = True
 
-    def update(
-        self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs) -> KV:
         if key_states.shape[0] != 1:
             raise ConfigError(
                 f"specviz KV caches hold one sequence (batch size 1); got batch size {key_states.shape[0]}"
@@ -156,12 +144,6 @@ class SpecvizLayer(CacheLayerMixin):
     def get_max_length(self) -> int:
         return self.owner.max_len
 
-    def reset(self) -> None:  # the owner resets the bookkeeping; stale values are harmless
-        pass
-
-    def crop(self, tokens_to_remove: int) -> None:  # Cache.crop is overridden by the owner
-        raise NotImplementedError("use SpecvizCache.truncate / crop")
-
     def batch_repeat_interleave(self, repeats: int) -> None:
         if repeats != 1:
             raise ConfigError("specviz KV caches hold one sequence (batch size 1)")
@@ -171,12 +153,12 @@ class SpecvizLayer(CacheLayerMixin):
             raise ConfigError("specviz KV caches hold one sequence (batch size 1)")
 
 
-class SpecvizCache(Cache):
+class SpecvizCache(Cache, metaclass=ABCMeta):
     """A one-sequence KV cache with explicit reserve / truncate and an event log.
 
-    A layout subclass says where position p lives (`_slot_list`), how room is checked, made and
-    given back (`_check_room`, `_make_room`, `_release`), how many slots it holds and allows
-    (`held_slots`, `limit_slots`), its `snapshot` and its layer class.
+    A layout subclass says where position p lives (`_slot_list`: Python ints, for bookkeeping), how
+    room is checked, made and given back (`_check_room`, `_make_room`, `_release`), how many slots it
+    holds and allows (`held_slots`, `limit_slots`), its `snapshot` and its layer class.
     """
 
     layout: str = ""
@@ -204,12 +186,11 @@ class SpecvizCache(Cache):
         return len(self.slot_positions)
 
     @property
-    def held_slots(self) -> int:
-        raise NotImplementedError
-
+    @abstractmethod
+    def held_slots(self) -> int: ...
     @property
-    def limit_slots(self) -> int:
-        raise NotImplementedError
+    @abstractmethod
+    def limit_slots(self) -> int: ...
 
     def bytes_per_position(self) -> int:
         """Bytes of keys + values of one position over all layers (0 before the first write)."""
@@ -232,18 +213,9 @@ class SpecvizCache(Cache):
         self.slot_positions.extend([-1] * extra)
         self.slot_tokens.extend([-1] * extra)
 
-    # -- public bookkeeping API ----------------------------------------------------------
+    # -- public bookkeeping API (Cache's mask sizes, query offset and max length ask the layers) ----
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self.seq_len
-
-    def get_query_offset(self, layer_idx: int = 0) -> int:
-        return self.seq_len
-
-    def get_mask_sizes(self, query_length: int, layer_idx: int = 0) -> tuple[int, int]:
-        return self.seq_len + query_length, 0
-
-    def get_max_length(self, layer_idx: int | None = None) -> int:
-        return self.max_len
 
     @property
     def token_ids(self) -> list[int]:
@@ -329,15 +301,14 @@ class SpecvizCache(Cache):
         self.truncate(max(0, self.seq_len + tokens_to_remove), AUTO_PHASE)
 
     def reset(self) -> None:
-        """Empty the cache (transformers' Cache.reset)."""
+        """Empty the cache (transformers' Cache.reset, without asking the layers: stale K/V are never read)."""
         self.truncate(0, "reset")
 
     def drain_events(self) -> list[CacheEvent]:
-        """Events since the last drain, in order."""
         events, self.events = self.events, []
         return events
 
-    def dense_kv(self, layer_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def dense_kv(self, layer_idx: int) -> KV:
         """Keys and values `[1, H_kv, L, D]` of the valid positions of one layer (contiguous: views,
         valid until the next write; paged: a gathered copy)."""
         layer = self.layers[layer_idx]
@@ -345,8 +316,8 @@ class SpecvizCache(Cache):
             raise ValueError(f"layer {layer_idx} has not been written yet")
         return layer.dense(self.seq_len)
 
-    def snapshot(self, num_committed: int) -> CacheSnapshot:
-        raise NotImplementedError
+    @abstractmethod
+    def snapshot(self, num_committed: int) -> CacheSnapshot: ...
 
     def _snapshot(self, num_committed: int, listed: int, **layout: Any) -> CacheSnapshot:
         """The fields every layout's snapshot shares; slots 0..listed-1 are listed, `layout` adds the rest."""
@@ -365,9 +336,7 @@ class SpecvizCache(Cache):
         if not self.pending:
             self.reserve([AUTO_TOKEN] * num_new, AUTO_PHASE)  # forward without reserve()
         elif len(self.pending) != num_new:
-            raise ValueError(
-                f"reserve() was called for {len(self.pending)} token(s) but the forward feeds {num_new}"
-            )
+            raise ValueError(f"reserve() was called for {len(self.pending)} token(s) but the forward feeds {num_new}")
         return self.seq_len
 
     def end_write(self, layer_idx: int) -> None:
@@ -378,18 +347,14 @@ class SpecvizCache(Cache):
             self.layers_done.clear()
 
     # -- layout hooks ----------------------------------------------------------------------
-    def _check_room(self, start: int, end: int) -> None:
-        raise NotImplementedError
-
-    def _make_room(self, start: int, end: int, phase: str) -> None:
-        raise NotImplementedError
-
-    def _release(self, old_end: int, new_len: int, phase: str) -> None:
-        raise NotImplementedError
-
-    def _slot_list(self, start: int, end: int) -> list[int]:
-        """Physical slots of positions start..end-1 (Python ints, for bookkeeping)."""
-        raise NotImplementedError
+    @abstractmethod
+    def _check_room(self, start: int, end: int) -> None: ...
+    @abstractmethod
+    def _make_room(self, start: int, end: int, phase: str) -> None: ...
+    @abstractmethod
+    def _release(self, old_end: int, new_len: int, phase: str) -> None: ...
+    @abstractmethod
+    def _slot_list(self, start: int, end: int) -> list[int]: ...
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(layers={len(self.layers)}, seq_len={self.seq_len}, "

@@ -78,10 +78,8 @@ class ContiguousKVCache(SpecvizCache):
 
     def _check_room(self, start: int, end: int) -> None:
         if end > self.max_len:
-            raise CacheCapacityError(
-                f"contiguous KV cache full: positions {start}..{end - 1} do not fit in its "
-                f"{self.max_len} rows (create the cache with a larger max_len)"
-            )
+            raise CacheCapacityError(f"contiguous KV cache full: positions {start}..{end - 1} do not fit in its "
+                                     f"{self.max_len} rows (create the cache with a larger max_len)")
 
     def _make_room(self, start: int, end: int, phase: str) -> None:
         if end > self.rows:  # _check_room guarantees end <= max_len

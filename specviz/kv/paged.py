@@ -116,7 +116,7 @@ class BlockTable:
 
     @property
     def ids(self) -> list[int]:
-        return [b.block_id for b in self.blocks]
+        return list(block_ids(self.blocks))
 
     def __len__(self) -> int:
         return len(self.blocks)
@@ -207,23 +207,16 @@ class PagedKVCache(SpecvizCache):
             raise ConfigError(f"paged rollback policy must be one of {POLICIES}, got {policy!r}")
         if max_len < 1:
             raise ConfigError(f"max_len must be >= 1, got {max_len}")
-        if num_blocks is not None and num_blocks < 1:
-            raise ConfigError(f"num_blocks must be >= 1, got {num_blocks}")
         self.page_size = page_size
         self.policy = policy
         cap = cdiv(max_len, page_size) if num_blocks is None else num_blocks
         initial = min(max_len, DEFAULT_INITIAL_LEN if initial_len is None else max(1, initial_len))
+        self.max_blocks = cap  # the pool never grows past this many blocks
         self.pool = BlockPool(min(cap, cdiv(initial, page_size)), max_blocks=cap)
         self.table = BlockTable(self.pool, page_size)
         self._slot_cache: dict[tuple[torch.device, int], torch.Tensor] = {}
         self._blocks_before_pending = 0  # table length before the pending reservation
         super().__init__(num_layers, min(max_len, cap * page_size), capacity=self.pool.num_blocks * page_size)
-
-    @property
-    def max_blocks(self) -> int:
-        """The pool's cap: it never grows past this many blocks."""
-        assert self.pool.max_blocks is not None
-        return self.pool.max_blocks
 
     @property
     def held_slots(self) -> int:
@@ -257,9 +250,7 @@ class PagedKVCache(SpecvizCache):
                 f"are free{growth} (raise num_blocks)"
             )
         if end > self.max_len:
-            raise CacheCapacityError(
-                f"paged KV cache full: positions {start}..{end - 1} exceed max_len={self.max_len}"
-            )
+            raise CacheCapacityError(f"paged KV cache full: positions {start}..{end - 1} exceed max_len={self.max_len}")
 
     def _make_room(self, start: int, end: int, phase: str) -> None:
         self._slot_cache.clear()

@@ -4,11 +4,7 @@ Each phase of a recorded `CycleTrace` becomes a short markdown paragraph with th
 the tokens fed, p, q, min(1, p/q) and u, the cache entries appended, cut, moved or freed. It
 teaches the corrected walkthrough (docs/design.md §1–§2; the corrections are `MISCONCEPTIONS`).
 Lengths, entries and positions are quoted from the trace, never from a formula of how the cache
-ought to move, so a bookkeeping bug shows (design.md §7, "Numbers from the trace").
-
-`cycle.py` tells the phases (a chain is the width-1 tree, §1c), `verdict.py` the tests and the
-token drawn after them, `proposer.py` the proposer's own cache (§1b), `summary.py` the status line
-and the speedup; `text.py` holds the shared pieces.
+ought to move, so a bookkeeping bug shows (design.md §7, "Numbers from the trace"); its modules: §3.
 """
 
 from .cycle import phase_markdown, prefill_markdown

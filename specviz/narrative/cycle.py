@@ -7,7 +7,8 @@ drawn after them are told in `verdict.py`, the proposer's own cache in `proposer
 
 from __future__ import annotations
 
-from collections import defaultdict
+import itertools
+from operator import attrgetter
 
 from ..outcome import FINISH_WORDS, Truncation, dropped_entries
 from ..proposers import registry
@@ -22,22 +23,18 @@ def phase_markdown(trace: CycleTrace, phase: str) -> str:
     """The explanation of `phase` of `trace`, with the trace's actual numbers."""
     text = PHASES[phase](trace)
     if trace.forced and phase in ("accept", "resolve"):
-        text += (
-            "\n\n> ⚠️ **What-if mode:** some outcomes were *forced*, not decided by u ≤ min(1, p/q). "
-            "This cycle's tokens are **not** distributed as the target's p — exactness is broken on purpose."
-        )
+        text += ("\n\n> ⚠️ **What-if mode:** some outcomes were *forced*, not decided by u ≤ min(1, p/q). "
+                 "This cycle's tokens are **not** distributed as the target's p — exactness is broken on purpose.")
     return text
 
 
 def prefill_markdown(num_prompt: int, target_len: int, draft_len: int | None, proposer: str = "draft") -> str:
     """The state after prefill; `draft_len` is the proposer's cache length (None: it has no cache)."""
-    return (
-        f"**Prefill.** The prompt has n = {num_prompt} tokens (positions 0–{num_prompt - 1}). "
-        f"{story(proposer).prefill(target_len, draft_len)} The newest token x_n (position {num_prompt - 1}) "
-        'deliberately has no K/V in the target yet — it is the first input of the first cycle ("last token '
-        'separate", as in llama.cpp, HF and gpt-fast). '
-        f"Press **Next phase** to watch the {registry.get(proposer).words.noun} propose."
-    )
+    return (f"**Prefill.** The prompt has n = {num_prompt} tokens (positions 0–{num_prompt - 1}). "
+            f"{story(proposer).prefill(target_len, draft_len)} The newest token x_n (position {num_prompt - 1}) "
+            'deliberately has no K/V in the target yet — it is the first input of the first cycle ("last token '
+            'separate", as in llama.cpp, HF and gpt-fast). '
+            f"Press **Next phase** to watch the {registry.get(proposer).words.noun} propose.")
 
 
 def depth(tree: TreeTrace) -> int:
@@ -54,11 +51,9 @@ def start(tr: CycleTrace) -> str:
     else:
         plain = " (no proposal this cycle: a plain target step)" if tr.k == 0 else ""
         shape = f" K = {tr.k}{plain}, temperature"
-    return (
-        f"**Cycle {tr.cycle + 1} starts** with n = {n} committed tokens (positions 0–{n - 1}). Invariant: the "
-        f"target cache holds K/V for {held} (length **{target_len}** = n−1); the newest token x_n at position "
-        f"{n - 1} has no K/V yet. {story(tr.proposer).start(tr)}{shape} {tr.temperature:g}."
-    )
+    return (f"**Cycle {tr.cycle + 1} starts** with n = {n} committed tokens (positions 0–{n - 1}). Invariant: the "
+            f"target cache holds K/V for {held} (length **{target_len}** = n−1); the newest token x_n at position "
+            f"{n - 1} has no K/V yet. {story(tr.proposer).start(tr)}{shape} {tr.temperature:g}.")
 
 
 def draft(tr: CycleTrace) -> str:
@@ -75,20 +70,16 @@ def draft(tr: CycleTrace) -> str:
 
 
 def _grown(tr: CycleTrace, tree: TreeTrace) -> str:
-    by_depth: dict[int, list[TreeNode]] = defaultdict(list)
-    for node in tree.nodes:
-        by_depth[node.depth].append(node)
+    by_depth = itertools.groupby(sorted(tree.nodes, key=attrgetter("depth")), key=attrgetter("depth"))
     levels = "; ".join(
         f"depth {d}: " + ", ".join(f"{n.index} {tok(n.text)} (q {fmt_p(n.draft_prob)})" for n in nodes)
-        for d, nodes in sorted(by_depth.items())
+        for d, nodes in by_depth
     )
     said = note(tr)
-    return (
-        f"**The {registry.get(tr.proposer).words.noun} grows a token tree** of **{len(tree.nodes)}** nodes over "
-        f"{depth(tree)} depths. {story(tr.proposer).tree_how(tr)} {said + ' ' if said else ''}Nodes are numbered "
-        f"depth-first, best child first, so nodes 1…{depth(tree)} along the first branch are its most likely "
-        f"chain. {levels}. A tree is chosen by rank, not sampled."
-    )
+    return (f"**The {registry.get(tr.proposer).words.noun} grows a token tree** of **{len(tree.nodes)}** nodes over "
+            f"{depth(tree)} depths. {story(tr.proposer).tree_how(tr)} {said + ' ' if said else ''}Nodes are numbered "
+            f"depth-first, best child first, so nodes 1…{depth(tree)} along the first branch are its most likely "
+            f"chain. {levels}. A tree is chosen by rank, not sampled.")
 
 
 def verify(tr: CycleTrace) -> str:
@@ -98,27 +89,23 @@ def verify(tr: CycleTrace) -> str:
     grown = f"target cache length {before.seq_len} → **{after.seq_len}** ({blocks(after)})"
     if tree:
         L, N = tree.root_position, len(tree.nodes)
-        return (
-            f"**The target verifies the whole tree in ONE pass** over N+1 = {N + 1} inputs: x_n and the {N} nodes. "
-            f"Node i is written to cache entry L+i (entries {L}–{L + N}) but runs at position L + depth (positions "
-            f"{L}–{L + depth(tree)}): **entry ≠ position**.{_shared_position(tree)} A tree attention mask (an "
-            "additive float mask: 0 where allowed, the dtype's minimum elsewhere) lets each node attend to the "
-            "committed prefix, its ancestors and itself only, so row i of the logits is exactly what a chain pass "
-            f"over node i's path would give. {registry.cap(grown)}.{events} The distribution at a node scores its "
-            "children; at a leaf it is ready for a bonus token."
-        )
+        return (f"**The target verifies the whole tree in ONE pass** over N+1 = {N + 1} inputs: x_n and the {N} nodes. "
+                f"Node i is written to cache entry L+i (entries {L}–{L + N}) but runs at position L + depth (positions "
+                f"{L}–{L + depth(tree)}): **entry ≠ position**.{_shared_position(tree)} A tree attention mask (an "
+                "additive float mask: 0 where allowed, the dtype's minimum elsewhere) lets each node attend to the "
+                "committed prefix, its ancestors and itself only, so row i of the logits is exactly what a chain pass "
+                f"over node i's path would give. {registry.cap(grown)}.{events} The distribution at a node scores its "
+                "children; at a leaf it is ready for a bonus token.")
     if k == 0:
         return (f"**Target runs a plain step.** No drafts to verify: ONE forward pass over x_n alone at position "
                 f"{n - 1}. Its K/V is appended: {grown}. The logits give p_1, the distribution of the next "
                 f"token.{events}")
     inputs = ", ".join(["x_n"] + [f"d{d.index}" for d in tr.drafts])
     one_hot = " Each q_i is one-hot, so min(1, p_i(d_i)/q_i(d_i)) is simply p_i(d_i)."
-    return (
-        f"**Target verifies.** ONE forward pass over the K+1 = {k + 1} inputs [{inputs}] at positions "
-        f"{n - 1}–{tr.drafts[-1].position}. Their K/V are appended **provisionally**: {grown}. The logits give "
-        f"K+1 = {k + 1} distributions p_1 … p_{k + 1}: p_i scores d_i, and p_{k + 1} is ready for a bonus "
-        f"token.{events}" + story(tr.proposer).verify(tr) + (one_hot if registry.get(tr.proposer).one_hot else "")
-    )
+    return (f"**Target verifies.** ONE forward pass over the K+1 = {k + 1} inputs [{inputs}] at positions "
+            f"{n - 1}–{tr.drafts[-1].position}. Their K/V are appended **provisionally**: {grown}. The logits give "
+            f"K+1 = {k + 1} distributions p_1 … p_{k + 1}: p_i scores d_i, and p_{k + 1} is ready for a bonus "
+            f"token.{events}" + story(tr.proposer).verify(tr) + (one_hot if registry.get(tr.proposer).one_hot else ""))
 
 
 def _shared_position(tree: TreeTrace) -> str:

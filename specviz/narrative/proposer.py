@@ -20,7 +20,7 @@ class NoCache:
     """A proposer that keeps no cache: nothing is written, nothing is rolled back."""
 
     def __init__(self, entry: registry.ProposerEntry) -> None:
-        self.entry, self.w = entry, entry.words
+        self.w = entry.words
 
     def prefill(self, target_len: int, draft_len: int | None) -> str:
         return f"The target processed x_1 … x_(n−1): its cache holds **{target_len}** positions. " + self.start(None)
@@ -60,13 +60,11 @@ class TokenCache(NoCache):
         n, k, short, m = tr.context_len, tr.k, self.w.short, len(tr.catch_up)
         fed = ", ".join(tok(t.text) for t in tr.catch_up) or "nothing"
         # What it guessed comes first (a newcomer's question); how its cache caught up, after.
-        return (
-            f"**{cap(short)} proposes.** It guesses the next K = {k} tokens, each sampled from its own processed "
-            f"distribution q_i and fed back to get the next: {proposals(tr)}. Before guessing, the {short} fed its "
-            f"catch-up token{'s' if m != 1 else ''} {fed} ({m}; two only after a fully accepted cycle). d{k} is "
-            f"sampled but **never fed**, so the {self.w.cache} ends at length n+K−1 = {n + k - 1} (recorded: "
-            f"**{tr.snapshot('draft').draft.seq_len}**); the {short}'s new entries are provisional."
-        )
+        return (f"**{cap(short)} proposes.** It guesses the next K = {k} tokens, each sampled from its own processed "
+                f"distribution q_i and fed back to get the next: {proposals(tr)}. Before guessing, the {short} fed its "
+                f"catch-up token{'s' if m != 1 else ''} {fed} ({m}; two only after a fully accepted cycle). d{k} is "
+                f"sampled but **never fed**, so the {self.w.cache} ends at length n+K−1 = {n + k - 1} (recorded: "
+                f"**{tr.snapshot('draft').draft.seq_len}**); the {short}'s new entries are provisional.")
 
     def tree_how(self, tr: CycleTrace) -> str:
         w, fed = tr.tree.width, len(tr.tree.proposer_fed)
@@ -123,12 +121,10 @@ class FeaturePairs(TokenCache):
         real, total = head.num_committed, head.seq_len
         pairs = ", ".join(f"the feature at {t.position - 1} with {tok(t.text)} at {t.position}" for t in tr.catch_up)
         # What it guessed comes first (a newcomer's question); how the head caught up and fed itself, after.
-        text = (
-            f"**{cap(self.w.short)} proposes.** It guesses the next K = {k} tokens, each sampled from its "
-            f"distribution q_i: {proposals(tr)}. How: first a catch-up, the head is fed {len(tr.catch_up)} pair(s) "
-            f"built from the target's **real** features ({pairs}), the entries its cache lacked; the output of the "
-            "last one gives q_1, from which d1 is sampled."
-        )
+        text = (f"**{cap(self.w.short)} proposes.** It guesses the next K = {k} tokens, each sampled from its "
+                f"distribution q_i: {proposals(tr)}. How: first a catch-up, the head is fed {len(tr.catch_up)} pair(s) "
+                f"built from the target's **real** features ({pairs}), the entries its cache lacked; the output of the "
+                "last one gives q_1, from which d1 is sampled.")
         if total > real:
             text += (
                 f" Then d2 … d{k} come from feeding the head its **own predicted** feature together with the previous "

@@ -15,17 +15,13 @@ def explain_speedup(report: SpeedupReport) -> str:
     (docs/design.md §1, "Expected gain"): the last step is exactly the measured speedup."""
     theory, measured, costs = report.theoretical_speedup, report.measured_speedup, report.costs
     if costs is None or measured is None:
-        return (
-            "Run the **autoregressive baseline** below to measure a plain step of the target: the verify cost "
-            "v(K) and the measured speedup are both counted in plain steps."
-        )
+        return ("Run the **autoregressive baseline** below to measure a plain step of the target: the verify cost "
+                "v(K) and the measured speedup are both counted in plain steps.")
     ms = costs.plain_ms_per_token
-    parts = [
-        f"**Measured {measured:.2f}× vs theory {theory:.2f}×.**" if theory else f"**Measured {measured:.2f}×.**",
-        f"The textbook formula counts the verify pass over K+1 tokens as **one** plain step; here it took "
-        f"**v(K) = {costs.verify:.2f}** plain steps ({costs.verify * ms:.1f} ms vs {ms:.1f} ms per plain token), "
-        f"and the proposer's passes {costs.draft:.2f} steps per cycle.",
-    ]
+    parts = [f"**Measured {measured:.2f}× vs theory {theory:.2f}×.**" if theory else f"**Measured {measured:.2f}×.**",
+             f"The textbook formula counts the verify pass over K+1 tokens as **one** plain step; here it took "
+             f"**v(K) = {costs.verify:.2f}** plain steps ({costs.verify * ms:.1f} ms vs {ms:.1f} ms per plain token), "
+             f"and the proposer's passes {costs.draft:.2f} steps per cycle."]
     if report.theory_with_pass_costs:
         parts.append(f"With these measured costs the formula predicts **{report.theory_with_pass_costs:.2f}×**.")
     extra = costs.bookkeeping + costs.check
@@ -43,11 +39,9 @@ def explain_speedup(report: SpeedupReport) -> str:
             f"at {costs.total:.2f} plain steps per cycle: that is the measured **{measured:.2f}×**."
         )
         return " ".join(parts)
-    parts.append(
-        f"Last, this run committed {report.measured_tokens_per_cycle:.2f} tokens per cycle where α = "
-        f"{report.alpha:.2f} predicts {report.expected_tokens_per_cycle:.2f}: that is the measured "
-        f"**{measured:.2f}×**."
-    )
+    parts.append(f"Last, this run committed {report.measured_tokens_per_cycle:.2f} tokens per cycle where α = "
+                 f"{report.alpha:.2f} predicts {report.expected_tokens_per_cycle:.2f}: that is the measured "
+                 f"**{measured:.2f}×**.")
     return " ".join(parts)
 
 
@@ -56,10 +50,8 @@ def status_markdown(num_prompt: int, traces: Sequence[CycleTrace], cycle: int | 
     resolve on (where the cut happens): earlier it would give the outcome away."""
     before = num_prompt + sum(len(t.emitted) for t in traces[: (cycle or 0)])
     where = "before the first cycle" if cycle is None else f"cycle **{cycle + 1}** of {len(traces)}"
-    line = (
-        f"{where} · phase **{PHASE_TITLES.get(phase, phase)}** · {before} tokens committed before this cycle "
-        f"({num_prompt} prompt) · proposer: {proposer}"
-    )
+    line = (f"{where} · phase **{PHASE_TITLES.get(phase, phase)}** · {before} tokens committed before this cycle "
+            f"({num_prompt} prompt) · proposer: {proposer}")
     tr = traces[cycle] if cycle is not None and cycle < len(traces) else None
     if tr is not None and tr.forced:
         line += " · ⚠️ **what-if cycle** (forced, not in the statistics)"

@@ -8,8 +8,6 @@ text is said instead of the formula.
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 from ..outcome import FINISH_WORDS, CycleOutcome, cycle_outcome
 from ..proposers import registry
 from ..trace import CycleTrace, DraftStep, TreeNode, TreeTrace
@@ -58,12 +56,9 @@ def _test_line(d: DraftStep, greedy: bool) -> str:
 
 def _walk(tr: CycleTrace, tree: TreeTrace) -> str:
     greedy = tr.temperature == 0
-    children: dict[int, list[TreeNode]] = defaultdict(list)
-    for node in tree.nodes:
-        children[node.parent].append(node)
     lines = []
     for parent in (0, *tree.path):
-        asked = [c for c in children.get(parent, []) if c.verdict != "untested"]
+        asked = [c for c in tree.nodes if c.parent == parent and c.verdict != "untested"]
         if asked:
             where = "the root x_n" if parent == 0 else _named(tree, parent)
             lines.append(f"- at {where}: " + "; ".join(_node_test(c, greedy) for c in asked))
@@ -100,19 +95,17 @@ def _node_test(node: TreeNode, greedy: bool) -> str:
 def resolve(tr: CycleTrace) -> str:
     out = cycle_outcome(tr)
     if tree_of(tr):
-        text = _after_walk(tr, tr.tree)
-    elif tr.k == 0:
+        return _after_walk(tr, tr.tree) + _finish(out)
+    if tr.k == 0:
         g, how = out.final, "argmax p_1 (greedy)" if tr.temperature == 0 else "a sample from p_1"
         prob = prob_of(g, tr.bonus_top)
         text = (f"**One generated token.** With no drafts there is neither a corrected nor a bonus token: "
                 f"{tok(g.text) if g else 'the token'} is {how}" + (f" (probability {fmt_p(prob)})" if prob is not None
                 else "") + (f", placed at position {g.position}" if g else "")
-                + " — exactly one step of plain autoregressive decoding.") + _commit_line(tr, out)
-    elif tr.rejected_at is not None:
-        text = _corrected(tr, out) + _commit_line(tr, out)
+                + " — exactly one step of plain autoregressive decoding.")
     else:
-        text = _bonus(tr, out) + _commit_line(tr, out)
-    return text + _finish(out)
+        text = _corrected(tr, out) if tr.rejected_at is not None else _bonus(tr, out)
+    return text + _commit_line(tr, out) + _finish(out)
 
 
 def _corrected(tr: CycleTrace, out: CycleOutcome) -> str:

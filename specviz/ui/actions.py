@@ -1,14 +1,10 @@
 """A session's work on a shared server, without Streamlit: decoding slots, actions on its run, parking.
 
-Every model run (a cycle, a prefill, the baseline, the lab) takes a slot of the process-wide gate
-(`specviz.gate`), so at most `max_decoding` sessions decode at once; a session idle for
-`idle_seconds` has its decoder parked (caches freed, history kept; `specviz.parking`) and rebuilt
-exactly on its next action. Every action computes a new immutable `Run` first (`state`) and assigns
-it to the session's `Workspace` in one statement, under the workspace's lock, so an error (or a
-click arriving mid-step) never leaves a half-updated state.
-
-Everything here takes the workspace as an argument: the stage's route acts in a web server's
-thread, outside any script run. `session` adds a script run's side (its workspace, a waiting box).
+Every model run takes a slot of the process-wide gate (`specviz.gate`); an idle session's decoder is
+parked (`specviz.parking`) and rebuilt exactly on its next action. An action computes a new
+immutable `Run` (`state`) and assigns it to the `Workspace` in one statement, under its lock, so an
+error or a click arriving mid-step never leaves a half-updated state. Everything takes the
+workspace as an argument: the stage's route acts outside any script run (`session` adds that side).
 """
 
 from __future__ import annotations
@@ -48,10 +44,9 @@ def quiet_slot(ws: Workspace) -> Slot:
 
 
 def background_slot(ws: Workspace) -> Slot:
-    """A quiet slot for work nobody waits for yet (a cycle computed ahead): every session's click
-    or page that waits for a slot goes first (`specviz.gate`, "Someone waiting goes first"). It
-    becomes urgent itself when the run has fewer than `URGENT_IN_HAND` cycles in hand (Next cycle
-    and the click after it would wait) or one of this session's clicks waits (`wanting`)."""
+    """A quiet slot for work nobody waits for yet (a cycle computed ahead), behind every waiting click
+    or page (`specviz.gate`); urgent itself once the run has fewer than `URGENT_IN_HAND` cycles in
+    hand or one of this session's clicks waits (`wanting`)."""
 
     def urgent() -> bool:
         run = ws.run
@@ -94,24 +89,19 @@ def _act(ws: Workspace, fn: Callable[[Run], Run], slot: Slot) -> None:
             woke = wake_note(ws, slot)  # a parked (idle) run's decoder is rebuilt first
             forcing = ws.run.dec is not None and bool(ws.run.dec.config.forced_outcomes)
             new = fn(ws.run)
-        except DecodingFinishedError as exc:  # not a failure: the text is complete
-            ws.error, ws.finished_note, ws.playing = None, str(exc), False
-            return
-        except SpecvizError as exc:
-            ws.error, ws.playing = str(exc), False
-            return
         except Exception as exc:  # keep the app usable whatever happens, but say what it was
-            ws.error, ws.playing = f"{type(exc).__name__}: {exc}", False
+            ws.playing = False
+            if isinstance(exc, DecodingFinishedError):  # not a failure: the text is complete
+                ws.error, ws.finished_note = None, str(exc)
+            else:
+                ws.error = str(exc) if isinstance(exc, SpecvizError) else f"{type(exc).__name__}: {exc}"
             return
         if new is ws.run and woke is None:
-            # Nothing happened (a message about a run no longer shown: a new run replaced it while
-            # the message waited for the lock). Not an action: the new run's notices stay for the
-            # page to draw; withdrawn here, a long scenario's banner was never drawn at all.
+            # Nothing happened (a message about a run no longer shown, which a new run replaced while
+            # it waited for the lock). Not an action: the new run's notices stay for the page to draw.
             return
-        if new.notices and new.notices == ws.run.notices:
-            new = dataclasses.replace(new, notices=())  # a notice is shown once, until the next action
-        if woke:
-            new = dataclasses.replace(new, notices=(woke, *new.notices))
+        kept = () if new.notices == ws.run.notices else new.notices  # a notice is shown once, until the next action
+        new = dataclasses.replace(new, notices=(woke, *kept) if woke else kept)
         if forcing and len(new.traces) > len(ws.run.traces):
             ws.whatif_spent = True  # what-if forced this one cycle: switch the toggle off
         ws.run, ws.reset_asked = new, None  # the user moved on: a pending Reset question is withdrawn
@@ -138,8 +128,7 @@ def park_idle(ws: Workspace) -> bool:
 
 def wake_shown(ws: Workspace, slot: Slot) -> None:
     """Rebuild the shown run's parked decoder (if it is parked), saying so in its notices."""
-    note = wake_note(ws, slot)
-    if note:
+    if note := wake_note(ws, slot):
         ws.run = dataclasses.replace(ws.run, notices=(note, *ws.run.notices))
 
 

@@ -1,20 +1,9 @@
 """Predict, then reveal: a quiz asked after the verify pass, before the outcome is shown.
 
-After **verify** the target has scored every draft, but the page has not shown the verdicts yet.
-That is the moment to ask a class what the next two phases will do:
-
-1. how many of the K drafts will be accepted (0 … K);
-2. which positions the rollback will drop from the target's cache (its provisional entries
-   past the new valid length — the rejected and untested drafts, and the newest committed token
-   whose K/V the next verify pass rewrites);
-3. (paged layout, policy "free") which physical blocks will return to the pool.
-
-A token-tree cycle (docs/design.md §1c) asks instead **which path the target will accept** (one of
-the tree's root-to-node paths, or none), and the blocks question where it applies: after verify
-the tree and every node's p are on screen, the verdicts are not.
-
-The answers are scored against the recorded trace only (`specviz.outcome`), so the quiz is right
-even when an end-of-text token cuts a cycle short. No Streamlit here: the page asks and shows.
+A chain's cycle asks how many drafts will be accepted and which positions the rollback drops from
+the target's cache, a token tree's (docs/design.md §1c) which path the target accepts; both ask, on
+a paged cache with policy "free", which blocks return to the pool. Scored against the recorded trace
+(`specviz.outcome`), so right even when the end of the text cuts a cycle short. No Streamlit here.
 """
 
 from __future__ import annotations
@@ -87,15 +76,10 @@ def truth(trace: CycleTrace) -> QuizTruth:
 
 def path_labels(trace: CycleTrace) -> tuple[str, ...]:
     """A tree's candidate answers: label i names the root-to-node-i path ("none" for 0)."""
-    tree = trace.tree
     labels = ["none: no child of the root passes"]
-    for node in tree.nodes:
-        path, i = [], node.index
-        while i > 0:
-            n = tree.nodes[i - 1]
-            path.append(f"{n.index} {n.text!r}")
-            i = n.parent
-        labels.append(" → ".join(reversed(path)))
+    for node in trace.tree.nodes:  # parents precede children (docs/design.md §1c): extend the parent's path
+        head = labels[node.parent] + " → " if node.parent else ""
+        labels.append(f"{head}{node.index} {node.text!r}")
     return tuple(labels)
 
 

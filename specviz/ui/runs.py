@@ -1,21 +1,12 @@
-"""Runs: keep every run, open recordings, compare cache layouts, and load exact scenarios.
+"""The sidebar's runs panel (`runs_panel`), outside the stage fragment, so stepping never redraws it.
 
-Everything here sits in the sidebar (`runs_panel`), outside the stage fragment, so stepping
-through a cycle never redraws it.
-
-* **Run list.** A restart setting (layout, page size, policy, seed, prompt, proposer, …) starts a
-  new run; the earlier ones stay here, selectable, their decoders parked (KV memory released and
-  rebuilt exactly when shown again). Showing an earlier live run puts its settings back in the
-  sidebar.
-* **Open a run file** (the app's own export, or the CLI's `--json` traces): every view works with
-  no model loaded (`specviz.runfile`), so a lecture prepared at home can be shown anywhere.
-* **Side-by-side replay.** The decisions of a cycle (drafts, verdicts, emitted tokens) do not
-  depend on the cache layout; only the bookkeeping does. `specviz.replay` replays the run's
-  committed token stream into another layout/policy, and the stage draws it beside the real one
-  (in columns from 1440 px, else under it) at the same phase, so free vs keep or paged vs
-  contiguous are compared on the very same cycle.
-* **Scenario gallery.** Deterministic, exact scenarios on the default pair, found by seed rather
-  than forced (`specviz.scenarios`); one click sets the sidebar and runs up to the cycle.
+* **Run list.** A restart setting starts a new run; the earlier ones stay selectable, their decoders
+  parked, and showing an earlier live run puts its settings back in the sidebar.
+* **Open a run file** (the Export tab's, or the CLI's `--json` traces): every view works with no
+  model loaded (`specviz.runfile`).
+* **Compare cache layouts.** A cycle's decisions do not depend on the layout, only its bookkeeping
+  does: the run replayed into another one (`specviz.replay`) is drawn beside it at the same phase.
+* **Scenario gallery** (`specviz.scenarios`): one click sets the sidebar and runs up to the cycle.
 """
 
 from __future__ import annotations
@@ -25,7 +16,7 @@ from typing import Any
 
 import streamlit as st
 
-from ..config import LAYOUTS, POLICIES, DecodeConfig
+from ..config import LAYOUTS, POLICIES
 from ..errors import SpecvizError
 from ..proposers import registry
 from ..replay import replay_run
@@ -45,9 +36,8 @@ def record_of(run: Run) -> RunRecord:
 
 
 def record_fields(run: Run) -> dict[str, Any]:
-    """What `record_run` needs of a run, as plain values (no decoder). A download button keeps
-    these until it is clicked: building the record then, not on every script run, keeps a click
-    on Next phase free of a pass over every token of the run, and an idle run's KV caches free."""
+    """What `record_run` needs of a run, as plain values (no decoder), which a download button keeps
+    until it is clicked: the record is built then, not on every script run."""
     return dict(
         title=run.title, pair_description=run.pair_description or _pair_text(run), proposer=run.proposer,
         config=run.dec.config if run.dec is not None else run.config, prompt_text=run.prompt_text, chat=run.chat,
@@ -93,14 +83,6 @@ def on_open_file() -> None:
         st.session_state.pop("_force_new_run", None)
 
 
-def open_file_control() -> None:
-    st.file_uploader(
-        "Open a run file (JSON) — no model needed", type=["json"], key="run_file", on_change=on_open_file,
-        help="A run exported from the Export tab (or traces from `python -m specviz walk --json`). "
-        "Every view works without loading a model.",
-    )  # fmt: skip
-
-
 # ---------------------------------------------------------------- run list ----------------------
 
 
@@ -126,9 +108,7 @@ def on_live_again() -> None:
 
 
 def run_list(run: Run | None) -> None:
-    ws = workspace()
-    runs = ws.runs()
-    for r in reversed(runs):
+    for r in reversed(workspace().runs()):
         shown = r is run
         label = ("▶ " if shown else "") + r.label(count=not shown) + ("" if r.live else f" · {r.source}, no model")
         if shown:
@@ -138,7 +118,11 @@ def run_list(run: Run | None) -> None:
                       help="Show this run again (a live run's settings go back into the sidebar)")
     if run is not None and not run.live:
         st.button("Start a live run from the sidebar's settings", key="live_again", on_click=on_live_again)
-    open_file_control()
+    st.file_uploader(
+        "Open a run file (JSON) — no model needed", type=["json"], key="run_file", on_change=on_open_file,
+        help="A run exported from the Export tab (or traces from `python -m specviz walk --json`). "
+        "Every view works without loading a model.",
+    )  # fmt: skip
 
 
 # ---------------------------------------------------------------- side-by-side replay ---------
@@ -161,18 +145,6 @@ def compare_settings() -> tuple[str, int, str] | None:
     return (ss.get("compare_layout", "contiguous"), int(ss.get("compare_page", 16)), ss.get("compare_policy", "free"))
 
 
-def replayed(run: Run, settings: tuple[str, int, str]) -> Run:
-    """`run` replayed into `settings` (memoised per run, cycle count and settings)."""
-    cache: dict = st.session_state.setdefault("_replays", {})
-    key = (run.id, len(run.traces), settings)
-    if key not in cache:
-        layout, page, policy = settings
-        record = replay_run(record_of(run), cache_layout=layout, page_size=page, free_policy=policy)
-        cache.clear()  # one replay per session is plenty: it is cheap to redo
-        cache[key] = run_of(record, run.id, "replay", title=f"{run.title} → {layout}")
-    return dataclasses.replace(cache[key], revealed=run.revealed, view=run.view, before=run.before)
-
-
 def compare_title(settings: tuple[str, int, str]) -> str:
     layout, page, policy = settings
     what = f"paged, page size {page}, policy “{policy}”" if layout == "paged" else "contiguous"
@@ -185,28 +157,23 @@ def compare_title(settings: tuple[str, int, str]) -> str:
 def on_scenario(scenario_id: str) -> None:
     """Set the sidebar to the scenario's settings and ask for a fresh run up to its cycle."""
     scenario = next(s for s in load_scenarios() if s.id == scenario_id)
-    cfg = scenario.config()
-    defaults = DecodeConfig()
+    cfg = scenario.config()  # the app's defaults where the scenario names no value
     values = dict(
         pair_kind="default", prompt=scenario.prompt, chat=scenario.chat, k=cfg.k, temperature=cfg.temperature,
         seed=cfg.seed, layout=cfg.cache_layout, page_size=cfg.page_size, policy=cfg.free_policy,
-        max_new=cfg.max_new_tokens, proposer=cfg.proposer, top_k=defaults.top_k, top_p=defaults.top_p,
-        tree_width=cfg.tree_width, tree_nodes=cfg.tree_nodes,
-        num_blocks=0, max_context=defaults.max_context, whatif=False,
-        dtype="float32",  # scenarios are found and checked on the float32 pair
+        max_new=cfg.max_new_tokens, proposer=cfg.proposer, top_k=cfg.top_k, top_p=cfg.top_p,
+        tree_width=cfg.tree_width, tree_nodes=cfg.tree_nodes, num_blocks=0, max_context=cfg.max_context,
+        whatif=False, dtype="float32",  # scenarios are found and checked on the float32 pair
     )  # fmt: skip
     sidebar.restore_widgets(values)
     ss = st.session_state
-    ss._pending_scenario, ss._force_new_run = scenario.id, True
+    ss._pending_scenario, ss._force_new_run = scenario, True
     workspace().playing = False
     request_full_run()
 
 
 def take_pending_scenario() -> Scenario | None:
-    wanted = st.session_state.pop("_pending_scenario", None)
-    if wanted is None:
-        return None
-    return next((s for s in load_scenarios() if s.id == wanted), None)
+    return st.session_state.pop("_pending_scenario", None)
 
 
 def gallery() -> None:
@@ -235,19 +202,21 @@ def runs_panel(run: Run | None) -> None:
 
 
 def compare_timeline(run: Run, settings: tuple[str, int, str]) -> Timeline | None:
-    """The replay at the same steps, for the stage's second picture (None when it cannot be drawn:
-    the stage shows why). Only the run's own cycles: a prefetched one is replayed once adopted."""
+    """The run replayed into `settings`, for the stage's second picture at the same steps (None when it
+    cannot be drawn: the stage shows why). Memoised per run, cycle count and settings; only the run's
+    own cycles: a prefetched one is replayed once adopted."""
     if not run.traces:
         return None
-    try:
-        other = replayed(run, settings)
-    except SpecvizError as exc:
-        st.warning(f"The replay into {settings[0]} could not be drawn: {exc}")
-        return None
-    key = ("compare", run.id, len(run.traces), settings)
+    key = (run.id, len(run.traces), settings)
     memo = st.session_state.get("_compare_timeline")
     if memo is None or memo[0] != key:
-        memo = (key, Timeline(prompt_ids=other.prompt_ids, prefill=other.prefill, traces=other.traces,
-                              texts=other.texts, proposer=other.proposer))
+        layout, page, policy = settings
+        try:
+            other = replay_run(record_of(run), cache_layout=layout, page_size=page, free_policy=policy)
+        except SpecvizError as exc:
+            st.warning(f"The replay into {layout} could not be drawn: {exc}")
+            return None
+        memo = (key, Timeline(prompt_ids=tuple(other.prompt_ids), prefill=other.prefill, traces=tuple(other.traces),
+                              texts=other.token_text, proposer=other.config.proposer))
         st.session_state._compare_timeline = memo
     return memo[1]

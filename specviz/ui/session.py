@@ -1,10 +1,8 @@
-"""One browser session's script runs: its workspace, the waiting box, and the shared model store.
+"""One browser session's script runs: what a script run adds to `actions` (which needs no Streamlit).
 
-The session's work itself needs no Streamlit (`actions`: decoding slots, actions on the run,
-parking). What a script run adds lives here: the session's own `Workspace` cell, a request to draw
-the whole page, a decoding slot that shows the session's place in the queue while it waits, and the
-model pair, loaded once per process (a `st.cache_resource` store) and shared read-only by every
-session; each session has its own decoders and runs.
+The session's own `Workspace` cell (a reload's, taken over), a request to draw the whole page, a
+decoding slot that shows the place in the queue while it waits, and the model pairs, loaded once
+per process (a `st.cache_resource` store) and shared read-only by every session.
 """
 
 from __future__ import annotations
@@ -30,9 +28,7 @@ HANDOVER_WAIT_S = 1.0  # a reload's new session waits this long for the old one 
 
 
 def configure_threads(settings: ServerSettings) -> None:
-    """Torch's intra-op thread count for this server process (process-wide: every script thread
-    picks it up): the cores divided among the sessions decoding at once, each with its own team
-    (`ServerSettings.threads_per_step`; SPECVIZ_THREADS=N overrides)."""
+    """Torch's intra-op thread count for this (whole) process: `ServerSettings.threads_per_step`."""
     import torch  # already imported by specviz; only the thread count is set here
 
     wanted = settings.threads_per_step()
@@ -46,10 +42,9 @@ def workspace() -> Workspace:
 
 
 def open_workspace() -> Workspace:
-    """This session's workspace, at its first script run: the one the page's address names, when
-    that one's session has ended (a reload: F5 ends the browser's session and opens a new one), with
-    the page's settings as they were, so that the run comes back where it was; else a new one, which
-    the address then names. Before the sidebar's widgets are drawn (their values come with it)."""
+    """This session's workspace, before the sidebar's widgets are drawn: at its first script run the
+    one the page's address names once that session has ended (a reload), with the page's settings as
+    they were; else a new one, which the address then names."""
     ss = st.session_state
     ws = ss.get("_workspace")
     if ws is None:
@@ -94,11 +89,9 @@ def _connected(session_id: str) -> bool:
 
 
 def request_full_run() -> None:
-    """Ask for a run of the whole page after this callback. A button inside the stage fragment
-    re-runs only the fragment, but some actions change what the rest of the page shows: another
-    run (its settings go back into the sidebar), a scenario, a reset. The stage sees the flag and
-    re-runs the app — in the same script run, so the sidebar values set by the callback are the
-    ones the next run reads (the browser never sends back its stale copies)."""
+    """Ask for a run of the whole page after this callback (a button in the stage fragment re-runs
+    only the fragment): the stage sees the flag and re-runs the app in the same script run, so the
+    sidebar values the callback set are the ones the next run reads."""
     st.session_state._needs_full_run = True
 
 
@@ -108,9 +101,8 @@ def take_full_run_request() -> bool:
 
 @contextmanager
 def decoding_slot() -> Iterator[None]:
-    """`actions.decoding_slot` for this session, with a waiting box: while the slots are taken the
-    page says so, with the session's place in the queue, instead of freezing. For a button's
-    callback or the page (the stage component's messages wait without drawing: `actions.quiet_slot`)."""
+    """`actions.decoding_slot` for this session, with a box showing its place in the queue while it
+    waits (for a button's callback or the page; the stage's messages wait quietly: `actions.quiet_slot`)."""
     box: Any = None
 
     def waiting(place: Place) -> None:
@@ -135,9 +127,8 @@ def act(fn: Callable[[Run], Run]) -> None:
 
 @st.cache_resource(show_spinner=False)
 def _pair_store() -> dict[str, Any]:
-    """Process-wide store of loaded pairs, shared read-only by every browser session. The store is
-    the cached resource, not the loader (a cached loader's progress bar would be replayed on cache
-    hits, which Streamlit refuses); loading happens under its lock, so a pair loads once."""
+    """Process-wide store of loaded pairs, shared read-only by every session: the store is the cached
+    resource, not the loader (whose progress bar Streamlit would refuse to replay on a cache hit)."""
     return {"lock": threading.Lock(), "pairs": {}}
 
 

@@ -1,11 +1,9 @@
 """The sidebar: every control, within this server's limits, turned into a `DecodeConfig`.
 
-Two kinds of settings: **live** ones (K, temperature, top-k/p, max new tokens, the invariant
-check, what-if forcing) apply from the next cycle of the same run; **restart** ones (the pair and
-its precision, proposer, prompt, chat template, cache layout, page size, policy, seed, pool and context size)
-start a new run — the earlier run stays in the run list (specviz.ui.state.Workspace), so nothing
-is lost. Each restart setting is one sidebar widget, listed once in `RESTART_WIDGETS`; showing an
-earlier run writes its values back into these widgets.
+**Live** settings (`LIVE`: K, the tree, sampling, max new tokens, the invariant check, what-if) apply
+from the next cycle; **restart** ones (`RESTART_WIDGETS`, one widget each: the pair, precision,
+proposer, prompt, cache, seed, …) start a new run, the earlier one staying in the run list. Showing
+an earlier run writes its values back into these widgets.
 """
 
 from __future__ import annotations
@@ -31,8 +29,7 @@ PAIR_LABELS = {
     "custom": "Custom: hub ids or local directories",
 }
 # The prompt a page opens on: on the default pair (T = 1, seed 0, K = 5) it runs 18 cycles before the
-# text ends, with 4, 4, 3 and 4 drafts accepted along the way (tests/test_app.py measures it); the
-# earlier "in two sentences" ended after 5 cycles, before a lecture had shown much.
+# text ends, with 4, 4, 3 and 4 drafts accepted along the way (tests/test_app.py measures it).
 DEFAULT_PROMPT = "Explain in a few sentences why the sky is blue during the day and red at sunset."
 EXAMPLES_FILE = Path(__file__).resolve().parents[2] / "assets" / "prompts" / "examples.json"
 SPEEDS = {"slow (2 s)": 2.0, "normal (1 s)": 1.0, "fast (0.5 s)": 0.5}
@@ -91,10 +88,7 @@ def widget_values() -> dict[str, Any]:
 
 def restore_widgets(values: dict[str, Any]) -> None:
     """Put a run's settings back into the sidebar (in a callback, before the widgets are drawn)."""
-    ss = st.session_state
-    for key, value in values.items():
-        ss[key] = value
-    ss._proposer_auto = False  # the run's proposer, not the pair's preference
+    st.session_state.update(values, _proposer_auto=False)  # the run's proposer, not the pair's preference
 
 
 def example_prompts() -> list[str]:
@@ -106,9 +100,8 @@ def example_prompts() -> list[str]:
 
 
 def init_state() -> None:
-    for key, value in _defaults().items():
+    for key, value in {**_defaults(), "_proposer_auto": True}.items():  # "proposer" is set once a pair is loaded
         st.session_state.setdefault(key, value)
-    st.session_state.setdefault("_proposer_auto", True)  # "proposer" itself is set once a pair is loaded
 
 
 # Page settings outside the sidebar's defaults that a reload brings back too (`page_settings`).
@@ -125,18 +118,16 @@ def page_settings() -> dict[str, Any]:
 
 def _defaults() -> dict[str, Any]:
     env_pair = os.environ.get("SPECVIZ_PAIR", "default")
-    defaults = dict(
+    return dict(
         pair_kind=env_pair if env_pair in PAIR_LABELS else "default",
         custom_target=os.environ.get("SPECVIZ_TARGET", ""), custom_draft=os.environ.get("SPECVIZ_DRAFT", ""),
         prompt=DEFAULT_PROMPT, example=DEFAULT_PROMPT, chat=True,
         k=5, tree_width=1, tree_nodes=16,  # tree width 1 = a chain (docs/design.md §1c): trees are opt-in
         temperature=1.0, top_k=0, top_p=1.0, max_new=128,
-        layout="paged", page_size=16, num_blocks=0, max_context=2048, dtype=DEFAULT_DTYPE, policy="free", seed=0,
+        layout="paged", page_size=4 if env_pair == "tiny" else 16,  # tiny's short prompts: small pages show traffic
+        num_blocks=0, max_context=2048, dtype=DEFAULT_DTYPE, policy="free", seed=0,
         check=False, speed="normal (1 s)", whatif=False, force_accept=[], force_reject=[], lecture=False, quiz=False,
     )  # fmt: skip
-    if env_pair == "tiny":
-        defaults.update(page_size=4)  # short prompts: small pages show block traffic
-    return defaults
 
 
 def apply_limits(settings: ServerSettings) -> list[str]:
@@ -215,14 +206,12 @@ def _header(settings: ServerSettings) -> None:
 
 def _pair_controls(settings: ServerSettings) -> tuple[str, str, str]:
     kind = st.radio("Model pair", settings.allowed_pairs(PAIR_LABELS), format_func=PAIR_LABELS.get, key="pair_kind")
-    target = draft = ""
-    if kind == "custom":
-        target = st.text_input(
-            "Target (hub id or directory)", key="custom_target", placeholder="HuggingFaceTB/SmolLM2-360M-Instruct"
-        )
-        draft = st.text_input(
-            "Draft (hub id or directory)", key="custom_draft", placeholder="HuggingFaceTB/SmolLM2-135M-Instruct"
-        )
+    if kind != "custom":
+        return kind, "", ""
+    target = st.text_input("Target (hub id or directory)", key="custom_target",
+                           placeholder="HuggingFaceTB/SmolLM2-360M-Instruct")
+    draft = st.text_input("Draft (hub id or directory)", key="custom_draft",
+                          placeholder="HuggingFaceTB/SmolLM2-135M-Instruct")
     return kind, target, draft
 
 
@@ -290,7 +279,8 @@ def proposer_control(pair: Any) -> str:
     ss = st.session_state
     options = [entry.name for entry in registry.available(pair)]
     if ss.get("_proposer_auto", True) or ss.get("proposer") not in options:
-        ss.proposer = preferred_proposer(pair) if preferred_proposer(pair) in options else options[0]
+        preferred = preferred_proposer(pair)
+        ss.proposer = preferred if preferred in options else options[0]
     st.radio(
         "Proposer — changing it starts a new run", options, key="proposer", on_change=_on_proposer_pick,
         format_func=lambda name: registry.get(name).label,
@@ -298,8 +288,7 @@ def proposer_control(pair: Any) -> str:
         "and the target's rollback are the same for all of them, and so is exactness.",
     )  # fmt: skip
     for entry in registry.entries():
-        why = entry.unavailable(pair)
-        if why:
+        if why := entry.unavailable(pair):
             st.caption(f"{registry.cap(entry.words.noun)}: unavailable — {why}.")
     return ss.proposer
 
@@ -331,9 +320,8 @@ def _tree_controls() -> tuple[int, int]:
 
 
 def _whatif_controls(on_walkthrough: Any, tree: bool = False) -> bool:
-    with st.expander(
-        "What-if (teaching) mode", icon=":material/science:", expanded=st.session_state.get("whatif", False)
-    ):
+    with st.expander("What-if (teaching) mode", icon=":material/science:",
+                     expanded=st.session_state.get("whatif", False)):
         if tree:
             st.caption(
                 "**Not with a token tree**: forcing names chain positions d1…dK, and a tree's verdicts follow its "
@@ -349,12 +337,7 @@ def _whatif_controls(on_walkthrough: Any, tree: bool = False) -> bool:
         positions = list(range(1, 17))
         st.multiselect("Force accept at draft positions", positions, key="force_accept", disabled=not on)
         st.multiselect("Force reject at draft positions", positions, key="force_reject", disabled=not on)
-        st.button(
-            "Walkthrough scenario (one cycle): K = 5, d1–d3 accepted, d4 rejected",
-            key="scenario",
-            on_click=on_walkthrough,
-            width="stretch",
-            disabled=tree,
-        )
+        st.button("Walkthrough scenario (one cycle): K = 5, d1–d3 accepted, d4 rejected", key="scenario",
+                  on_click=on_walkthrough, width="stretch", disabled=tree)
         st.caption("Exact scenarios, found by seed rather than forced, are in the sidebar's **Scenario gallery**.")
     return on

@@ -1,18 +1,10 @@
-"""The stage's own HTTP route: the browser asks for cycles without a Streamlit script run.
+"""The stage's own HTTP route, `POST /api/specviz/stage`: the browser asks for cycles without a
+Streamlit script run (docs/design.md §3, "The stage").
 
-Through the component's trigger (`stage_component`), each message is a run of the stage fragment,
-and its payload a new element that the browser's Streamlit frontend renders before the component
-sees it. So the page is served as an `st.App` (app.py) with one more route, `POST
-/api/specviz/stage`: the component posts the same message, `{"token": ..., "event": {...}}`, and
-applies the JSON answer in place. The event is carried out and the payload built as for the
-trigger (`stage_protocol.handle`, `stage_protocol.payload`, for the page's last `PageView`).
-
-The token names one browser session's `Channel`: random, held only by that page, and gone with the
-session (the registry holds weak references). What the page around the stage must draw stays with
-the page's trigger: a report that stepping paused (the history slider), a stage whose quiz or open
-tabs follow each step, and any message the route fails on (`410`: the session is gone; other
-errors). An answer whose action left something for the page to say (an error, the end of the
-text) carries `redraw`, and the component asks for a whole-page run.
+The page is an `st.App` (app.py) with this one more route. The component posts what its trigger
+would send, `{"token": ..., "event": {...}}`, answered as the trigger's (`stage_protocol.handle`,
+`.payload`); the token names one session's `Channel`, held weakly here. An answer whose action left
+something for the page to say (an error, the end of the text) carries `redraw`.
 """
 
 from __future__ import annotations

@@ -1,33 +1,12 @@
-"""The run/session state machine, without Streamlit.
+"""The run/session state machine, without Streamlit (docs/design.md §3, "The stage").
 
-A **run** is one recorded sequence of cycles from one prompt with one set of cache settings. The
-page never recomputes a cycle to show it: the decoder computes a whole cycle at once
-(`SpeculativeDecoder.step()` → `CycleTrace`) and the page then *reveals* it phase by phase, a
-timeline of steps (`specviz.timeline`: step 0 the prefill, then one step per phase of each cycle).
-
-`revealed` is the furthest step shown so far, `view` the step shown now; stepping past
-`revealed` reveals the next phase, and stepping past the last recorded cycle runs the decoder
-(live runs only). `before` is the step shown before the last move, so the picture can animate
-from it.
-
-**Prefetch.** The browser steps through a cycle's phases by itself, so the next cycles are best
-computed before anyone asks for them: `prefetch` runs one on a *fork* of the decoder (caches and
-random streams copied, so the trace is the one the decoder itself would produce next) and keeps
-it beside the run in `Run.ahead`; called again, it runs the cycle after on a fork of that fork,
-up to `PREFETCH_DEPTH` cycles (Next cycle jumps a whole cycle, so the click after it needs the
-cycle after that in hand). `adopt` makes the first one the run's next cycle when the run reaches
-it; `compute_cycle` adopts instead of computing when it can, so a cycle is never computed twice.
-A live setting change (K, temperature, what-if, …) changes the decoder's config, and prefetched
-cycles computed under another config are dropped, never shown.
-
-Runs come from three sources: **live** (a decoder, possibly parked while idle), **imported**
-(a run file: no model at all) and **replay** (a live or imported run's committed token stream
-replayed into another cache layout/policy). Only live runs can grow.
-
-A `Workspace` holds the runs of one browser session: the one shown and the earlier ones, which
-stay selectable (their decoders parked, so their KV memory is released). Every function here
-returns a new `Run`; the caller swaps it in with one assignment, so a failed step never leaves a
-half-updated run.
+A **run** (live, imported from a run file, or a replay into another cache layout) is a timeline of
+steps (`specviz.timeline`): `revealed` is the furthest step shown so far, `view` the step shown now,
+`before` the one before the last move. Stepping past `revealed` reveals the next phase, past the last
+cycle runs the decoder (live runs only). `prefetch` computes the next cycles ahead on forks of the
+decoder (`Run.ahead`), and `adopt` makes the first one the run's next cycle, so no cycle is computed
+twice; cycles computed under another config are dropped. A `Workspace` holds a browser session's
+runs. Every function returns a new `Run`, swapped in by one assignment: a failed step changes nothing.
 """
 
 from __future__ import annotations
@@ -51,13 +30,11 @@ from ..trace import CacheSnapshot, CycleTrace
 RunSource = Literal["live", "imported", "replay"]
 Slot = Callable[[], AbstractContextManager]  # a decoding slot of the server's gate (specviz.gate)
 MAX_RUNS = 8  # runs kept per browser session; the oldest is dropped first
+PREFETCH_DEPTH = 3  # cycles computed ahead: Next cycle jumps a whole one, the click after it needs the next
 
 
 class RecordingEndError(SpecvizError):
     """A recorded (imported or replayed) run has no more cycles to show."""
-
-
-PREFETCH_DEPTH = 3  # cycles computed ahead of the run (see the module docstring)
 
 
 @dataclass(frozen=True)
@@ -72,9 +49,8 @@ class Ahead:
 
 @dataclass(frozen=True)
 class Run:
-    """Everything one run shows. Replaced as a whole, never mutated in place (the decoder inside
-    a live run is the one mutable object; it only changes inside `step()`, which leaves it
-    untouched when it raises)."""
+    """Everything one run shows. Replaced as a whole, never mutated in place (the one mutable object,
+    a live run's decoder, changes only inside `step()`, which leaves it untouched when it raises)."""
 
     id: int
     title: str
@@ -204,19 +180,14 @@ def advance_phase(run: Run, slot: Slot = nullcontext) -> Run:
 def advance_cycle(run: Run, slot: Slot = nullcontext) -> Run:
     """Show the end (rollback) of the current cycle, or of the next one when at a cycle end."""
     target_cycle = run.view // PHASES_PER_CYCLE  # at a cycle's end (its rollback), the next one
-    before = run.view
-    if target_cycle >= len(run.traces):
-        run = compute_cycle(run, slot)
+    grown = compute_cycle(run, slot) if target_cycle >= len(run.traces) else run
     end = end_of(target_cycle + 1)
-    return dataclasses.replace(run, before=before, view=end, revealed=max(run.revealed, end))
+    return dataclasses.replace(grown, before=run.view, view=end, revealed=max(grown.revealed, end))
 
 
 def compute_cycle(run: Run, slot: Slot = nullcontext) -> Run:
     """Run one real cycle (or adopt the prefetched one); returns the run showing its draft phase.
-
-    Forced outcomes (what-if) apply to this one cycle only: `whatif.forced_step` keeps a forced
-    acceptance from ending the text at an end-of-text draft, and afterwards the decoder is exact
-    again. The notice says what was forced and that exact decoding resumes."""
+    Forced outcomes (what-if) apply to this one cycle only (`whatif.forced_step`), as its notice says."""
     adopted = adopt(run)
     if len(adopted.traces) > len(run.traces):
         return _at_draft(adopted, run.view, notices=())
@@ -254,28 +225,23 @@ def recording_end_text(cycles: int) -> str:
 
 def prefetch(run: Run, slot: Slot = nullcontext) -> Run:
     """Compute one more cycle ahead, on a fork of the decoder that computed the last one (the run's
-    own, or the last prefetched one's), without showing it (`Run.ahead`). Nothing to do for a
-    recording, a finished or parked run, a run with `PREFETCH_DEPTH` cycles in hand or whose text
-    ends within them, or a what-if cycle (forcing is asked for one cycle at the moment it runs).
-    Cycles computed under other settings are dropped first. Errors propagate; the run is unchanged."""
-    dec = run.dec
-    if not run.live or dec is None or dec.config.forced_outcomes or not can_compute_ahead(run):
+    own, or the last prefetched one's), without showing it, unless `can_compute_ahead` says no or
+    the next cycle is a what-if one (forcing is asked for at the moment it runs). Cycles computed
+    under other settings are dropped first. Errors propagate; the run is unchanged."""
+    if not run.live or not can_compute_ahead(run) or run.dec.config.forced_outcomes:
         return run
     ahead = run.ahead if run.ahead_cycles else ()
-    last = ahead[-1].decoder if ahead else dec
-    twin = last.fork()  # caches and random streams copied: the same cycle `last.step()` would give
+    twin = (ahead[-1].decoder if ahead else run.dec).fork()  # caches and random streams copied: the same next cycle
     with slot():
         trace = twin.step()
-    return dataclasses.replace(run, ahead=(*ahead, Ahead(trace, twin, dec.config)))
+    return dataclasses.replace(run, ahead=(*ahead, Ahead(trace, twin, run.dec.config)))
 
 
 def can_compute_ahead(run: Run) -> bool:
-    """Whether `prefetch` would compute a cycle: fewer than `PREFETCH_DEPTH` in hand, the text not
-    ended (the run's decoder, or the last prefetched cycle's)."""
-    if run.dec is None:
-        return False
+    """Whether `prefetch` may compute a cycle: a decoder (not parked, not a recording), fewer than
+    `PREFETCH_DEPTH` cycles in hand, the text not ended (the run's decoder, or the last prefetched cycle's)."""
     cycles = run.ahead_cycles
-    if len(cycles) >= PREFETCH_DEPTH:
+    if run.dec is None or len(cycles) >= PREFETCH_DEPTH:
         return False
     return not (cycles[-1].finish_reason if cycles else run.dec.finished)
 
@@ -358,12 +324,9 @@ def wake(run: Run, slot: Slot = nullcontext) -> Run:
 
 @dataclass
 class Workspace:
-    """One browser session's runs and the lock around them: its one mutable cell.
-
-    Actions build a new immutable `Run` and assign it to `run` in one statement, under `lock`. The
-    cell is an object, fetched *before* a slow step: a script run abandoned while busy in the decoder
-    cannot touch `st.session_state` any more, but it can still write through the object it holds,
-    so the decoder and the history never disagree."""
+    """One browser session's runs and the lock around them: its one mutable cell. Actions assign a new
+    `Run` to `run` in one statement, under `lock`, through the cell fetched *before* a slow step: a
+    script run abandoned mid-step can still write through it, so the decoder and history agree."""
 
     run: Run | None = None  # the run shown
     others: tuple[Run, ...] = ()  # earlier runs, newest last, parked
@@ -377,9 +340,7 @@ class Workspace:
     last_active: float = 0.0  # time.monotonic() of the last script run (specviz.parking)
     waited_note: str | None = None
     stage_seq: int = 0  # bumped by each move the server makes on its own: the stage then follows it
-    # Bumped by every action and every cycle computed ahead: the browser ignores a payload built at an
-    # older version than the last it took (the page's runs and the stage's route can cross).
-    stage_version: int = 0
+    stage_version: int = 0  # bumped by every action and cycle computed ahead: older payloads are ignored
     prefetch_failed: Any = None  # (run id, cycles, config) whose prefetch failed: not retried
     wanted: set = field(default_factory=set)  # this session's clicks waiting for the server (`actions.wanting`)
     prefetching: threading.Lock = field(default_factory=threading.Lock)  # held by the one computing ahead
@@ -417,49 +378,37 @@ class Workspace:
         return chosen
 
 
-class Kept:
-    """The workspaces of this process's sessions by token, which the page's address carries: a reload
-    (F5) ends the browser's session and starts a new one, which takes its runs over from here, at the
-    step shown, instead of a fresh prefill. Held strongly, so a workspace outlives its session: at most
-    `keep` of them (the least recently active dropped first), none idle for longer than `keep_s`.
-
-    A workspace is handed over only when its owner's session is no longer connected (`active`): an
-    address shared with someone else while its page is open gives them a workspace of their own."""
+class Kept(dict[str, Workspace]):
+    """The workspaces of this process's sessions by the token the page's address carries: a reload (F5)
+    starts a new session, which takes its runs over from here at the step shown. At most `keep` of
+    them (the least recently active dropped first), none idle for longer than `keep_s`. Handed over
+    only once its owner's session is gone (`active`): a shared address opens a workspace of its own."""
 
     def __init__(self, keep: int = 64, keep_s: float = 3 * 3600) -> None:
+        super().__init__()
         self.keep, self.keep_s = keep, keep_s
-        self._items: dict[str, Workspace] = {}
         self._lock = threading.Lock()
 
     def add(self, ws: Workspace, owner: str | None) -> None:
         with self._lock:
             ws.owner, ws.last_active = owner, ws.last_active or time.monotonic()
-            self._items[ws.token] = ws
-            self._drop_old()
+            self[ws.token] = ws
+            now = time.monotonic()
+            for token in [t for t, w in self.items() if w.last_active and now - w.last_active > self.keep_s]:
+                del self[token]
+            by_age = sorted(self, key=lambda t: self[t].last_active)
+            for token in by_age[: max(0, len(by_age) - self.keep)]:
+                del self[token]
 
     def claim(self, token: str, owner: str | None, active: Callable[[str], bool]) -> Workspace | None:
         """The workspace `token` names, now owned by `owner`; None when there is none, or its owner
         is still connected."""
         with self._lock:
-            ws = self._items.get(token)
+            ws = self.get(token)
             if ws is None or (ws.owner not in (None, owner) and active(ws.owner)):
                 return None
             ws.owner, ws.playing = owner, False
             return ws
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def __contains__(self, token: object) -> bool:
-        return token in self._items
-
-    def _drop_old(self) -> None:
-        now = time.monotonic()
-        for token in [t for t, ws in self._items.items() if ws.last_active and now - ws.last_active > self.keep_s]:
-            del self._items[token]
-        by_age = sorted(self._items, key=lambda t: self._items[t].last_active)
-        for token in by_age[: max(0, len(by_age) - self.keep)]:
-            del self._items[token]
 
 
 KEPT = Kept()  # this process's

@@ -1,9 +1,6 @@
-"""The charts tab: the cycle's distributions, phase by phase, with nothing revealed early.
-
-The proposals chart (q of every draft), the acceptance chart (min(1, p/q) and u) from the verify
-phase on, p vs q at one draft position, and from resolve on the distribution the extra token was
-drawn from (the residual at a rejection, p_{K+1} for the bonus). Every figure is a pure function
-of the trace (specviz.viz); the dict of figures shown is handed to the export tab.
+"""The charts tab: the cycle's distributions, phase by phase, nothing revealed early: q of every
+draft, from verify on min(1, p/q) and u and p vs q at one position, from resolve on the distribution
+the extra token was drawn from. Pure functions of the trace (`specviz.viz`), shared with the export.
 """
 
 from __future__ import annotations
@@ -44,11 +41,8 @@ def charts_tab(tr: CycleTrace | None, phase: str) -> dict[str, Any]:
     left, right = st.columns(2)
     if options and st.session_state.get("dist_pos") not in options:
         st.session_state.dist_pos = tr.rejected_at or 1
-    with right:
-        pos = None
-        if options and reached(phase, "verify"):
-            pos = st.segmented_control("Compare p and q at draft position", options, key="dist_pos",
-                                       format_func=lambda i: f"d{i}")
+    pos = right.segmented_control("Compare p and q at draft position", options, key="dist_pos",
+                                  format_func=lambda i: f"d{i}") if options and reached(phase, "verify") else None
     figures = cycle_figures(tr, phase, pos)
     left.plotly_chart(figures["proposals"], key="proposals_fig", **PLOT)
     if "acceptance" not in figures:

@@ -1,14 +1,7 @@
-"""Export: the run as a file that opens anywhere, and as pages that need no server at all.
-
-* **Run file (JSON)** — the whole run with every token's text (`specviz.runfile`); open it in any
-  specviz with the sidebar's "Open a run file": every view works with no model loaded.
-* **Standalone run page (HTML)** — every phase of every cycle with its KV picture and narrative,
-  stepped with its own Next/Back buttons (or the arrow keys) in any browser, offline
-  (`specviz.viz.standalone`).
-* **Current figures (HTML)** — the charts on screen, with plotly.js embedded once.
-
-The download callables run only when a button is clicked, possibly outside this script run:
-they close over plain values and never touch `st.session_state`.
+"""Export: the run file (JSON, `specviz.runfile`: opens in any specviz with no model loaded), the
+standalone run page (HTML, `specviz.viz.standalone`: every phase, stepped offline) and the current
+figures (HTML, plotly.js embedded once). The download callables run only when a button is clicked,
+possibly outside this script run: they close over plain values and never touch `st.session_state`.
 """
 
 from __future__ import annotations
@@ -56,9 +49,7 @@ def run_file_button(where: Any, label: str, key: str, fields: dict[str, Any], di
 
 def figures_html(figs: dict[str, Any]) -> str:
     """The figures on screen as one standalone HTML page (plotly.js embedded once)."""
-    parts = ["<html><head><meta charset='utf-8'><title>specviz figures</title></head>"
-             "<body style='font-family:sans-serif;max-width:1200px;margin:auto'>"]
-    for i, (name, fig) in enumerate(figs.items()):
-        parts += [f"<h3>{name}</h3>", fig.to_html(full_html=False, include_plotlyjs=(i == 0), auto_play=False)]
-    parts.append("</body></html>")
-    return "".join(parts)
+    body = "".join(f"<h3>{name}</h3>" + fig.to_html(full_html=False, include_plotlyjs=(i == 0), auto_play=False)
+                   for i, (name, fig) in enumerate(figs.items()))
+    return ("<html><head><meta charset='utf-8'><title>specviz figures</title></head>"
+            f"<body style='font-family:sans-serif;max-width:1200px;margin:auto'>{body}</body></html>")

@@ -1,9 +1,5 @@
-"""The exactness lab: N next tokens sampled speculatively and N from the target alone.
-
-From the context at the start of the cycle shown, both samplers draw N tokens and each empirical
-distribution is compared with the exact p. Exactness means the speculative sampler's total
-variation distance to p shrinks like 1/√N, exactly like the target's own (live runs only: it
-needs the models).
+"""The exactness lab's tab (`specviz.lab`): N samples each way from the context at the start of the
+cycle shown, compared with the exact p (live runs only: it needs the models).
 """
 
 from __future__ import annotations
@@ -51,7 +47,6 @@ def lab_tab(run: Run, cycle: int | None) -> None:
             with ws.lock:
                 ws.run = run = dataclasses.replace(ws.run, lab=res)
         bar.empty()
-    if run.lab is not None:
-        res = run.lab
+    if (res := run.lab) is not None:
         st.plotly_chart(exactness.lab_figure(res), key="lab_fig", **PLOT)
         st.caption(f"TV at N = {res.n}: speculative {res.tv_spec[-1]:.3f}, target only {res.tv_target[-1]:.3f}.")

@@ -210,8 +210,10 @@ def _cache_html(cache: _Cache, token_text: TokenText, cap: int, lecture: bool) -
     hot |= changed
     hot |= {p[0] for p in (ptr, was_ptr) if p is not None}
     rows = _window(cache, n_rows, hot, cap)
-    # A short lecture screen keeps the rows where something happens and the newest row of context.
-    context = sorted((r for r in rows if r not in hot), key=lambda r: _recency(snap, r))[:-1]
+    # A short lecture screen keeps two rows: the rows where something happens, topped up with the
+    # newest row of context (a block of 16 readable tokens may take two lines at 1280x720).
+    context = sorted((r for r in rows if r not in hot), key=lambda r: _recency(snap, r))
+    context = context[:-1] if len(rows) - len(context) < 2 else context
 
     # The cache, its free list and its grid are keyed too: when one of them moves as a whole (the
     # cache above grew a row), it glides as one node and carries its rows and chips (stage.js `flip`).

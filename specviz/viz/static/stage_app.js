@@ -54,7 +54,7 @@ function svSend(entry, value) {
 function svLecture(entry, lecture) {
   if (lecture && !entry.lecture) {
     const bar = document.querySelector("section[data-testid='stSidebar']");
-    const fold = bar && bar.getAttribute('aria-expanded') !== 'false' &&
+    const fold = bar && bar.getAttribute('data-collapsed') !== 'true' &&
       (bar.querySelector("[data-testid='stSidebarCollapseButton'] button") ||
        document.querySelector("button[aria-label='Collapse sidebar']"));
     if (fold) fold.click();
