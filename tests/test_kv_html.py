@@ -18,7 +18,7 @@ from specviz.proposers import registry
 from specviz.trace import CYCLE_PHASES, CycleTrace, PhaseSnapshot
 from specviz.viz.cache_words import memory_text, no_cache_html, panel_title
 from specviz.viz.kv_html import FREE_LIST_SHOWN, FREE_LIST_TAIL, kv_stage_html
-from specviz.viz.style import KIND_COLORS, PHASE_TITLES, SLOT_COLORS, esc_attr
+from specviz.viz.style import KIND_COLORS, PHASE_TITLES, SLOT_COLORS, esc_attr, show_token
 
 CELL = re.compile(r"<div class='svkv-cell ([^']*)'([^>]*) title='slot (\d+)")
 ROW = (r"<div class='svkv-row(?: svkv-ctx)?' data-row='(\d+)'[^>]*>(.*?)</div>"
@@ -493,3 +493,18 @@ def test_png_round_trip_and_every_filter(tmp_path):
     (tmp_path / "bad.png").write_bytes(b"GIF89a")
     with pytest.raises(ValueError):
         cvd.read_png(tmp_path / "bad.png")
+
+
+def test_lecture_mode_shows_p_against_q_at_accept_and_the_residual_at_resolve():
+    """Lecture mode has no Distributions tab: at the acceptance tests a sixth card sets p against q at
+    the first rejection, and at resolve the corrected token's card shows the top of the residual it was
+    drawn from (the token itself always among them, in bold)."""
+    token_text, tr = rejected_trace()
+    d = tr.drafts[tr.rejected_at - 1]
+    accept = cycle_panel(stage(tr, token_text, "accept", lecture=True))
+    assert "svkv-pq" in accept and f"at d{d.index}" in accept and accept.count("svkv-mbar-q'") >= 1
+    assert "svkv-pq" not in cycle_panel(stage(tr, token_text, "accept"))  # the tab has the charts
+    resolve = cycle_panel(stage(tr, token_text, "resolve", lecture=True))
+    chosen = re.findall(r"<span class='svkv-mtok svkv-mchosen'[^>]*>([^<]*)</span>", resolve)
+    assert "svkv-pq" not in resolve and chosen == [esc_attr(show_token(tr.corrected_token.text, 6))]
+    assert "svkv-mbar-r" in resolve

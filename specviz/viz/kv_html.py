@@ -1,4 +1,4 @@
-"""The KV caches as lecture-grade HTML: one block per row, full token text, keyed for motion.
+"""The KV caches as lecture-grade HTML: one block per row, each token readable, keyed for motion.
 
 The paged layout is drawn as its pool (each row a physical block tagged with its logical index in
 the `block_table`, or "free", under the free list); the contiguous layout as one buffer in rows of
@@ -436,10 +436,11 @@ def _result_column(trace: CycleTrace) -> str:
         return ""
     corrected = token.kind == "corrected"
     where = "from the residual norm(max(0, p − q))" if corrected else "from p_K+1 (all passed)"
-    top = {t.token_id: t.prob for t in (trace.residual_top if corrected else trace.bonus_top)}
-    bars = _mini([(t, tp, [("r" if corrected else "b", top.get(t, 0.0))]) for t, tp in _top(
-        [trace.residual_top if corrected else trace.bonus_top], TokenProb(token.token_id, 0.0, token.text))],
-        token.token_id)
+    tops = trace.residual_top if corrected else trace.bonus_top  # what it was drawn from, in small
+    prob = {t.token_id: t.prob for t in tops}
+    rows = [(t, tp, [("r" if corrected else "b", prob.get(t, 0.0))])
+            for t, tp in _top([tops], TokenProb(token.token_id, 0.0, token.text))]
+    bars = _mini(rows, token.token_id)
     return (
         f"<div class='svkv-draft svkv-result svkv-k-{token.kind}' data-key='res'>"
         f"<div class='svkv-dhead'>{token.kind} <span class='svkv-dpos'>position {token.position}</span></div>"
