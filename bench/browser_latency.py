@@ -1,11 +1,13 @@
 """Browser latency: click to painted on the stage, in one real headless Chromium page. Not a test.
 
 `python -m bench.browser_latency [--pair default|tiny] [--phase-clicks 25] [--cycle-clicks 12]
-[--cold-clicks 4] [--json FILE] [--into docs]` starts the app with `streamlit run` on a free port
+[--cold-clicks 4] [--lecture] [--json FILE] [--into docs]` starts the app with `streamlit run` on a free port
 (bench/load.py's `start_server`), opens one page at 1920x1080 (Debian's /usr/bin/chromium via
 Playwright, launched as in tests/test_browser.py), lets the pair load and warms up (one cycle phase
 by phase, one Next cycle), then measures **Next phase** and **Next cycle** clicks one at a time.
-The pair's default proposer is used (the sidebar is left as it opens).
+The pair's default proposer is used (the sidebar is left as it opens); `--lecture` switches lecture
+mode on first (the heavier screen: token text in every cell, the cards' bars) and reports under
+`browser_latency_lecture`.
 
 The stage is a component that steps through the phases it has in the browser and asks the server
 only for what it lacks (docs/design.md §3, "The stage"); the next cycle is prefetched once a cycle
@@ -149,11 +151,20 @@ def _wait_idle(page: Any, timeout_s: float, prefetched: bool = True) -> None:
     page.wait_for_timeout(250)  # let the page settle (a short think time)
 
 
-def _open(page: Any, url: str, timeout_s: float) -> None:
+def _open(page: Any, url: str, timeout_s: float, lecture: bool) -> None:
+    """A fresh session on the page; in lecture mode when asked (the sidebar folds away by itself)."""
     page.goto(url, wait_until="domcontentloaded")
     page.locator(f".st-key-{NEXT_PHASE} button").first.wait_for(timeout=timeout_s * 1000)
     page.wait_for_function("() => !!window.__specvizStage", timeout=timeout_s * 1000)
     _wait_idle(page, timeout_s, prefetched=False)
+    if lecture:
+        # Streamlit keeps the sidebar folded across reloads (lecture mode folded it): open it to reach the toggle.
+        if page.evaluate("() => document.querySelector(\"section[data-testid='stSidebar']\")"
+                         ".getAttribute('data-collapsed') === 'true'"):
+            page.locator("[data-testid='stExpandSidebarButton']").first.click()
+        page.get_by_text("Lecture mode").first.click()
+        page.wait_for_selector(".svs .svkv.svkv-lecture", timeout=timeout_s * 1000)
+        _wait_idle(page, timeout_s, prefetched=False)
 
 
 def _status(page: Any) -> str:
@@ -168,11 +179,11 @@ def kind_of(click: dict[str, Any]) -> str:
     return "prefetched" if click["button"] == NEXT_CYCLE else "local"
 
 
-def _click(page: Any, url: str, key: str, timeout_s: float, say: Any, cold: bool = False) -> dict[str, Any] | None:
+def _click(page: Any, reopen: Any, key: str, timeout_s: float, say: Any, cold: bool = False) -> dict[str, Any] | None:
     """One timed click; None when it was not counted (the text had finished: a fresh session)."""
     if "finished:" in _status(page) or page.evaluate("() => !window.__specvizStage.state.data.more"):
         say("  the text finished: reloading for a fresh run")
-        _open(page, url, timeout_s)
+        reopen()
         _wait_idle(page, timeout_s)
     if cold:  # clicks in a row, each the moment the one before painted, until the browser must ask
         for attempt in range(2):
@@ -183,7 +194,7 @@ def _click(page: Any, url: str, key: str, timeout_s: float, say: Any, cold: bool
             if page.evaluate("() => window.__specvizStage.state.data.more") or attempt:
                 break
             say("  the text finished during the lead-in: reloading for a fresh run")
-            _open(page, url, timeout_s)
+            reopen()
             _wait_idle(page, timeout_s)
     got = page.evaluate(CLICK_JS, [key, timeout_s * 1000, SAMPLE_MS])
     _wait_idle(page, timeout_s)
@@ -197,7 +208,7 @@ def _click(page: Any, url: str, key: str, timeout_s: float, say: Any, cold: bool
 
 def run(
     pair: str = "default", phase_clicks: int = 25, cycle_clicks: int = 12, cold_clicks: int = 4,
-    timeout_s: float = 300.0, say: Any = print,
+    timeout_s: float = 300.0, say: Any = print, lecture: bool = False,
 ) -> dict[str, Any]:
     from playwright.sync_api import sync_playwright
 
@@ -212,19 +223,22 @@ def run(
             page.set_default_timeout(timeout_s * 1000)
             page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
             t0 = time.perf_counter()
-            _open(page, url, timeout_s)  # loads the pair once, outside the measurement
+            def reopen() -> None:
+                _open(page, url, timeout_s, lecture)
+
+            reopen()  # loads the pair once, outside the measurement
             open_s = time.perf_counter() - t0
             status = _status(page)
             proposer = status.rsplit("proposer:", 1)[-1].strip() if "proposer:" in status else "?"
             say(f"browser latency: {pair} pair, proposer {proposer}, page open in {open_s:.1f} s")
             _wait_idle(page, timeout_s)
             for key in [NEXT_PHASE] * 5 + [NEXT_CYCLE]:  # warm-up: one cycle phase by phase, one whole
-                _click(page, url, key, timeout_s, say)
+                _click(page, reopen, key, timeout_s, say)
             plan = [(NEXT_PHASE, phase_clicks, False), (NEXT_CYCLE, cycle_clicks, False),
                     (NEXT_CYCLE, cold_clicks, True)]
             for key, n, cold in plan:
                 for i in range(n):
-                    got = _click(page, url, key, timeout_s, say, cold=cold)
+                    got = _click(page, reopen, key, timeout_s, say, cold=cold)
                     if got is None:
                         continue
                     if "error" in got:
@@ -252,6 +266,7 @@ def run(
     finally:
         stop_server(proc)
     return {"pair": pair, "proposer": proposer, "viewport": f"{VIEWPORT['width']}x{VIEWPORT['height']}",
+            "mode": "lecture" if lecture else "normal",
             "open_s": open_s, "rows": rows_of(clicks), "frames": frames_of(clicks), "clicks": clicks, "errors": errors,
             "cores": os.cpu_count(), "loadavg_start": list(load_start), "loadavg_end": list(os.getloadavg()),
             "chromium": _chromium_version(), "machine": platform.platform(), "server_env": server_env()}
@@ -308,9 +323,10 @@ def markdown(result: dict[str, Any]) -> str:
     """The latency tables for docs/benchmarks.md: the summary, then every click."""
     load = ", ".join(f"{x:.1f}" for x in result["loadavg_start"])
     lines = [
-        "## Browser latency: click to painted",
+        "## Browser latency: click to painted" + (" (lecture mode)" if result.get("mode") == "lecture" else ""),
         "",
-        f"`python -m bench.browser_latency` — one headless Chromium page ({result['viewport']}) on the "
+        f"`python -m bench.browser_latency{' --lecture' if result.get('mode') == 'lecture' else ''}` — one headless "
+        f"Chromium page ({result['viewport']}, {result.get('mode', 'normal')} mode) on the "
         f"{result['pair']} pair with its default proposer ({result['proposer']}), clicks one at a time after a "
         "warm-up, the page at rest between clicks (the next cycles prefetched, except for the *cold* Next "
         "cycle clicks, made in a row until one lands past what the server computed ahead). Timed in the page "
@@ -354,13 +370,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cycle-clicks", type=int, default=12)
     ap.add_argument("--cold-clicks", type=int, default=4, help="Next cycle clicks past what was computed ahead")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds before a click (or the page) is an error")
+    ap.add_argument("--lecture", action="store_true", help="measure in lecture mode (the sidebar folded away)")
     ap.add_argument("--json", type=Path, help="also write the result as JSON here")
     ap.add_argument("--into", type=Path, help="a docs directory: the table into benchmarks.md, the result into .json")
     args = ap.parse_args(argv)
     if not Path(CHROMIUM).exists():
         raise SystemExit(f"{CHROMIUM} (Debian's chromium) is needed")
-    result = run(args.pair, args.phase_clicks, args.cycle_clicks, args.cold_clicks, args.timeout)
-    separate.publish("browser_latency", markdown(result), result, args.json, args.into)
+    result = run(args.pair, args.phase_clicks, args.cycle_clicks, args.cold_clicks, args.timeout, lecture=args.lecture)
+    separate.publish("browser_latency_lecture" if args.lecture else "browser_latency", markdown(result), result, args.json, args.into)
     return 0 if not result["errors"] else 1
 
 
