@@ -16,7 +16,7 @@ The machinery, by part (each part's *exclusive* time: what a part calls that is 
 a model forward, the proposer's feed, a cache truncation that a chain makes too -- is not in it):
 
 * **growth**: `specviz.tree.grow` (softmax, top-W children over the head's candidate tokens,
-  frontiers), `select`, `top_children` / `top_children_rows`,
+  frontiers), `select`, `top_children_rows`,
   the proposer's frontier callback (`proposers.base.TreeFeeder`, without its model forward);
 * **mask**: `tree.attention_mask` / `verify_mask` (the target's and the proposer's tree masks),
   `TokenTree.position_ids` and `runtime.tree_inputs` (the mask's dtype/device, position ids);
@@ -91,7 +91,6 @@ def _targets(pair: Any) -> list[tuple[Any, str, str, bool]]:
         (head, "full_logits", "forward", True),
         (trees, "grow", "growth", False),
         (trees, "select", "growth", False),
-        (trees, "top_children", "growth", False),
         (base.TreeFeeder, "__call__", "growth", False),
         (feature.FeatureProposer, "_feed", "rest", False),
         (trees, "attention_mask", "mask", False),

@@ -17,10 +17,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from . import models, precision, prompting
+from . import models, precision
 from .config import DecodeConfig
 from .errors import SpecvizError
 from .outcome import cycle_outcome
+from .prompting import encode_prompt  # also imported from here by older callers (the same ids as the app)
 from .proposers import registry
 from .trace import CacheSnapshot, CycleTrace, DraftStep, TokenProb, TreeTrace
 
@@ -154,12 +155,6 @@ def _load_pair(args: argparse.Namespace, progress: Callable[[str, float | None],
     return models.load_default_pair(dtype=dtype, progress=progress)
 
 
-def encode_prompt(tokenizer: Any, text: str, chat: bool = True) -> list[int]:
-    """`specviz.prompting.encode_prompt` with the CLI's default (the chat template on); kept so
-    older callers of `specviz.cli.encode_prompt` get the same ids as the app."""
-    return prompting.encode_prompt(tokenizer, text, chat)
-
-
 def walk(args: argparse.Namespace, out: TextIO) -> int:
     from .engine import SpeculativeDecoder
 
@@ -175,7 +170,7 @@ def walk(args: argparse.Namespace, out: TextIO) -> int:
         max_new_tokens=args.max_new_tokens, check_invariant=args.check,
     )  # fmt: skip
     dec = SpeculativeDecoder(pair, cfg)
-    ids = prompting.encode_prompt(pair.tokenizer, args.prompt, args.chat)  # the app's ids for the same prompt
+    ids = encode_prompt(pair.tokenizer, args.prompt, args.chat)  # the app's ids for the same prompt
     dec.start(ids)
     entry = registry.get(cfg.proposer)
     print(f"prompt: {len(ids)} tokens; target {pair.target_name}, proposer {cfg.proposer} "

@@ -192,9 +192,8 @@ class SpeculativeDecoder:
         generators = self._generators(cfg.seed)
         self.remember()  # an unfinished text is still this session's text
         # Built completely before it replaces the old session: a failure above changes nothing.
-        self._session = _Session(
-            ids, len(ids), {"target": target_cache}, generators, proposer, origins=["prompt"] * len(ids)
-        )
+        self._session = _Session(ids, len(ids), {"target": target_cache}, generators, proposer,
+                                 origins=["prompt"] * len(ids))
 
     def fork(self, seed: int | None = None) -> SpeculativeDecoder:
         """An independent copy of this decoder at its current state: caches copied, random
@@ -205,15 +204,11 @@ class SpeculativeDecoder:
         twin = SpeculativeDecoder(self.pair, cfg, self.session_texts)
         twin.eos_ids, twin.token_text = self.eos_ids, self.token_text
         twin._session = dataclasses.replace(
-            s,
-            committed=list(s.committed),
-            origins=list(s.origins),
+            s, committed=list(s.committed), origins=list(s.origins),
             remembered=True,  # a fork's text is a sample, not the session's
-            caches={role: copy.deepcopy(cache) for role, cache in s.caches.items()},
-            proposer=s.proposer.fork(),
+            caches={role: copy.deepcopy(cache) for role, cache in s.caches.items()}, proposer=s.proposer.fork(),
             generators=self._generators(cfg.seed) if seed is not None else {
-                role: copy_generator(gen) for role, gen in s.generators.items()
-            },
+                role: copy_generator(gen) for role, gen in s.generators.items()},
         )
         return twin
 
@@ -280,29 +275,15 @@ class SpeculativeDecoder:
         dist_top = self._top(walk.dist, cfg) if cfg.instrument else ()
         shape = proposal.shape
         return CycleTrace(
-            cycle=s.cycle - 1,
-            context_len=n,
-            k=proposal.tree.num_nodes,
-            temperature=cfg.temperature,
-            top_k=cfg.top_k,
-            top_p=cfg.top_p,
-            catch_up=self._catch_up(s, proposal.catch_up_positions, cfg.instrument),
-            drafts=tuple(steps),
-            num_accepted=len(walk.path),
-            rejected_at=len(walk.path) + 1 if corrected else None,
-            residual_top=dist_top if corrected else (),
-            bonus_top=() if corrected else dist_top,
-            emitted=tuple(emitted),
-            target_events=tuple(s.caches["target"].drain_events()),
-            draft_events=tuple(s.proposer.drain_events()),
-            snapshots=tuple(clock.snaps),
-            timings_ms=clock.timings,
-            invariant_max_abs_diff=invariant,
-            finish_reason=finish_reason,
-            forced=any(walk.forced or ()),
-            proposer=s.proposer.name,
-            proposer_note=proposal.note,
-            dtype=self.dtype,
+            cycle=s.cycle - 1, context_len=n, k=proposal.tree.num_nodes,
+            temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p,
+            catch_up=self._catch_up(s, proposal.catch_up_positions, cfg.instrument), drafts=tuple(steps),
+            num_accepted=len(walk.path), rejected_at=len(walk.path) + 1 if corrected else None,
+            residual_top=dist_top if corrected else (), bonus_top=() if corrected else dist_top,
+            emitted=tuple(emitted), target_events=tuple(s.caches["target"].drain_events()),
+            draft_events=tuple(s.proposer.drain_events()), snapshots=tuple(clock.snaps),
+            timings_ms=clock.timings, invariant_max_abs_diff=invariant, finish_reason=finish_reason,
+            forced=any(walk.forced or ()), proposer=s.proposer.name, proposer_note=proposal.note, dtype=self.dtype,
             tree=None if shape is None else TreeTrace(
                 width=shape.width, depth=shape.depth, budget=shape.nodes, root_position=n - 1, root_slot=slots[0],
                 nodes=tuple(nodes), path=tuple(walk.path), moves=tuple(moves), in_place=not moves,
@@ -319,13 +300,10 @@ class SpeculativeDecoder:
             rows = grown.tree.draft_probs
             q = None if rows is None else sampling.pad_vocab(rows[1:], self.vocab_size)
             return _Proposal(grown.tree, q, grown.catch_up_positions, grown.note, shape, grown.fed)
-        chain = s.proposer.propose(
-            s.committed, k, lambda logits: self._distribution(logits, cfg), cfg.greedy, s.generators["draft"],
-            cfg.draft_confidence,
-        )
+        chain = s.proposer.propose(s.committed, k, lambda logits: self._distribution(logits, cfg), cfg.greedy,
+                                   s.generators["draft"], cfg.draft_confidence)
         q = torch.stack(chain.probs) if chain.probs else None
-        return _Proposal(trees.TokenTree.chain(s.committed[-1], chain.tokens), q, chain.catch_up_positions,
-                         chain.note)
+        return _Proposal(trees.TokenTree.chain(s.committed[-1], chain.tokens), q, chain.catch_up_positions, chain.note)
 
     def _verify(self, s: _Session, cfg: DecodeConfig, tree: trees.TokenTree
                 ) -> tuple[torch.Tensor, torch.Tensor | None, list[int] | None]:
@@ -341,9 +319,8 @@ class SpeculativeDecoder:
             mask = trees.verify_mask(tree, prefix, dtype if dtype.is_floating_point else torch.float32,
                                      model_device(self.target))  # [1, 1, N+1, L+N+1]
             tree_inputs = (mask, tree.position_ids(prefix))
-        logits, features = forward_with_features(
-            self.target, cache, tree.tokens, "verify", features=s.proposer.wants_target_features, tree=tree_inputs,
-        )
+        logits, features = forward_with_features(self.target, cache, tree.tokens, "verify",
+                                                 features=s.proposer.wants_target_features, tree=tree_inputs)
         slots = cache.slots(range(prefix, prefix + len(tree.tokens))) if cfg.is_tree else None
         return self._distribution(logits, cfg), features, slots
 
@@ -424,10 +401,7 @@ class SpeculativeDecoder:
             ratio = walk.ratios[i]
             if ratio is None:  # never asked: what it would have been accepted with
                 ratio = float(token == argmax[parent]) if argmax is not None else p_i
-            if walk.overlaps is not None:
-                overlap = walk.overlaps[i]
-            else:
-                overlap = None if q is None else host[2][i - 1]
+            overlap = walk.overlaps[i] if walk.overlaps is not None else None if q is None else host[2][i - 1]
             target_top = draft_top = ()
             if record:
                 if parent not in target_tops:
@@ -455,10 +429,8 @@ class SpeculativeDecoder:
 
     def _catch_up(self, s: _Session, positions: Sequence[int], record: bool) -> tuple[EmittedToken, ...]:
         """The committed tokens the proposer fed to catch up, as the trace records them."""
-        return tuple(
-            EmittedToken(s.committed[pos], self.token_text(s.committed[pos]) if record else "", pos, s.origins[pos])
-            for pos in positions
-        )
+        return tuple(EmittedToken(s.committed[pos], self.token_text(s.committed[pos]) if record else "", pos,
+                                  s.origins[pos]) for pos in positions)
 
     def _finish_cycle(self, s: _Session, cfg: DecodeConfig, clock: _Clock, finish_reason: str | None) -> dict | None:
         """The invariant check (when asked for), then the cycle is counted."""
@@ -499,11 +471,7 @@ class SpeculativeDecoder:
         return out
 
     def _phase_snapshot(self, s: _Session, phase: str, num_committed: int) -> PhaseSnapshot:
-        return PhaseSnapshot(
-            phase=phase,
-            target=s.caches["target"].snapshot(num_committed),
-            draft=s.proposer.snapshot(num_committed),
-        )
+        return PhaseSnapshot(phase, s.caches["target"].snapshot(num_committed), s.proposer.snapshot(num_committed))
 
     def _top(self, probs: torch.Tensor, cfg: DecodeConfig) -> tuple[TokenProb, ...]:
         return tuple(TokenProb(tok, prob, self.token_text(tok)) for tok, prob in sampling.top_n(probs, cfg.top_n))

@@ -163,9 +163,8 @@ class FeatureHead(nn.Module):
         missing, unexpected = head.load_state_dict(tensors, strict=False)
         missing = [k for k in missing if not k.startswith("decoder.embed_tokens")]
         if missing or unexpected:
-            raise ModelLoadError(
-                f"feature head {path} does not match its config: missing {missing}, unexpected {unexpected}"
-            )
+            raise ModelLoadError(f"feature head {path} does not match its config: missing {missing}, "
+                                 f"unexpected {unexpected}")
         return head.bind(target)
 
     # -- computing ----------------------------------------------------------------------------

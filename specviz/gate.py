@@ -113,10 +113,9 @@ class DecodingGate:
                         return time.monotonic() - t0
                     place = Place(ahead, self._active, self.capacity, time.monotonic() - t0)
                 if timeout is not None and place.waited_s >= timeout:
-                    raise ServerBusyError(
-                        f"The server is busy: {place.decoding} session(s) were decoding and {place.ahead} waiting "
-                        f"ahead of you for {place.waited_s:.0f} s. Nothing was lost — try again in a moment."
-                    )
+                    raise ServerBusyError(f"The server is busy: {place.decoding} session(s) were decoding and "
+                                          f"{place.ahead} waiting ahead of you for {place.waited_s:.0f} s. Nothing was "
+                                          "lost — try again in a moment.")
                 if on_wait is not None:
                     on_wait(place)
                 with self._cond:

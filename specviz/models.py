@@ -65,8 +65,7 @@ class ModelPair:
         return next(self.draft.parameters()).device
 
 
-# --------------------------------------------------------------------------------------------
-# small helpers
+# ---------------------------------------------------------------- small helpers
 
 
 def _report(progress: Progress | None, message: str, fraction: float | None = None) -> None:
@@ -105,8 +104,7 @@ def as_dtype(dtype: torch.dtype | str | None, device: torch.device | str = "cpu"
     return getattr(torch, dtype_name(dtype))
 
 
-# --------------------------------------------------------------------------------------------
-# GGUF -> safetensors conversion (the embedded default target, and any .gguf given by the user)
+# ---------------- GGUF -> safetensors conversion (the embedded default target, and any .gguf given by the user)
 
 
 def find_default_target_gguf() -> Path:
@@ -170,9 +168,7 @@ def convert_gguf(gguf_path: str | Path, progress: Progress | None = None) -> Pat
         state = {name: tensor.detach().to(torch.float32).contiguous() for name, tensor in first.values()}
         _report(progress, "Writing the safetensors model to the cache…", 0.8)
         save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        (tmp / "specviz_conversion.json").write_text(
-            json.dumps({**fingerprint, "seconds": time.perf_counter() - t0})
-        )
+        (tmp / "specviz_conversion.json").write_text(json.dumps({**fingerprint, "seconds": time.perf_counter() - t0}))
         if out.exists():  # a stale or incomplete older directory
             shutil.rmtree(out, ignore_errors=True)
         os.replace(tmp, out)
@@ -193,8 +189,7 @@ def default_draft_dir() -> Path:
     return _env_path("SPECVIZ_DRAFT_DIR", _ASSETS / "draft")
 
 
-# --------------------------------------------------------------------------------------------
-# compatibility checks
+# ---------------------------------------------------------------- compatibility checks
 
 # Model families whose layers keep a recurrent state (SSM, linear attention, RWKV, hybrids):
 # their cache cannot be rolled back by truncation.
@@ -219,16 +214,12 @@ def _check_architecture(config: Any, name: str) -> None:
     text = _text_config(config)
     model_type = str(getattr(text, "model_type", "") or getattr(config, "model_type", ""))
     if getattr(config, "is_encoder_decoder", False) or getattr(text, "is_encoder_decoder", False):
-        raise IncompatiblePairError(
-            f"{name} is an encoder-decoder model ({model_type}); speculative decoding here needs "
-            "two decoder-only causal language models."
-        )
+        raise IncompatiblePairError(f"{name} is an encoder-decoder model ({model_type}); speculative decoding here "
+                                    "needs two decoder-only causal language models.")
     if model_type in RECURRENT_MODEL_TYPES:
-        raise IncompatiblePairError(
-            f"{name} ({model_type}) has recurrent/state-space layers. Rolling back a rejected draft "
-            "is a KV-cache truncation, which is only exact for full attention; a recurrent state "
-            "cannot be un-fed token by token."
-        )
+        raise IncompatiblePairError(f"{name} ({model_type}) has recurrent/state-space layers. Rolling back a rejected "
+                                    "draft is a KV-cache truncation, which is only exact for full attention; a "
+                                    "recurrent state cannot be un-fed token by token.")
     odd = sorted({str(t) for t in getattr(text, "layer_types", None) or ()} - {"full_attention"})
     if odd:
         raise IncompatiblePairError(f"{name} ({model_type}) has layers of type {odd}; only full-attention layers are "
@@ -261,24 +252,21 @@ def check_compatible(target_config: Any, draft_config: Any, target_tokenizer: An
         mismatched = [i for i, (ours, theirs) in enumerate(tokens) if ours != theirs]
         if mismatched:
             examples = ", ".join(f"id {i}: {tokens[i][0]!r} vs {tokens[i][1]!r}" for i in mismatched[:3])
-            raise IncompatiblePairError(
-                f"{draft_name} and {target_name} map token ids differently ({len(mismatched)} of the "
-                f"{shared} shared ids differ, e.g. {examples}). The draft's proposals are token ids "
-                "that the target must score, so both must use the same vocabulary."
-            )
+            raise IncompatiblePairError(f"{draft_name} and {target_name} map token ids differently ({len(mismatched)} "
+                                        f"of the {shared} shared ids differ, e.g. {examples}). The draft's proposals "
+                                        "are token ids that the target must score, so both must use the same "
+                                        "vocabulary.")
     # The pair decodes with the target's tokenizer: every id it can produce must have a row in
     # both embedding tables (tables padded past the tokenizer, e.g. Qwen's, are fine).
     for cfg, name in ((target_config, target_name), (draft_config, draft_name)):
         vocab = getattr(_text_config(cfg), "vocab_size", None)
         if isinstance(vocab, int) and vocab < n_target:
-            raise IncompatiblePairError(
-                f"{name} has an embedding table of {vocab} rows, fewer than the {n_target} tokens "
-                f"of {target_name}'s tokenizer, so it cannot read every token the pair may emit."
-            )
+            raise IncompatiblePairError(f"{name} has an embedding table of {vocab} rows, fewer than the {n_target} "
+                                        f"tokens of {target_name}'s tokenizer, so it cannot read every token the pair "
+                                        "may emit.")
 
 
-# --------------------------------------------------------------------------------------------
-# resolving a model spec (hub id, local directory, GGUF file) to a local directory
+# ---------------- resolving a model spec (hub id, local directory, GGUF file) to a local directory
 
 _HUB_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken", "*.jinja"]
 
@@ -362,8 +350,7 @@ def resolve_model_dir(spec: str | os.PathLike[str], progress: Progress | None = 
     return local
 
 
-# --------------------------------------------------------------------------------------------
-# loading
+# ---------------------------------------------------------------- loading
 
 
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
@@ -395,18 +382,13 @@ def _load_tokenizer(path: Path, name: str) -> Any:
 
 def _load_model(path: Path, name: str, device: torch.device, dtype: torch.dtype) -> Any:
     model = _from_pretrained("AutoModelForCausalLM", path, f"Could not load model {name}", dtype=dtype)
-    model.to(device)
-    model.eval()
-    model.requires_grad_(False)  # the decoder never trains: no autograd graph, less memory
-    return model
+    return model.to(device).eval().requires_grad_(False)  # the decoder never trains: no autograd graph, less memory
 
 
-def _load_pair_dirs(
-    target_dir: Path, draft_dir: Path, target_name: str, draft_name: str,
-    device: torch.device | str | None, dtype: torch.dtype | str | None,
-    draft_device: torch.device | str | None, draft_dtype: torch.dtype | str | None,
-    progress: Progress | None,
-) -> ModelPair:  # fmt: skip
+def _load_pair_dirs(target_dir: Path, draft_dir: Path, target_name: str, draft_name: str,
+                    device: torch.device | str | None, dtype: torch.dtype | str | None,
+                    draft_device: torch.device | str | None, draft_dtype: torch.dtype | str | None,
+                    progress: Progress | None) -> ModelPair:
     t_dev = torch.device(device) if device is not None else default_device()
     d_dev = torch.device(draft_device) if draft_device is not None else t_dev
     t_dtype = as_dtype(dtype, t_dev)
@@ -433,12 +415,10 @@ def _load_pair_dirs(
     return ModelPair(target=target, draft=draft, tokenizer=tokenizer, target_name=target_name, draft_name=draft_name)
 
 
-def load_pair(
-    target: str | os.PathLike[str], draft: str | os.PathLike[str], device: torch.device | str | None = None,
-    dtype: torch.dtype | str | None = None, progress: Progress | None = None, *,
-    draft_device: torch.device | str | None = None, draft_dtype: torch.dtype | str | None = None,
-    feature_head: Any = None,
-) -> ModelPair:
+def load_pair(target: str | os.PathLike[str], draft: str | os.PathLike[str], device: torch.device | str | None = None,
+              dtype: torch.dtype | str | None = None, progress: Progress | None = None, *,
+              draft_device: torch.device | str | None = None, draft_dtype: torch.dtype | str | None = None,
+              feature_head: Any = None) -> ModelPair:
     """Load a target and a draft given as hub ids, local directories or ``.gguf`` files.
 
     ``feature_head`` (a ``FeatureHead`` or a saved head's directory) attaches an EAGLE-style head;
@@ -490,11 +470,9 @@ def default_feature_head_dir() -> Path:
     return Path(os.environ.get("SPECVIZ_FEATURE_HEAD_DIR", _ASSETS / "feature_head"))
 
 
-def load_default_pair(
-    device: torch.device | str | None = None, dtype: torch.dtype | str | None = None,
-    progress: Progress | None = None, *,
-    draft_device: torch.device | str | None = None, draft_dtype: torch.dtype | str | None = None,
-) -> ModelPair:
+def load_default_pair(device: torch.device | str | None = None, dtype: torch.dtype | str | None = None,
+                      progress: Progress | None = None, *, draft_device: torch.device | str | None = None,
+                      draft_dtype: torch.dtype | str | None = None) -> ModelPair:
     """The embedded default pair, fully offline: SmolLM2-135M-Instruct + the distilled draft, and the
     shipped feature head as ``pair.feature_head``. The first call converts the target's GGUF file
     (~20 s, with progress); later calls take about a second. Both models and the head run in ``dtype``.

@@ -13,9 +13,10 @@ from typing import Any
 from .errors import PromptError
 
 
-def encode_prompt(tokenizer: Any, text: str, chat: bool) -> list[int]:
+def encode_prompt(tokenizer: Any, text: str, chat: bool = True) -> list[int]:
     """Token ids of `text`: wrapped as a user message by the tokenizer's chat template when
-    `chat` is True and the tokenizer has one, else the raw text as `tokenizer.encode` gives it.
+    `chat` is True (the default, as in the app and the CLI) and the tokenizer has one, else the raw
+    text as `tokenizer.encode` gives it.
 
     Raises PromptError on an empty (or all-whitespace) prompt: a decoder needs a token to start from."""
     if not text.strip():

@@ -37,9 +37,8 @@ def replay_run(record: RunRecord, *, cache_layout: str, page_size: int = 16, fre
                num_blocks: int | None = None) -> RunRecord:
     """`record` with its cache bookkeeping re-run in another layout / page size / policy / pool cap. Raises
     ConfigError (bad setting), PoolExhaustedError / CacheCapacityError (does not fit), ReplayError (damaged)."""
-    config = record.config.replace(
-        cache_layout=cache_layout, page_size=page_size, free_policy=free_policy, num_blocks=num_blocks
-    )  # validated: ConfigError for a bad value
+    config = record.config.replace(cache_layout=cache_layout, page_size=page_size, free_policy=free_policy,
+                                   num_blocks=num_blocks)  # validated: ConfigError for a bad value
     if record.proposer not in registry.names():
         raise ReplayError(f"this run's proposer {record.proposer!r} is unknown to this version of specviz")
     offset = registry.get(record.proposer).cache_token_offset or 0  # entry p holds x[p + offset]
@@ -81,10 +80,8 @@ def _layout_words(config) -> str:
     return f"pages of {config.page_size} ({config.free_policy!r} policy{pool})"
 
 
-def _replay_prefill(
-    prompt: list[int], target: SpecvizCache, target_snap: CacheSnapshot,
-    draft: SpecvizCache | None, draft_snap: CacheSnapshot | None, offset: int,
-) -> tuple[CacheSnapshot, CacheSnapshot | None]:
+def _replay_prefill(prompt: list[int], target: SpecvizCache, target_snap: CacheSnapshot, draft: SpecvizCache | None,
+                    draft_snap: CacheSnapshot | None, offset: int) -> tuple[CacheSnapshot, CacheSnapshot | None]:
     """Each cache prefilled with the prompt positions it held after start(), as recorded."""
     _append(target, prompt, 0, target_snap.seq_len, "prefill", 0)
     target.drain_events()  # start() drains them too: a trace's events begin with its cycle
@@ -95,15 +92,12 @@ def _replay_prefill(
     return target.snapshot(target_snap.num_committed), draft.snapshot(draft_snap.num_committed)
 
 
-def _replay_cycle(
-    trace: CycleTrace, committed: list[int], target: SpecvizCache, draft: SpecvizCache | None, offset: int
-) -> CycleTrace:
+def _replay_cycle(trace: CycleTrace, committed: list[int], target: SpecvizCache, draft: SpecvizCache | None,
+                  offset: int) -> CycleTrace:
     """One cycle's recorded cache calls made again, phase by phase, with a snapshot wherever the run took one."""
     if trace.context_len != len(committed):
-        raise ReplayError(
-            f"cycle {trace.cycle + 1} starts from {trace.context_len} tokens, but the cycles before it committed "
-            f"{len(committed)}: the record is damaged"
-        )
+        raise ReplayError(f"cycle {trace.cycle + 1} starts from {trace.context_len} tokens, but the cycles before it "
+                          f"committed {len(committed)}: the record is damaged")
     if draft is None and (trace.draft_events or any(s.draft is not None for s in trace.snapshots)):
         raise ReplayError(f"cycle {trace.cycle + 1} records a proposer cache, but the run's prefill has none")
     sequence = committed + [step.token_id for step in trace.drafts]  # what each entry holds this cycle
@@ -158,17 +152,13 @@ def _apply(cache: SpecvizCache, events: list[CacheEvent], sequence: list[int], o
     for event in events:
         if event.kind == "move":
             if not 0 <= event.end < event.start < cache.get_seq_length():
-                raise ReplayError(
-                    f"cycle {trace.cycle + 1}: a recorded move {event.start} -> {event.end} does not fit the "
-                    f"cache's {cache.get_seq_length()} entries: the record is damaged"
-                )
+                raise ReplayError(f"cycle {trace.cycle + 1}: a recorded move {event.start} -> {event.end} does not "
+                                  f"fit the cache's {cache.get_seq_length()} entries: the record is damaged")
             cache.move([(event.start, event.end)], event.phase)
             continue
         if event.start != cache.get_seq_length():
-            raise ReplayError(
-                f"cycle {trace.cycle + 1}: a recorded {event.kind} starts at length {event.start}, but the cache "
-                f"holds {cache.get_seq_length()} positions there: the record is damaged"
-            )
+            raise ReplayError(f"cycle {trace.cycle + 1}: a recorded {event.kind} starts at length {event.start}, but "
+                              f"the cache holds {cache.get_seq_length()} positions there: the record is damaged")
         if event.kind == "append":
             _append(cache, sequence, event.start, event.end, event.phase, offset)
         else:
@@ -181,10 +171,8 @@ def _append(cache: SpecvizCache, sequence: list[int], start: int, end: int, phas
         return
     tokens = sequence[start + offset : end + offset]
     if len(tokens) != end - start:
-        raise ReplayError(
-            f"a recorded append of positions {start}..{end - 1} goes past the run's {len(sequence)} tokens: "
-            "the record is damaged"
-        )
+        raise ReplayError(f"a recorded append of positions {start}..{end - 1} goes past the run's {len(sequence)} "
+                          "tokens: the record is damaged")
     cache.reserve(tokens, phase)
     dummy = torch.zeros(1, 1, len(tokens), 1)  # [B, H, T, D]: the bookkeeping needs no real K/V
     with torch.no_grad():

@@ -104,11 +104,10 @@ class RunRecord:
 # ---------------------------------------------------------------- recording
 
 
-def record_run(
-    title: str, pair_description: str, proposer: str, config: DecodeConfig, prompt_text: str, chat: bool,
-    prompt_ids: Sequence[int], prefill: tuple[CacheSnapshot, CacheSnapshot | None], traces: Iterable[CycleTrace],
-    token_text: Callable[[int], str], baseline_ms_per_token: float | None = None, *, max_context: int | None = None,
-) -> RunRecord:
+def record_run(title: str, pair_description: str, proposer: str, config: DecodeConfig, prompt_text: str, chat: bool,
+               prompt_ids: Sequence[int], prefill: tuple[CacheSnapshot, CacheSnapshot | None],
+               traces: Iterable[CycleTrace], token_text: Callable[[int], str],
+               baseline_ms_per_token: float | None = None, *, max_context: int | None = None) -> RunRecord:
     """A `RunRecord` of a run, with the text of every token id in it looked up once, now.
 
     `max_context` is the decoder's (the config's, capped by the models); without it, the prefill
@@ -134,9 +133,8 @@ def _texts_in(trace: CycleTrace) -> Iterator[tuple[int, str]]:
         yield tok.token_id, tok.text
 
 
-def run_token_ids(
-    prompt_ids: Iterable[int], prefill: Iterable[CacheSnapshot | None], traces: Iterable[CycleTrace]
-) -> set[int]:
+def run_token_ids(prompt_ids: Iterable[int], prefill: Iterable[CacheSnapshot | None],
+                  traces: Iterable[CycleTrace]) -> set[int]:
     """Every token id a view of this run may draw (slots never written, -1, are not tokens)."""
     ids = set(prompt_ids)
     snapshots = [s for s in prefill if s is not None]
@@ -216,9 +214,8 @@ def _parse(data: str | bytes | bytearray) -> Any:
     else:
         raise RunFileError(f"a run file is text or bytes, not {type(data).__name__}")
     if len(raw) > MAX_RUN_BYTES:
-        raise RunFileError(
-            f"this file is {len(raw) / 2**20:.0f} MB; a run file may be at most {MAX_RUN_BYTES // 2**20} MB"
-        )
+        raise RunFileError(f"this file is {len(raw) / 2**20:.0f} MB; a run file may be at most "
+                           f"{MAX_RUN_BYTES // 2**20} MB")
     if not raw.strip():
         raise RunFileError("this file is empty; a run file is the JSON that 'export run' writes")
     try:
@@ -361,10 +358,8 @@ def _prompt_from(first: CycleTrace) -> list[int]:
                 tokens.setdefault(pos, tok)
     missing = [p for p in range(n) if p not in tokens]
     if missing:
-        raise RunFileError(
-            f"the first cycle's snapshots do not show every prompt token (positions {missing[:5]} are missing), "
-            "so the prompt cannot be rebuilt"
-        )
+        raise RunFileError(f"the first cycle's snapshots do not show every prompt token (positions {missing[:5]} are "
+                           "missing), so the prompt cannot be rebuilt")
     return [tokens[p] for p in range(n)]
 
 

@@ -57,10 +57,8 @@ def eos_ids_of(model: Any) -> frozenset[int]:
 
 
 @torch.inference_mode()
-def forward(
-    model: Any, cache: SpecvizCache, token_ids: Sequence[int], phase: str, last_only: bool = False,
-    tree: tuple[torch.Tensor, Sequence[int]] | None = None,
-) -> torch.Tensor:
+def forward(model: Any, cache: SpecvizCache, token_ids: Sequence[int], phase: str, last_only: bool = False,
+            tree: tuple[torch.Tensor, Sequence[int]] | None = None) -> torch.Tensor:
     """Feed token_ids at the cache's next positions; return logits [T, V] (or [1, V]).
     `tree` = (mask, position ids) for token-tree nodes (see `forward_with_features`)."""
     return forward_with_features(model, cache, token_ids, phase, last_only, features=False, tree=tree)[0]
@@ -150,9 +148,8 @@ def sized_cache(num_layers: int, cfg: DecodeConfig, max_len: int, reach: int) ->
                         num_blocks=cfg.num_blocks, initial_len=reach)
 
 
-def open_cache(
-    model: Any, cfg: DecodeConfig, max_len: int, prompt_ids: Sequence[int], *, reach: int | None = None
-) -> SpecvizCache:
+def open_cache(model: Any, cfg: DecodeConfig, max_len: int, prompt_ids: Sequence[int], *,
+               reach: int | None = None) -> SpecvizCache:
     """A new cache in the configured layout, prefilled with the prompt minus its last token
     (the invariant's starting point: the newest token's K/V is computed when it is fed).
 
@@ -161,10 +158,9 @@ def open_cache(
     return open_cache_with_features(model, cfg, max_len, prompt_ids, features=False, reach=reach)[0]
 
 
-def open_cache_with_features(
-    model: Any, cfg: DecodeConfig, max_len: int, prompt_ids: Sequence[int], features: bool = True,
-    *, reach: int | None = None,
-) -> tuple[SpecvizCache, torch.Tensor | None]:
+def open_cache_with_features(model: Any, cfg: DecodeConfig, max_len: int, prompt_ids: Sequence[int],
+                             features: bool = True, *, reach: int | None = None
+                             ) -> tuple[SpecvizCache, torch.Tensor | None]:
     """As `open_cache`, and the prefill's features [n-1, H] (None for a one-token prompt)."""
     reach = expected_reach(cfg, len(prompt_ids), max_len) if reach is None else reach
     cache = sized_cache(num_attention_layers(model), cfg, max_len, reach)

@@ -125,12 +125,10 @@ class ServerSettings:
     def sidebar_markdown(self) -> str:
         """What a student sees: which limits hold here and why."""
         lim = self.limits
-        return (
-            "**Classroom server.** Custom model pairs and local paths are disabled (only the default pair and "
-            f"the tiny random pair); prompts up to {lim.prompt_chars:,} characters and {lim.prompt_tokens:,} tokens; "
-            f"at most {lim.max_new_tokens:,} new tokens, K ≤ {lim.k}, exactness lab N ≤ {lim.lab_n:,}. "
-            f"At most {self.max_decoding} session(s) decode at once; the others wait their turn."
-        )
+        return ("**Classroom server.** Custom model pairs and local paths are disabled (only the default pair and "
+                f"the tiny random pair); prompts up to {lim.prompt_chars:,} characters and {lim.prompt_tokens:,} "
+                f"tokens; at most {lim.max_new_tokens:,} new tokens, K ≤ {lim.k}, exactness lab N ≤ {lim.lab_n:,}. "
+                f"At most {self.max_decoding} session(s) decode at once; the others wait their turn.")
 
     def threads_per_step(self, cores: int | None = None) -> int:
         """Torch threads for each decoding step: the cores shared among the decoding slots."""

@@ -21,6 +21,7 @@ Deterministic: the same store and context give the same matches, in the same ord
 
 from __future__ import annotations
 
+import bisect
 import functools
 import os
 import threading
@@ -98,29 +99,17 @@ class SuffixStore:
         np.savez_compressed(path, tokens=self.tokens, suffixes=self.suffixes)
 
     def _range(self, pattern: Sequence[int]) -> tuple[int, int]:
-        """[lo, hi) of the suffix array whose suffixes start with `pattern`."""
+        """[lo, hi) of the suffix array whose suffixes start with `pattern` (two binary searches)."""
         key = np.asarray(pattern, dtype=">u2").tobytes()
         m, data, sa = len(key), self._bytes, self.suffixes
-        lo, hi = 0, len(sa)
-        while lo < hi:  # first suffix >= pattern
-            mid = (lo + hi) // 2
-            s = 2 * int(sa[mid])
-            if data[s : s + m] < key:
-                lo = mid + 1
-            else:
-                hi = mid
-        first, hi = lo, len(sa)
-        while lo < hi:  # first suffix not starting with pattern
-            mid = (lo + hi) // 2
-            s = 2 * int(sa[mid])
-            if data[s : s + m] <= key:
-                lo = mid + 1
-            else:
-                hi = mid
-        return first, lo
 
-    def longest_match(self, context: Sequence[int], max_len: int = 16, min_len: int = 1
-                      ) -> tuple[int, int, int]:
+        def head(i: int) -> bytes:  # the first len(pattern) tokens of suffix i (fewer near the end)
+            return data[2 * int(sa[i]) : 2 * int(sa[i]) + m]
+
+        first = bisect.bisect_left(range(len(sa)), key, key=head)  # first suffix >= pattern
+        return first, bisect.bisect_right(range(len(sa)), key, lo=first, key=head)  # first not starting with it
+
+    def longest_match(self, context: Sequence[int], max_len: int = 16, min_len: int = 1) -> tuple[int, int, int]:
         """(length, lo, hi): the longest suffix of `context` (min_len..max_len tokens) that occurs
         in the store, and its suffix-array range; (0, 0, 0) if none. Longer suffixes occur only where shorter
         ones do, so the length is found by binary search."""

@@ -39,8 +39,7 @@ def _tiny_llama(vocab_size: int, seed: int, layers: int, hidden: int, eos_id: in
         bos_token_id=None, eos_token_id=eos_id, pad_token_id=None, tie_word_embeddings=False,
     )
     model = LlamaForCausalLM(config).eval()
-    model.generation_config.eos_token_id = eos_id
-    model.generation_config.pad_token_id = eos_id
+    model.generation_config.eos_token_id = model.generation_config.pad_token_id = eos_id
     return model
 
 

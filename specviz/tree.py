@@ -65,9 +65,8 @@ class TokenTree:
             if not 0 <= parent < i:
                 raise ValueError(f"node {i}'s parent {parent} must be an earlier node (0..{i - 1})")
             if self.depths[i] != self.depths[parent] + 1:
-                raise ValueError(
-                    f"node {i} has depth {self.depths[i]}, its parent {parent} depth {self.depths[parent]}"
-                )
+                raise ValueError(f"node {i} has depth {self.depths[i]}, its parent {parent} depth "
+                                 f"{self.depths[parent]}")
         if self.draft_probs is not None and self.draft_probs.shape[0] != n:
             raise ValueError(f"draft_probs has {self.draft_probs.shape[0]} rows for {n} nodes")
 
@@ -108,18 +107,8 @@ class TokenTree:
 # ---------------------------------------------------------------- the mask
 
 
-def ancestors_or_self(parents: Sequence[int], node: int) -> set[int]:
-    out = set()
-    while node >= 0:
-        out.add(node)
-        node = parents[node]
-    return out
-
-
-def attention_mask(
-    parents: Sequence[int], prefix_len: int, keys: Sequence[int], queries: Sequence[int],
-    dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu",
-) -> torch.Tensor:
+def attention_mask(parents: Sequence[int], prefix_len: int, keys: Sequence[int], queries: Sequence[int],
+                   dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu") -> torch.Tensor:
     """Additive float mask [1, 1, len(queries), prefix_len + len(keys)] for a tree forward.
 
     The key axis is the cached prefix (every query sees all of it) followed by the tree nodes
@@ -135,7 +124,7 @@ def attention_mask(
     for q in queries:
         row = [False] * len(keys)
         node = q
-        while node >= 0:  # q and its ancestors (as `ancestors_or_self`)
+        while node >= 0:  # q, then its ancestors up to the root
             j = column.get(node)
             if j is not None:
                 row[j] = True
@@ -168,12 +157,6 @@ class Candidate:
     dist: int = -1  # row of the distribution it was picked from (in the grower's list), -1: none
 
 
-def top_children(probs: torch.Tensor, width: int, candidates: torch.Tensor | None = None) -> list[tuple[int, float]]:
-    """(token, log-probability) of the `width` most likely tokens of `probs` [V], impossible ones
-    dropped; with `candidates`, among those token ids only (see `top_children_rows`)."""
-    return [(token, logp) for token, logp, _ in top_children_rows(probs[None], width, candidates)[0]]
-
-
 def top_children_rows(probs: torch.Tensor, width: int, candidates: torch.Tensor | None = None
                       ) -> list[list[tuple[int, float, float]]]:
     """(token, log-probability, probability) of the `width` most likely tokens of every row of
@@ -190,10 +173,9 @@ def top_children_rows(probs: torch.Tensor, width: int, candidates: torch.Tensor 
             for row_ids, row_values in zip(ids.tolist(), values.tolist())]
 
 
-def grow(
-    root_token: int, root_logits: torch.Tensor, expand: Callable[[list[int], list[Candidate]], torch.Tensor],
-    shape: TreeShape, max_fed: int | None = None, candidates: torch.Tensor | None = None,
-) -> tuple[TokenTree, list[int]]:
+def grow(root_token: int, root_logits: torch.Tensor, expand: Callable[[list[int], list[Candidate]], torch.Tensor],
+         shape: TreeShape, max_fed: int | None = None, candidates: torch.Tensor | None = None
+         ) -> tuple[TokenTree, list[int]]:
     """EAGLE-2's dynamic tree. `root_logits` [V] score the root's children; `expand(frontier,
     pool)` feeds the candidates `frontier` (indices into `pool`) to the proposer in one forward
     and returns the logits [len(frontier), V] of their children. At most `max_fed` candidates are

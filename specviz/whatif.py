@@ -39,11 +39,8 @@ class ForcedStep:
 def forced_step(dec: Any) -> ForcedStep:
     """Run one cycle with the decoder's forced outcomes (`dec.step()` when there are none);
     `stopped_at` names the end-of-text draft where the engine stopped forcing, when one was forced there or after."""
-    forced: Forced = tuple(dec.config.forced_outcomes)
+    wanted = dict(dec.config.forced_outcomes)
     trace = dec.step()
-    if not forced:
-        return ForcedStep(dec, trace)
-    wanted = dict(forced)
     eos_at = next((d.index for d in trace.drafts
                    if d.token_id in dec.eos_ids and wanted.get(d.index) is True and not d.forced), None)
     return ForcedStep(dec, trace, stopped_at=eos_at)
@@ -59,10 +56,9 @@ def notices(result: ForcedStep, forced: Forced) -> tuple[str, ...]:
     """What a forced cycle did, and that what-if is over: shown once, right after the click."""
     tr = result.trace
     wanted = ", ".join(f"d{i} {'accept' if ok else 'reject'}" for i, ok in forced)
-    notes = [
-        f"What-if applied to cycle {tr.cycle + 1} only ({wanted}). Exact decoding resumes with the next cycle: "
-        "the what-if toggle has switched itself off. This cycle is marked as forced and left out of the statistics."
-    ]
+    notes = [f"What-if applied to cycle {tr.cycle + 1} only ({wanted}). Exact decoding resumes with the next "
+             "cycle: the what-if toggle has switched itself off. This cycle is marked as forced and left out of the "
+             "statistics."]
     if result.stopped_at is not None:
         e = result.stopped_at
         verdict = tr.drafts[e - 1].verdict
@@ -70,8 +66,6 @@ def notices(result: ForcedStep, forced: Forced) -> tuple[str, ...]:
             then = "the target itself accepted it, so the text ends here — exactly as plain decoding would have let it"
         else:
             then = f"the test {'rejected' if verdict == 'rejected' else 'did not reach'} it, so the text goes on"
-        notes.append(
-            f"d{e} is the end-of-text token, so forcing stopped there: d{e} and the drafts after it got the real "
-            f"test (a forced acceptance would have ended the whole text). Here {then}."
-        )
+        notes.append(f"d{e} is the end-of-text token, so forcing stopped there: d{e} and the drafts after it got the "
+                     f"real test (a forced acceptance would have ended the whole text). Here {then}.")
     return tuple(notes)

@@ -124,9 +124,8 @@ class SpecvizLayer(CacheLayerMixin):
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs) -> KV:
         if key_states.shape[0] != 1:
-            raise ConfigError(
-                f"specviz KV caches hold one sequence (batch size 1); got batch size {key_states.shape[0]}"
-            )
+            raise ConfigError(f"specviz KV caches hold one sequence (batch size 1); got batch size "
+                              f"{key_states.shape[0]}")
         start = self.owner.begin_write(self.layer_idx, key_states.shape[-2])
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from specviz.errors import CacheCapacityError
-from specviz.kv.base import DEFAULT_INITIAL_LEN, SpecvizCache, SpecvizLayer, grown
+from specviz.kv.base import DEFAULT_INITIAL_LEN, KV, SpecvizCache, SpecvizLayer, grown
 from specviz.trace import CacheEvent, CacheSnapshot
 
 
@@ -24,15 +24,13 @@ class ContiguousLayer(SpecvizLayer):
         self.keys = key_states.new_zeros(1, heads, rows, key_states.shape[-1])
         self.values = value_states.new_zeros(1, heads, rows, value_states.shape[-1])
 
-    def write_and_read(
-        self, start: int, key_states: torch.Tensor, value_states: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def write_and_read(self, start: int, key_states: torch.Tensor, value_states: torch.Tensor) -> KV:
         end = start + key_states.shape[-2]
         self.keys[:, :, start:end] = key_states  # [1, H, T, D]
         self.values[:, :, start:end] = value_states
         return self.keys[:, :, :end], self.values[:, :, :end]  # [1, H, L+T, D], views
 
-    def dense(self, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def dense(self, length: int) -> KV:
         return self.keys[:, :, :length], self.values[:, :, :length]
 
     def grow(self, num_slots: int) -> None:

@@ -23,7 +23,7 @@ import torch
 
 from specviz.config import POLICIES
 from specviz.errors import CacheCapacityError, ConfigError, PoolExhaustedError
-from specviz.kv.base import DEFAULT_INITIAL_LEN, SpecvizCache, SpecvizLayer, grown
+from specviz.kv.base import DEFAULT_INITIAL_LEN, KV, SpecvizCache, SpecvizLayer, grown
 from specviz.trace import CacheEvent, CacheSnapshot
 
 
@@ -64,10 +64,8 @@ class BlockPool:
     def grow(self, num_new: int) -> list[KVBlock]:
         """Add `num_new` fresh blocks (ids num_blocks..), appended to the tail of the free list."""
         if not 0 <= num_new <= self.num_growable_blocks:
-            raise PoolExhaustedError(
-                f"KV block pool cannot grow by {num_new} block(s): it has {self.num_blocks} of at most "
-                f"{self.max_blocks}"
-            )
+            raise PoolExhaustedError(f"KV block pool cannot grow by {num_new} block(s): it has {self.num_blocks} of at "
+                                     f"most {self.max_blocks}")
         new = [KVBlock(i) for i in range(self.num_blocks, self.num_blocks + num_new)]
         self.blocks.extend(new)
         self.free_block_queue.extend(new)
@@ -88,10 +86,8 @@ class BlockPool:
 
     def get_new_blocks(self, num_blocks: int) -> list[KVBlock]:
         if num_blocks > self.num_free_blocks:
-            raise PoolExhaustedError(
-                f"KV block pool exhausted: {num_blocks} block(s) needed, {self.num_free_blocks} free "
-                f"(pool of {self.num_blocks})"
-            )
+            raise PoolExhaustedError(f"KV block pool exhausted: {num_blocks} block(s) needed, {self.num_free_blocks} "
+                                     f"free (pool of {self.num_blocks})")
         blocks = [self.free_block_queue.popleft() for _ in range(num_blocks)]
         for block in blocks:
             block.ref_cnt += 1
@@ -170,20 +166,18 @@ class PagedLayer(SpecvizLayer):
         """The pool as one row per slot: [num_blocks * page_size, H, D] (a view)."""
         return pool.view(-1, pool.shape[2], pool.shape[3])
 
-    def gather(self, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def gather(self, slots: torch.Tensor) -> KV:
         keys = self.slots_of(self.keys).index_select(0, slots)  # [T, H, D]
         values = self.slots_of(self.values).index_select(0, slots)
         return keys.transpose(0, 1).unsqueeze(0), values.transpose(0, 1).unsqueeze(0)  # [1, H, T, D]
 
-    def write_and_read(
-        self, start: int, key_states: torch.Tensor, value_states: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def write_and_read(self, start: int, key_states: torch.Tensor, value_states: torch.Tensor) -> KV:
         slots = self.owner.slot_ids(start + key_states.shape[-2], self.keys.device)  # [L+T]
         self.slots_of(self.keys).index_copy_(0, slots[start:], key_states[0].transpose(0, 1))  # [T, H, D]
         self.slots_of(self.values).index_copy_(0, slots[start:], value_states[0].transpose(0, 1))
         return self.gather(slots)
 
-    def dense(self, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def dense(self, length: int) -> KV:
         return self.gather(self.owner.slot_ids(length, self.keys.device))
 
     def copy_slots(self, src: torch.Tensor, dst: torch.Tensor) -> None:
@@ -207,8 +201,7 @@ class PagedKVCache(SpecvizCache):
             raise ConfigError(f"paged rollback policy must be one of {POLICIES}, got {policy!r}")
         if max_len < 1:
             raise ConfigError(f"max_len must be >= 1, got {max_len}")
-        self.page_size = page_size
-        self.policy = policy
+        self.page_size, self.policy = page_size, policy
         cap = cdiv(max_len, page_size) if num_blocks is None else num_blocks
         initial = min(max_len, DEFAULT_INITIAL_LEN if initial_len is None else max(1, initial_len))
         self.max_blocks = cap  # the pool never grows past this many blocks
@@ -244,11 +237,9 @@ class PagedKVCache(SpecvizCache):
         if needed > pool.num_free_blocks + pool.num_growable_blocks:
             growth = (f" and the pool may grow by only {pool.num_growable_blocks} more to its cap of {self.max_blocks}"
                       if pool.num_growable_blocks else "")
-            raise PoolExhaustedError(
-                f"KV block pool exhausted: positions {start}..{end - 1} need {needed} new block(s) of "
-                f"{self.page_size} slots but only {pool.num_free_blocks} of {pool.num_blocks} "
-                f"are free{growth} (raise num_blocks)"
-            )
+            raise PoolExhaustedError(f"KV block pool exhausted: positions {start}..{end - 1} need {needed} new "
+                                     f"block(s) of {self.page_size} slots but only {pool.num_free_blocks} of "
+                                     f"{pool.num_blocks} are free{growth} (raise num_blocks)")
         if end > self.max_len:
             raise CacheCapacityError(f"paged KV cache full: positions {start}..{end - 1} exceed max_len={self.max_len}")
 
@@ -305,8 +296,7 @@ class PagedKVCache(SpecvizCache):
 
     def snapshot(self, num_committed: int) -> CacheSnapshot:
         listed = cdiv(self.num_touched, self.page_size) * self.page_size  # whole blocks
-        return self._snapshot(
-            num_committed, listed, capacity=self.pool.num_blocks * self.page_size, page_size=self.page_size,
-            num_blocks=self.pool.num_blocks, block_table=tuple(self.table.ids), free_blocks=self.pool.free_block_ids,
-            policy=self.policy,
-        )
+        return self._snapshot(num_committed, listed, capacity=self.pool.num_blocks * self.page_size,
+                              page_size=self.page_size, num_blocks=self.pool.num_blocks,
+                              block_table=tuple(self.table.ids), free_blocks=self.pool.free_block_ids,
+                              policy=self.policy)

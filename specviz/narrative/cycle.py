@@ -71,10 +71,8 @@ def draft(tr: CycleTrace) -> str:
 
 def _grown(tr: CycleTrace, tree: TreeTrace) -> str:
     by_depth = itertools.groupby(sorted(tree.nodes, key=attrgetter("depth")), key=attrgetter("depth"))
-    levels = "; ".join(
-        f"depth {d}: " + ", ".join(f"{n.index} {tok(n.text)} (q {fmt_p(n.draft_prob)})" for n in nodes)
-        for d, nodes in by_depth
-    )
+    levels = "; ".join(f"depth {d}: " + ", ".join(f"{n.index} {tok(n.text)} (q {fmt_p(n.draft_prob)})" for n in nodes)
+                       for d, nodes in by_depth)
     said = note(tr)
     return (f"**The {registry.get(tr.proposer).words.noun} grows a token tree** of **{len(tree.nodes)}** nodes over "
             f"{depth(tree)} depths. {story(tr.proposer).tree_how(tr)} {said + ' ' if said else ''}Nodes are numbered "
@@ -158,13 +156,11 @@ def _compaction(tr: CycleTrace, tree: TreeTrace) -> str:
     if tree.moves:
         moves = "; ".join(f"entry {s} → {d}" for s, d in tree.moves)
         where = ", ".join(f"{a} → {L + i}" for i, a in enumerate(kept, start=1) if a != i)
-        return (
-            f"**Compaction.** The accepted nodes' K/V sit in their verify entries L+a_i, but the committed sequence "
-            f"needs them in L+i (node → entry: {where}). So the K/V are **moved**: {moves} — in increasing order, "
-            "which is safe because a_i ≥ i (a source is read before a later copy could overwrite it). **No "
-            "re-rotation**: RoPE rotated each key by its position, and node a_i already ran at position L+i (its "
-            "depth), exactly where it now sits."
-        )
+        return (f"**Compaction.** The accepted nodes' K/V sit in their verify entries L+a_i, but the committed "
+                f"sequence needs them in L+i (node → entry: {where}). So the K/V are **moved**: {moves} — in "
+                "increasing order, which is safe because a_i ≥ i (a source is read before a later copy could "
+                "overwrite it). **No re-rotation**: RoPE rotated each key by its position, and node a_i already ran "
+                "at position L+i (its depth), exactly where it now sits.")
     if kept:
         return (f"**No copy needed.** The accepted path is nodes 1…{len(kept)}, already in entries "
                 f"{L + 1}–{L + len(kept)}: the depth-first order put the proposer's best chain first, and it won.")

@@ -68,13 +68,11 @@ class TokenCache(NoCache):
 
     def tree_how(self, tr: CycleTrace) -> str:
         w, fed = tr.tree.width, len(tr.tree.proposer_fed)
-        return (
-            f"After the catch-up ({len(tr.catch_up)} token(s)), the root's top {w} tokens are depth 1; then, one "
-            f"forward per depth, the {w} best nodes of the newest depth (by cumulative log-probability) are fed "
-            f"together — {fed} fed in all, past its prefix, under its own tree mask — and each one's top {w} tokens "
-            f"become the next depth. The best {tr.tree.budget} candidates are kept, each with its ancestors. Its "
-            f"cache now holds **{tr.snapshot('draft').draft.seq_len}** entries."
-        )
+        return (f"After the catch-up ({len(tr.catch_up)} token(s)), the root's top {w} tokens are depth 1; then, one "
+                f"forward per depth, the {w} best nodes of the newest depth (by cumulative log-probability) are fed "
+                f"together — {fed} fed in all, past its prefix, under its own tree mask — and each one's top {w} "
+                f"tokens become the next depth. The best {tr.tree.budget} candidates are kept, each with its "
+                f"ancestors. Its cache now holds **{tr.snapshot('draft').draft.seq_len}** entries.")
 
     def rollback(self, tr: CycleTrace, target_len: int) -> str:
         before, after = tr.snapshot("resolve").draft, tr.snapshot("rollback").draft
@@ -99,22 +97,18 @@ class FeaturePairs(TokenCache):
     """An EAGLE-style head: entry p pairs the target's feature F[p] with the token x[p+1]."""
 
     def prefill(self, target_len: int, draft_len: int | None) -> str:
-        return (
-            f"The target processed x_1 … x_(n−1): its cache holds **{target_len}** positions, and the same pass gave "
-            f"the target's features at those positions. The {self.w.noun}'s one-layer cache holds **{draft_len}** "
-            "entries, each a pair (target feature at position p, token at position p+1), all built from real "
-            "features; the pair that yields q_1 is fed by the first cycle's catch-up."
-        )
+        return (f"The target processed x_1 … x_(n−1): its cache holds **{target_len}** positions, and the same pass "
+                f"gave the target's features at those positions. The {self.w.noun}'s one-layer cache holds "
+                f"**{draft_len}** entries, each a pair (target feature at position p, token at position p+1), all "
+                "built from real features; the pair that yields q_1 is fed by the first cycle's catch-up.")
 
     def start(self, tr: CycleTrace) -> str:
         snap = tr.snapshot("start")
         lacking = snap.target.seq_len - snap.draft.seq_len  # real features exist for every target position
-        return (
-            f"The {self.w.cache} holds **{snap.draft.seq_len}** entries (pairs of the target's feature at position p "
-            f"and the token at p+1, all from real features); the target has real features for {snap.target.seq_len} "
-            "positions, so "
-            + (f"the head lacks {lacking} pair(s) and catches up on them first." if lacking > 0 else "it lacks none.")
-        )
+        lacks = f"the head lacks {lacking} pair(s) and catches up on them first." if lacking > 0 else "it lacks none."
+        return (f"The {self.w.cache} holds **{snap.draft.seq_len}** entries (pairs of the target's feature at "
+                f"position p and the token at p+1, all from real features); the target has real features for "
+                f"{snap.target.seq_len} positions, so {lacks}")
 
     def draft(self, tr: CycleTrace) -> str:
         k, before, head = tr.k, tr.snapshot("start").draft, tr.snapshot("draft").draft
@@ -126,15 +120,11 @@ class FeaturePairs(TokenCache):
                 f"built from the target's **real** features ({pairs}), the entries its cache lacked; the output of the "
                 "last one gives q_1, from which d1 is sampled.")
         if total > real:
-            text += (
-                f" Then d2 … d{k} come from feeding the head its **own predicted** feature together with the previous "
-                f"draft: {entries(real, total - 1)} rest on a guess, not on the target, so they are provisional — "
-                "**even if their drafts are accepted** they are dropped at rollback."
-            )
-        return text + (
-            f" d{k} is sampled but never fed. Head cache {before.seq_len} → **{total}** entries ({real} from real "
-            f"features + {total - real} from predicted features)."
-        )
+            text += (f" Then d2 … d{k} come from feeding the head its **own predicted** feature together with the "
+                     f"previous draft: {entries(real, total - 1)} rest on a guess, not on the target, so they are "
+                     "provisional — **even if their drafts are accepted** they are dropped at rollback.")
+        return text + (f" d{k} is sampled but never fed. Head cache {before.seq_len} → **{total}** entries ({real} "
+                       f"from real features + {total - real} from predicted features).")
 
     def verify(self, tr: CycleTrace) -> str:
         return (f" The same pass hands the {self.w.noun} the target's **real** features at positions "

@@ -27,17 +27,14 @@ def explain_speedup(report: SpeedupReport) -> str:
     extra = costs.bookkeeping + costs.check
     if report.theory_with_bookkeeping:
         check = f", plus {costs.check * ms:.1f} ms for the invariant check" if costs.check > 0.005 else ""
-        parts.append(
-            f"Each cycle also spent {costs.bookkeeping * ms:.1f} ms on bookkeeping the formula leaves out — the "
-            f"acceptance tests, resolve, rollback and the snapshots these views draw{check} — "
-            f"{extra:.2f} steps, which gives **{report.theory_with_bookkeeping:.2f}×**."
-        )
+        parts.append(f"Each cycle also spent {costs.bookkeeping * ms:.1f} ms on bookkeeping the formula leaves out — "
+                     f"the acceptance tests, resolve, rollback and the snapshots these views draw{check} — "
+                     f"{extra:.2f} steps, which gives **{report.theory_with_bookkeeping:.2f}×**.")
     if report.tree_cycles:  # the formula models a chain of K drafts; a tree's figure is tokens per pass
-        parts.append(
-            f"This run drafted token trees ({report.tree_cycles} cycle(s)): the textbook formula models a chain, so "
-            f"no theory is drawn. It committed **{report.measured_tokens_per_cycle:.2f} tokens per verify pass**, "
-            f"at {costs.total:.2f} plain steps per cycle: that is the measured **{measured:.2f}×**."
-        )
+        parts.append(f"This run drafted token trees ({report.tree_cycles} cycle(s)): the textbook formula models a "
+                     f"chain, so no theory is drawn. It committed **{report.measured_tokens_per_cycle:.2f} tokens per "
+                     f"verify pass**, at {costs.total:.2f} plain steps per cycle: that is the measured "
+                     f"**{measured:.2f}×**.")
         return " ".join(parts)
     parts.append(f"Last, this run committed {report.measured_tokens_per_cycle:.2f} tokens per cycle where α = "
                  f"{report.alpha:.2f} predicts {report.expected_tokens_per_cycle:.2f}: that is the measured "

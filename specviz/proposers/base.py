@@ -120,10 +120,9 @@ def confident_enough(logits: torch.Tensor, index: int, min_confidence: float) ->
     return float(torch.softmax(logits.float(), dim=-1).max()) >= min_confidence
 
 
-def draft_tokens(
-    first_logits: torch.Tensor, k: int, next_logits: Callable[[int], torch.Tensor], distribution: Distribution,
-    greedy: bool, generator: torch.Generator, min_confidence: float,
-) -> tuple[list[int], list[torch.Tensor]]:
+def draft_tokens(first_logits: torch.Tensor, k: int, next_logits: Callable[[int], torch.Tensor],
+                 distribution: Distribution, greedy: bool, generator: torch.Generator,
+                 min_confidence: float) -> tuple[list[int], list[torch.Tensor]]:
     """The drafting loop every model-based proposer shares: sample d_i from q_i, then feed d_i
     (`next_logits`) for q_{i+1}; d_k is sampled but never fed. Adaptive K may stop it early."""
     tokens: list[int] = []

@@ -52,11 +52,9 @@ class LookupProposer(Proposer):
     def propose(self, committed: list[int], k: int, distribution: Distribution, greedy: bool,
                 generator: torch.Generator, min_confidence: float = 0.0) -> Drafts:
         tokens, n, start = find_continuation(committed, k, self.max_ngram, self.min_ngram)
-        probs = []
-        for token in tokens:
-            q = torch.zeros(self.vocab_size, device=self.device)
+        probs = [torch.zeros(self.vocab_size, device=self.device) for _ in tokens]
+        for q, token in zip(probs, tokens):
             q[token] = 1.0  # deterministic proposal: q is one-hot
-            probs.append(q)
         if tokens:
             end = len(committed) - 1
             note = (f"the last {n} token(s) (positions {end - n + 1}..{end}) also occur at positions "

@@ -78,9 +78,8 @@ _TABLE: dict[str, ProposerEntry] = {}
 def register(entry: ProposerEntry) -> None:
     if entry.name in _TABLE:
         raise ValueError(f"a proposer named {entry.name!r} is already registered")
-    if (entry.cache_title is None) != (entry.cache_token_offset is None) or (entry.words.cache == "") != (
-        entry.cache_title is None
-    ):
+    no_cache = entry.cache_title is None
+    if no_cache != (entry.cache_token_offset is None) or no_cache != (entry.words.cache == ""):
         raise ValueError(f"proposer {entry.name!r}: a cache needs a title, an offset and words, or none of them")
     _TABLE[entry.name] = entry
 

@@ -36,8 +36,7 @@ MIN_MATCH = 2  # a one-token match (a "the", a newline) predicts little, and a d
 MAX_PATHS = 256  # occurrences whose continuations are counted per lookup
 
 
-def best_match(store: SuffixStore | None, session: SessionStore | None, context: Sequence[int],
-               depth: int) -> Match:
+def best_match(store: SuffixStore | None, session: SessionStore | None, context: Sequence[int], depth: int) -> Match:
     """The longer of the datastore's and the session's matches (a tie: the session's)."""
     found = [m for m in (session.continuations(context, depth, MAX_MATCH, MIN_MATCH) if session else None,
                          store.continuations(context, depth, MAX_MATCH, MIN_MATCH, max_occurrences=MAX_PATHS)
@@ -90,18 +89,17 @@ class RetrievalProposer(Proposer):
 
     def __init__(self, store: SuffixStore | None, vocab_size: int, device: torch.device) -> None:
         self.store, self.vocab_size, self.device = store, vocab_size, device
-        self.last_match: Match | None = None
 
     def propose(self, committed: list[int], k: int, distribution: Distribution, greedy: bool,
                 generator: torch.Generator, min_confidence: float = 0.0) -> Drafts:
-        match = self.last_match = best_match(self.store, self.session_texts, committed, k)
+        match = best_match(self.store, self.session_texts, committed, k)
         tokens = most_frequent_chain(match, k)
         probs = [torch.zeros(self.vocab_size, device=self.device).index_fill_(0, torch.tensor([t]), 1.0)
                  for t in tokens]  # deterministic: q one-hot on d_i
         return Drafts(tokens, probs, [], describe(match, committed, len(tokens)))
 
     def propose_tree(self, committed: list[int], shape: trees.TreeShape) -> TreeDrafts:
-        match = self.last_match = best_match(self.store, self.session_texts, committed, shape.depth)
+        match = best_match(self.store, self.session_texts, committed, shape.depth)
         tree = trees.from_paths(committed[-1], paths_of(match), shape, self.vocab_size, self.device)
         return TreeDrafts(tree, [], describe(match, committed, tree.num_nodes))
 
@@ -117,11 +115,10 @@ class RetrievalFeatureProposer(FeatureProposer):
     """The feature head's tree with retrieval's branches merged in: one verify pass, both sources.
 
     Scores are made comparable as probabilities of a path: the head's cumulative q, retrieval's
-    cumulative share of the occurrences times its match's `confidence`. A node both propose keeps
-    the larger score; the budget
-    goes to the best nodes of the union (`tree.select`). With width 1 (a chain) the source is
-    chosen *before* anything is sampled -- retrieval if its most frequent first token's share
-    beats the head's top probability for d_1 -- so the reported q stays the one d_i came from."""
+    cumulative share of the occurrences times its match's `confidence`. A node both propose keeps the
+    larger score; the budget goes to the best nodes of the union (`tree.select`). With width 1 (a
+    chain) the source is chosen *before* anything is sampled -- retrieval if its most frequent first
+    token's share beats the head's top probability for d_1 -- so the reported q stays the one d_i came from."""
 
     name = "feature+retrieval"
 

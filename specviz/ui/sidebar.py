@@ -323,16 +323,13 @@ def _whatif_controls(on_walkthrough: Any, tree: bool = False) -> bool:
     with st.expander("What-if (teaching) mode", icon=":material/science:",
                      expanded=st.session_state.get("whatif", False)):
         if tree:
-            st.caption(
-                "**Not with a token tree**: forcing names chain positions d1…dK, and a tree's verdicts follow its "
-                "walk. Set the tree width to 1 (a chain) to force outcomes."
-            )
-        st.caption(
-            "Force the outcome of chosen acceptance tests in the **next cycle only**, to stage a scenario. "
-            "**This breaks exactness**: forced cycles are marked in every view and left out of the statistics. "
-            "After that one cycle the toggle switches itself off and decoding is exact again. Forcing stops at "
-            "an end-of-text draft — from there the real test decides — so a forced acceptance never ends the text."
-        )
+            st.caption("**Not with a token tree**: forcing names chain positions d1…dK, and a tree's verdicts follow "
+                       "its walk. Set the tree width to 1 (a chain) to force outcomes.")
+        st.caption("Force the outcome of chosen acceptance tests in the **next cycle only**, to stage a scenario. "
+                   "**This breaks exactness**: forced cycles are marked in every view and left out of the statistics. "
+                   "After that one cycle the toggle switches itself off and decoding is exact again. Forcing stops at "
+                   "an end-of-text draft — from there the real test decides — so a forced acceptance never ends the "
+                   "text.")
         on = st.toggle("Force outcomes in the next cycle (breaks exactness)", key="whatif", disabled=tree)
         positions = list(range(1, 17))
         st.multiselect("Force accept at draft positions", positions, key="force_accept", disabled=not on)

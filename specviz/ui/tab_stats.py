@@ -19,13 +19,11 @@ from .session import act, decoding_slot
 from .state import Run
 from .tab_charts import PLOT
 
-THEORY_CAPTION = (
-    "Expected tokens per cycle (1 − α^(K+1))/(1 − α) and speedup (1 − α^(K+1))/((1 − α)(K·c + 1)) "
-    "(Leviathan et al. 2023), with α measured here and c = draft time per forward / target verify "
-    "time from the traces' timings. v(K) is the measured verify pass in plain decoding steps (verify ms ÷ "
-    "the baseline's ms per token): the textbook's \"+ 1\" assumes it is 1. The measured speedup compares "
-    "wall time per committed token with a plain autoregressive run of the same target."
-)
+THEORY_CAPTION = ("Expected tokens per cycle (1 − α^(K+1))/(1 − α) and speedup (1 − α^(K+1))/((1 − α)(K·c + 1)) "
+                  "(Leviathan et al. 2023), with α measured here and c = draft time per forward / target verify time "
+                  "from the traces' timings. v(K) is the measured verify pass in plain decoding steps (verify ms ÷ "
+                  "the baseline's ms per token): the textbook's \"+ 1\" assumes it is 1. The measured speedup "
+                  "compares wall time per committed token with a plain autoregressive run of the same target.")
 
 
 def stats_tab(run: Run) -> None:

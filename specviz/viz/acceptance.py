@@ -72,18 +72,12 @@ def _titles(trace: CycleTrace, tested: bool) -> tuple[str, str]:
         subtitle = "accept d_i iff d_i = argmax p_i; the first mismatch ends the streak"
     elif tested:
         title = "Acceptance tests, left to right"
-        subtitle = (
-            "q is one-hot (prompt lookup): accept d_i iff u_i ≤ p_i(d_i); the first rejection ends the streak"
-            if lookup
-            else "accept d_i iff u_i ≤ min(1, p_i(d_i) / q_i(d_i)); the first rejection ends the streak"
-        )
+        subtitle = ("q is one-hot (prompt lookup): accept d_i iff u_i ≤ p_i(d_i)" if lookup
+                    else "accept d_i iff u_i ≤ min(1, p_i(d_i) / q_i(d_i))") + "; the first rejection ends the streak"
     else:
         title = "min(1, p/q) per draft"
-        subtitle = (
-            "q is one-hot (prompt lookup), so the bar is p_i(d_i); the tests run next"
-            if lookup
-            else "known as soon as the verify pass returns p; the tests run next"
-        )
+        subtitle = ("q is one-hot (prompt lookup), so the bar is p_i(d_i)" if lookup
+                    else "known as soon as the verify pass returns p") + "; the tests run next"
     if trace.forced:
         title += " — <span style='color:#b91c1c'>WHAT-IF: forced, not exact</span>"
     return title, subtitle

@@ -13,10 +13,8 @@ from ..proposers import registry
 from ..trace import CycleTrace
 from .style import DRAFT_COLOR, base_layout, empty_figure, esc, fmt_p, no_proposal_subtitle, show_token
 
-GREEDY_SUBTITLE = (
-    "greedy decoding (T = 0) makes each q_i one-hot: q = 1 on the proposer's argmax d_i and 0 elsewhere "
-    "(K = {k}) — q = 1 here is the rule, not confidence"
-)
+GREEDY_SUBTITLE = ("greedy decoding (T = 0) makes each q_i one-hot: q = 1 on the proposer's argmax d_i and 0 "
+                   "elsewhere (K = {k}) — q = 1 here is the rule, not confidence")
 
 
 def proposals_figure(trace: CycleTrace, top_n: int = 6) -> go.Figure:
@@ -37,9 +35,8 @@ def proposals_figure(trace: CycleTrace, top_n: int = 6) -> go.Figure:
         for row, tp in enumerate(rows):
             z[row][col] = tp.prob
             text[row][col] = f"{esc(show_token(tp.text, 9))}<br>{tp.prob:.2f}"
-            hover[row][col] = (
-                f"d{d.index} alternative #{row + 1}: token {tp.token_id} {esc(repr(tp.text))} q={tp.prob:.4f}"
-            )
+            hover[row][col] = (f"d{d.index} alternative #{row + 1}: token {tp.token_id} {esc(repr(tp.text))} "
+                               f"q={tp.prob:.4f}")
         rank = next((r for r, tp in enumerate(rows) if tp.token_id == d.token_id), None)
         if rank is None:
             rank = depth

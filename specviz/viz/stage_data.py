@@ -102,20 +102,18 @@ def title(cycle: int | None, phase: str) -> str:
 def intro_html(target: str, proposer: str) -> str:
     """The first screen for someone alone (the stage shows it until it is dismissed, once per
     browser): what the two models are, what to press first, what to watch in the picture."""
-    text = (
+    return _MD.render(
         f"**New here? Two models share the work.** The *target* ({target}) is the model whose text we want; "
         f"the *proposer* ({proposer}) cheaply guesses the next few tokens. Speculative decoding keeps the "
         "target's output exactly as it would have been, but asks it only once per guess of several tokens.\n\n"
         "1. Press **Next phase** (or the → key) to step through one cycle: the proposer drafts, the target "
         "checks every draft in one pass, a random test accepts or rejects each, and the caches roll back.\n"
         "2. Watch the picture: each cell is one slot of a KV cache (what a model keeps of the text it has read, so "
-        "it need not read it again) — solid = committed, striped with *P* = "
-        "provisional, hatched with ✕ = stale (past the valid length). Under the caches, each draft gets its "
-        "verdict; beside them, the text explains the phase with the run's own numbers.\n"
+        "it need not read it again) — solid = committed, striped with *P* = provisional, hatched with ✕ = stale "
+        "(past the valid length). Under the caches, each draft gets its verdict; beside them, the text explains "
+        "the phase with the run's own numbers.\n"
         "3. **Next cycle** (Shift+→) jumps a whole cycle; the **Scenario gallery** in the sidebar loads runs "
-        "where a rejection, a bonus token or a freed block happens by itself."
-    )
-    return _MD.render(text)
+        "where a rejection, a bonus token or a freed block happens by itself.")
 
 
 def window(view: int, tl: Timeline, ahead: int) -> range:

@@ -40,11 +40,9 @@ def run_html(record: RunRecord) -> str:
     sections = []
     for s in steps.values():  # the prefill, then each phase of each cycle
         title = "prefill" if s["cycle"] is None else f"cycle {s['cycle'] + 1} · {s['phase']}"
-        sections.append(
-            f"<section class='step' data-title='{esc_attr(title)}'>"
-            f"<div class='status'>{s['status']}</div><div class='kv'>{s['kv'][0]}</div>"
-            f"<div class='story' data-role='narrative'>{s['story']}</div></section>"
-        )
+        sections.append(f"<section class='step' data-title='{esc_attr(title)}'>"
+                        f"<div class='status'>{s['status']}</div><div class='kv'>{s['kv'][0]}</div>"
+                        f"<div class='story' data-role='narrative'>{s['story']}</div></section>")
     title = esc_attr(record.title or "specviz run")
     script = (stage_js.core_js() + stage_js.read_static("standalone.js")).replace("</script", "<\\/script")
     return (

@@ -22,34 +22,22 @@ STATS_PANELS = ("Accepted drafts per cycle", "Acceptance by draft position", "To
 def stats_figure(st: AcceptanceStats, report: SpeedupReport | None = None) -> go.Figure:
     """The three acceptance panels side by side (`report` is accepted for the callers' symmetry)."""
     fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.08, subplot_titles=STATS_PANELS)
-    fig.add_trace(
-        go.Bar(x=list(range(len(st.accepted_hist))), y=list(st.accepted_hist), name="cycles",
-               marker_color=KIND_COLORS["accepted"], showlegend=False,
-               hovertemplate="%{y} cycles accepted %{x} drafts<extra></extra>"),
-        1, 1,
-    )  # fmt: skip
+    fig.add_trace(go.Bar(x=list(range(len(st.accepted_hist))), y=list(st.accepted_hist), name="cycles",
+                         marker_color=KIND_COLORS["accepted"], showlegend=False,
+                         hovertemplate="%{y} cycles accepted %{x} drafts<extra></extra>"), 1, 1)
     by_pos = st.acceptance_by_position()
-    fig.add_trace(
-        go.Bar(x=[f"d{i + 1}" for i in range(len(by_pos))], y=by_pos, showlegend=False, marker_color=TARGET_COLOR,
-               text=[f"{a}/{t}" for a, t in zip(st.accepted_by_position, st.tested_by_position, strict=True)],
-               textposition="outside", cliponaxis=False,
-               hovertemplate="%{x}: %{y:.2f} (%{text} tested)<extra></extra>"),
-        1, 2,
-    )  # fmt: skip
+    fig.add_trace(go.Bar(x=[f"d{i + 1}" for i in range(len(by_pos))], y=by_pos, showlegend=False,
+                         marker_color=TARGET_COLOR, textposition="outside", cliponaxis=False,
+                         text=[f"{a}/{t}" for a, t in zip(st.accepted_by_position, st.tested_by_position, strict=True)],
+                         hovertemplate="%{x}: %{y:.2f} (%{text} tested)<extra></extra>"), 1, 2)
     fig.add_hline(y=st.alpha, line_dash="dot", line_color="#6b7280", row=1, col=2,
                   annotation_text=f"α = {st.alpha:.2f}", annotation_position="bottom right")  # fmt: skip
     ks = list(range(1, 17))
-    fig.add_trace(
-        go.Scatter(x=ks, y=[expected_tokens_per_cycle(st.alpha, k) for k in ks], mode="lines",
-                   name=f"theory (α = {st.alpha:.2f})", line=dict(color="#6b7280", dash="dash")),
-        1, 3,
-    )  # fmt: skip
+    fig.add_trace(go.Scatter(x=ks, y=[expected_tokens_per_cycle(st.alpha, k) for k in ks], mode="lines",
+                             name=f"theory (α = {st.alpha:.2f})", line=dict(color="#6b7280", dash="dash")), 1, 3)
     if st.cycles:
-        fig.add_trace(
-            go.Scatter(x=[st.mean_k], y=[st.tokens_per_cycle], mode="markers", name="measured",
-                       marker=dict(size=12, color=KIND_COLORS["corrected"])),
-            1, 3,
-        )  # fmt: skip
+        fig.add_trace(go.Scatter(x=[st.mean_k], y=[st.tokens_per_cycle], mode="markers", name="measured",
+                                 marker=dict(size=12, color=KIND_COLORS["corrected"])), 1, 3)
     fig.update_layout(**base_layout(_stats_title(st), 330))
     fig.update_xaxes(title_text="accepted", dtick=1, rangemode="tozero", row=1, col=1)
     fig.update_yaxes(title_text="cycles", rangemode="tozero", row=1, col=1)
@@ -62,10 +50,8 @@ def stats_figure(st: AcceptanceStats, report: SpeedupReport | None = None) -> go
 
 
 def _stats_title(st: AcceptanceStats) -> str:
-    title = (
-        f"{st.cycles} cycles · α = {st.alpha:.3f} ({st.accepted}/{st.tested} tested drafts accepted) · "
-        f"{st.tokens_per_cycle:.2f} tokens/cycle"
-    )
+    title = (f"{st.cycles} cycles · α = {st.alpha:.3f} ({st.accepted}/{st.tested} tested drafts accepted) · "
+             f"{st.tokens_per_cycle:.2f} tokens/cycle")
     if st.plain_cycles:
         title += f" · {st.plain_cycles} plain step(s) without a proposal"
     if st.forced_cycles:

@@ -19,10 +19,7 @@ SLOT_COLORS: dict[str, str] = {
     "stale": "#d9a3c4",  # light reddish purple: far in lightness from committed blue for protanopes
 }
 SLOT_TEXT_COLORS: dict[str, str] = {
-    "free": "#6b7280",
-    "committed": "#ffffff",
-    "provisional": "#1f1300",
-    "stale": "#3d1030",
+    "free": "#6b7280", "committed": "#ffffff", "provisional": "#1f1300", "stale": "#3d1030",
 }
 
 # Token origins / verdicts.
@@ -46,13 +43,8 @@ GRID_COLOR = "#eef0f4"
 FONT = "Inter, 'Segoe UI', Roboto, Helvetica, Arial, sans-serif"
 
 PHASE_TITLES: dict[str, str] = {
-    "prefill": "Prefill",
-    "start": "Start of cycle",
-    "draft": "1 · Draft proposes",
-    "verify": "2 · Target verifies",
-    "accept": "3 · Acceptance tests",
-    "resolve": "4 · Corrected / bonus token",
-    "rollback": "5 · Rollback & commit",
+    "prefill": "Prefill", "start": "Start of cycle", "draft": "1 · Draft proposes", "verify": "2 · Target verifies",
+    "accept": "3 · Acceptance tests", "resolve": "4 · Corrected / bonus token", "rollback": "5 · Rollback & commit",
 }
 
 

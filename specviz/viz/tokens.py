@@ -66,11 +66,8 @@ def strip_chips(prompt_ids: Sequence[int], traces: Sequence[CycleTrace], token_t
         chips += [_emitted_chip(tr, e.token_id, e.text, e.position, e.kind) for e in tr.emitted]
         if not reached(phase, "rollback") and tr.tree is None:
             # Still show the drafts the rejection threw away, struck through, until rollback.
-            chips += [
-                _draft_chip(d, "rejected" if d.verdict == "rejected" else "untested", revealed=True)
-                for d in tr.drafts
-                if d.verdict != "accepted"
-            ]
+            chips += [_draft_chip(d, "rejected" if d.verdict == "rejected" else "untested", revealed=True)
+                      for d in tr.drafts if d.verdict != "accepted"]
     elif reached(phase, "draft"):
         revealed = reached(phase, "accept")
         chips += [_draft_chip(d, d.verdict if revealed else "pending", revealed) for d in _in_a_row(tr, revealed)]
