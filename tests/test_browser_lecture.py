@@ -264,3 +264,57 @@ def test_lecture_mode_one_screen_and_token_text_at_both_sizes(server: str, brows
     for size, f in figures.items():
         assert f["visible"] and f["share"] >= 0.95, (size, f)
     assert not errors, errors
+
+
+BIG_TREE_JS = r"""() => {
+  const t = document.querySelector('.svs .svs-pic > [data-role=tree]');
+  if (!t) return null;
+  const box = e => { const r = e.getBoundingClientRect(); return [r.top, r.bottom, r.left, r.right]; };
+  const cs = getComputedStyle(t), sec = s => t.querySelector(`:scope > section${s}`);
+  const tree = sec('.svtree-treesec'), mask = sec('[data-role=tree-mask]');
+  return {vw: innerWidth, vh: innerHeight, box: box(t), label: t.getAttribute('aria-label'),
+    nodes: t.querySelectorAll('[data-role=tree-node]').length, font: parseFloat(cs.fontSize),
+    scrolls: ['auto', 'scroll'].includes(cs.overflowY) && t.scrollHeight > t.clientHeight + 1,
+    tree: tree && box(tree), mask: mask && mask.getBoundingClientRect().height > 0 ? box(mask) : null};
+}"""
+
+
+@pytest.mark.parametrize("width, height", SIZES)
+def test_a_128_node_tree_stays_in_its_panel_with_the_mask_beside_it(server: str, browser, width: int,
+                                                                      height: int) -> None:
+    """The largest tree the sidebar allows (width 8, 128 nodes): in lecture mode, at every phase of a
+    cycle, the tree panel lies inside the viewport -- shrunk to fit, or scrolling inside its own box
+    -- and at verify the attention mask stands beside the tree, not below it."""
+    errors: list[str] = []
+    page = browser.new_page(viewport={"width": width, "height": height})
+    page.set_default_timeout(300_000)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(server, wait_until="domcontentloaded")
+    page.locator(".st-key-next_phase button").first.wait_for(timeout=300_000)
+    _settle(page)
+    for label, value in (("Tree width (1 = chain)", "8"), ("Tree nodes (budget)", "128")):
+        box = page.locator(f"input[aria-label='{label}']")
+        page.wait_for_function(f"() => [...document.querySelectorAll(\"input[aria-label='{label}']\")]"
+                               ".some(e => !e.disabled)", timeout=120_000)
+        box.fill(value)
+        box.press("Enter")
+        _settle(page)
+    page.get_by_text("Lecture mode").first.click()
+    page.wait_for_selector(".svs .svkv.svkv-lecture", timeout=300_000)
+    _settle(page)
+    start = page.evaluate("window.__specvizStage.state.cur")
+    seen_nodes = 0
+    for n, phase in enumerate(PHASES[:4]):  # the tree's own phases: draft, verify, accept, resolve
+        _step(page, start + 1 + n)
+        m = page.evaluate(BIG_TREE_JS)
+        assert m is not None and PHASE_TITLES[phase] in m["label"], m
+        top, bottom, left, right = m["box"]
+        assert top >= -0.5 and left >= -0.5 and bottom <= m["vh"] + 0.5 and right <= m["vw"] + 0.5, m
+        seen_nodes = max(seen_nodes, m["nodes"])
+        if phase == "verify":
+            assert m["mask"] is not None and m["mask"][0] < m["tree"][1] and m["mask"][2] >= m["tree"][3] - 1, m
+        if n == 1:
+            page.screenshot(path=str(OUT / f"lecture-{width}x{height}-tree128-verify.png"))
+    assert seen_nodes > 64, seen_nodes  # the budget was really used: a big tree, not the default one
+    page.close()
+    assert not errors, errors

@@ -183,8 +183,10 @@ function fitTree(root) {
   const panel = root.querySelector('.svs-pic > .svtree.svtree-lecture');
   if (!panel) return;
   panel.style.fontSize = panel.style.maxHeight = panel.style.overflow = '';
-  const top = Math.max(0, panel.getBoundingClientRect().top);
-  const room = [panel.parentElement.clientWidth, window.innerHeight - top - FIT_MARGIN_PX];
+  // From the picture's slot (the panel itself may still sit below the step it replaces), never
+  // less than a third of the screen: a negative max-height would be dropped and the tree run on.
+  const top = Math.max(0, panel.parentElement.getBoundingClientRect().top);
+  const room = [panel.parentElement.clientWidth, Math.max(window.innerHeight / 3, window.innerHeight - top - FIT_MARGIN_PX)];
   const cs = getComputedStyle(panel), base = parseFloat(cs.fontSize);
   let size = base;
   // Borders and gaps are in px and do not scale: a second measure corrects the first guess.
