@@ -45,7 +45,7 @@ from .runtime import (
     vocab_size_of,
 )
 from .suffix_store import SessionStore
-from .trace import CycleTrace, DraftStep, EmittedToken, PhaseSnapshot, TokenProb, TreeNode, TreeTrace
+from .trace import ContextMatch, CycleTrace, DraftStep, EmittedToken, PhaseSnapshot, TokenProb, TreeNode, TreeTrace
 
 DRAFT_SEED_SALT = 0x9E3779B9  # decorrelates the draft's random stream from the target's
 TEXT_OPENING = 3  # prompt tokens kept before an answer in the session's store (the assistant header)
@@ -76,6 +76,8 @@ class _Proposal:
     note: str
     shape: trees.TreeShape | None = None  # a tree's shape (None: a chain)
     fed: list[int] = field(default_factory=list)  # tokens the proposer fed past its prefix growing a tree
+    matched: ContextMatch | None = None  # retrieval: the context suffix the drafts followed
+    sources: list[str] | None = None  # a merged proposer: who proposed each node 1..N
 
 
 class _Clock:
@@ -284,6 +286,7 @@ class SpeculativeDecoder:
             draft_events=tuple(s.proposer.drain_events()), snapshots=tuple(clock.snaps),
             timings_ms=clock.timings, invariant_max_abs_diff=invariant, finish_reason=finish_reason,
             forced=any(walk.forced or ()), proposer=s.proposer.name, proposer_note=proposal.note, dtype=self.dtype,
+            matched=proposal.matched,
             tree=None if shape is None else TreeTrace(
                 width=shape.width, depth=shape.depth, budget=shape.nodes, root_position=n - 1, root_slot=slots[0],
                 nodes=tuple(nodes), path=tuple(walk.path), moves=tuple(moves), in_place=not moves,
@@ -299,11 +302,13 @@ class SpeculativeDecoder:
             grown = s.proposer.propose_tree(s.committed, shape)
             rows = grown.tree.draft_probs
             q = None if rows is None else sampling.pad_vocab(rows[1:], self.vocab_size)
-            return _Proposal(grown.tree, q, grown.catch_up_positions, grown.note, shape, grown.fed)
+            return _Proposal(grown.tree, q, grown.catch_up_positions, grown.note, shape, grown.fed, grown.matched,
+                             grown.sources)
         chain = s.proposer.propose(s.committed, k, lambda logits: self._distribution(logits, cfg), cfg.greedy,
                                    s.generators["draft"], cfg.draft_confidence)
         q = torch.stack(chain.probs) if chain.probs else None
-        return _Proposal(trees.TokenTree.chain(s.committed[-1], chain.tokens), q, chain.catch_up_positions, chain.note)
+        return _Proposal(trees.TokenTree.chain(s.committed[-1], chain.tokens), q, chain.catch_up_positions, chain.note,
+                         matched=chain.matched, sources=chain.sources)
 
     def _verify(self, s: _Session, cfg: DecodeConfig, tree: trees.TokenTree
                 ) -> tuple[torch.Tensor, torch.Tensor | None, list[int] | None]:
@@ -418,6 +423,7 @@ class SpeculativeDecoder:
                 index=i, position=position, token_id=token, text=text, draft_prob=q_i, target_prob=p_i,
                 ratio=ratio, u=walk.u[i], verdict=walk.verdicts[i], forced=bool(walk.forced and walk.forced[i]),
                 draft_top=draft_top, target_top=target_top, overlap=overlap,
+                source=proposal.sources[i - 1] if proposal.sources else "",
             ))
             if slots is not None:
                 nodes.append(TreeNode(

@@ -149,6 +149,18 @@ class DraftStep:
     target_top: tuple[TokenProb, ...]
     # sum_x min(p_i(x), q_i(x)): the probability that a draft sampled from q_i passes (alpha_i)
     overlap: float | None = None
+    source: str = ""  # a merged proposer's: which of its sources proposed d_i ("retrieval", "feature head", "both")
+
+
+@dataclass(frozen=True)
+class ContextMatch:
+    """The context's suffix a retrieval proposer keyed its drafts on, and where it occurred before."""
+
+    first: int  # position of the suffix's first token: it spans positions first..first+len(tokens)-1
+    tokens: tuple[int, ...]  # the matched suffix of the committed sequence
+    source: str  # "datastore" or "session" (this session's earlier texts)
+    where: int  # the first occurrence's start in that store
+    occurrences: int  # how often the suffix occurs there
 
 
 @dataclass(frozen=True)
@@ -229,6 +241,7 @@ class CycleTrace:
     forced: bool = False  # some outcome was forced by what-if mode
     proposer: str = "draft"  # who proposed: "draft", "feature" or "lookup" (specviz.proposers)
     proposer_note: str = ""  # what the proposer did this cycle, in words
+    matched: ContextMatch | None = None  # retrieval: the context suffix its drafts followed
     # A token-tree cycle (tree_width > 1): the tree, its verdicts and the compaction. Then `drafts`
     # lists the tree's nodes in node order, `k` their number, `num_accepted` the accepted path's
     # length and `rejected_at` the depth where no child passed (None: a leaf was reached).

@@ -5,6 +5,7 @@ alone and merged into the feature head's tree."""
 from __future__ import annotations
 
 import collections
+import re
 import dataclasses
 
 import numpy as np
@@ -156,3 +157,64 @@ def test_merge_unions_two_trees_and_keeps_the_best_nodes():
     assert paths == {(1,), (1, 4), (1, 2), (5,)}  # 1 shared (best score kept); 3 (-2.0) lost the budget
     assert tree.scores[tree.tokens.index(4)] == pytest.approx(-0.2)  # never above its parent's -0.1
     assert torch.is_tensor(tree.draft_probs) or tree.draft_probs is None
+
+
+def test_the_trace_records_the_matched_suffix_and_where_it_occurs(pair):
+    """A retrieval cycle's `matched` is the committed sequence's suffix, found in its store at
+    `where`, followed there by the first draft; the drafts panel shows those tokens highlighted."""
+    from specviz.viz.kv_html import kv_stage_html
+
+    rpair = retrieval_pair(pair)
+    store = rpair.retrieval_store
+    dec = SpeculativeDecoder(rpair, DecodeConfig(proposer="retrieval", k=3, temperature=0.0, max_new_tokens=6))
+    dec.start(EXACT_PROMPT)
+    before = dec.committed
+    tr = dec.step()
+    m = tr.matched
+    assert m is not None and m.source == "datastore" and tr.drafts
+    assert list(m.tokens) == before[m.first:] and m.first + len(m.tokens) == len(before)
+    stored = store.tokens.tolist()
+    assert stored[m.where:m.where + len(m.tokens)] == list(m.tokens)
+    assert m.occurrences == sum(stored[s:s + len(m.tokens)] == list(m.tokens) for s in range(len(stored)))
+    html = kv_stage_html(tr.snapshot("draft"), None, str, trace=tr, phase="draft", proposer="retrieval")
+    marked = re.findall(r"<mark class='svkv-mtext'>([^<]*)</mark>", html)
+    assert marked == [str(t) for t in m.tokens] and "data-role='matched'" in html
+    assert "datastore" in html and f"positions {m.first}–{len(before) - 1}" in html
+
+
+def test_a_merged_tree_names_who_proposed_each_node(pair):
+    """Each node of a feature+retrieval tree is marked by the sources whose own tree holds its path."""
+    from specviz.proposers.retrieval import node_paths, sources_of
+    from specviz.tree import TokenTree
+    from specviz.viz.tree_view import tree_panel_html
+
+    a = TokenTree([9, 1, 2, 3], [-1, 0, 1, 0], [0, 1, 2, 1], [0.0, -0.1, -0.5, -2.0])
+    b = TokenTree([9, 1, 4, 5], [-1, 0, 1, 0], [0, 1, 2, 1], [0.0, -0.3, -0.2, -1.0])
+    tree = merge(a, b, 4)
+    by_path = dict(zip(node_paths(tree)[1:], sources_of(tree, a, b), strict=True))
+    assert by_path == {(1,): "both", (1, 2): "feature head", (1, 4): "retrieval", (5,): "retrieval"}
+
+    rpair = retrieval_pair(pair)
+    cfg = DecodeConfig(proposer="feature+retrieval", k=2, tree_width=2, tree_nodes=6, temperature=0.0,
+                       max_new_tokens=6)
+    dec = SpeculativeDecoder(rpair, cfg)
+    dec.start(EXACT_PROMPT)
+    tr = dec.step()
+    sources = [d.source for d in tr.drafts]
+    assert tr.matched is not None and set(sources) <= {"feature head", "retrieval", "both"}
+    assert {"retrieval", "both"} & set(sources)  # the datastore's continuation made it into the tree
+    html = tree_panel_html(tr, "draft", str)
+    marks = re.findall(r"data-n='(\d+)'[^>]*>(?:<span class='svtree-id'>\d+</span>)"
+                       r"(?:<span class='svtree-src' data-role='tree-source'>([^<]*)</span>)?", html)
+    want = {"retrieval": "R", "both": "R+F", "feature head": ""}
+    assert [(int(n), mark) for n, mark in marks] == [(d.index, want[d.source]) for d in tr.drafts]
+    # Width 1: one chain from one source, said on every draft card.
+    from specviz.viz.kv_html import kv_stage_html
+
+    chain = SpeculativeDecoder(rpair, cfg.replace(tree_width=1))
+    chain.start(EXACT_PROMPT)
+    tr = chain.step()
+    assert tr.drafts and len({d.source for d in tr.drafts}) == 1
+    assert tr.proposer_note.startswith(tr.drafts[0].source)
+    html = kv_stage_html(tr.snapshot("draft"), None, str, trace=tr, phase="draft", proposer="feature+retrieval")
+    assert html.count(f"data-role='draft-source'>from {tr.drafts[0].source}<") == len(tr.drafts)

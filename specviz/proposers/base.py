@@ -21,7 +21,7 @@ import torch
 
 from .. import tree as trees
 from ..kv import SpecvizCache
-from ..trace import CacheEvent, CacheSnapshot
+from ..trace import CacheEvent, CacheSnapshot, ContextMatch
 
 # logits [V] -> the processed sampling distribution over the pair's vocabulary [V]
 Distribution = Callable[[torch.Tensor], torch.Tensor]
@@ -35,6 +35,8 @@ class Drafts:
     probs: list[torch.Tensor]  # q_i [V], i = 1..k
     catch_up_positions: list[int]  # sequence positions of the committed tokens fed to catch up
     note: str = ""  # what the proposer did, in words (e.g. which n-gram lookup matched)
+    matched: ContextMatch | None = None  # retrieval: the context suffix the drafts followed
+    sources: list[str] | None = None  # a merged proposer: who proposed each draft
 
 
 @dataclass
@@ -46,6 +48,8 @@ class TreeDrafts:
     catch_up_positions: list[int]
     note: str = ""
     fed: list[int] = field(default_factory=list)
+    matched: ContextMatch | None = None  # as in `Drafts`
+    sources: list[str] | None = None  # per node 1..N
 
 
 class Proposer:

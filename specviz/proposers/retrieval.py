@@ -28,6 +28,7 @@ import torch
 
 from .. import tree as trees
 from ..suffix_store import Match, SessionStore, SuffixStore
+from ..trace import ContextMatch
 from .base import Distribution, Drafts, Proposer, TreeDrafts
 from .feature import FeatureProposer
 
@@ -73,6 +74,29 @@ def describe(match: Match, context: Sequence[int], proposed: int) -> str:
             f"{len(match.continuations)} distinct continuation(s), proposing {proposed} token(s)")
 
 
+def context_match(match: Match, context: Sequence[int]) -> ContextMatch | None:
+    """The matched suffix as the trace records it (None: no match)."""
+    if not match.length:
+        return None
+    return ContextMatch(len(context) - match.length, tuple(context[-match.length:]), match.source, match.example,
+                        match.occurrences)
+
+
+def node_paths(tree: trees.TokenTree) -> list[tuple[int, ...]]:
+    """Each node's tokens from the root's child down to it (the root's own: empty)."""
+    paths: list[tuple[int, ...]] = [()]
+    for i in range(1, len(tree.tokens)):
+        paths.append((*paths[tree.parents[i]], tree.tokens[i]))
+    return paths
+
+
+def sources_of(merged: trees.TokenTree, head: trees.TokenTree, found: trees.TokenTree) -> list[str]:
+    """Who proposed each node of a merged tree: "feature head", "retrieval" or "both"."""
+    from_head, retrieved = set(node_paths(head)), set(node_paths(found))
+    names = {(True, False): "feature head", (False, True): "retrieval", (True, True): "both"}
+    return [names[path in from_head, path in retrieved] for path in node_paths(merged)[1:]]
+
+
 def confidence(match: Match) -> float:
     """How far a match's shares can be trusted beside a model's probabilities: a longer matched
     suffix predicts better (L / (L + 3): 0.4 for 2 tokens, 0.73 for 8)."""
@@ -96,12 +120,12 @@ class RetrievalProposer(Proposer):
         tokens = most_frequent_chain(match, k)
         probs = [torch.zeros(self.vocab_size, device=self.device).index_fill_(0, torch.tensor([t]), 1.0)
                  for t in tokens]  # deterministic: q one-hot on d_i
-        return Drafts(tokens, probs, [], describe(match, committed, len(tokens)))
+        return Drafts(tokens, probs, [], describe(match, committed, len(tokens)), context_match(match, committed))
 
     def propose_tree(self, committed: list[int], shape: trees.TreeShape) -> TreeDrafts:
         match = best_match(self.store, self.session_texts, committed, shape.depth)
         tree = trees.from_paths(committed[-1], paths_of(match), shape, self.vocab_size, self.device)
-        return TreeDrafts(tree, [], describe(match, committed, tree.num_nodes))
+        return TreeDrafts(tree, [], describe(match, committed, tree.num_nodes), matched=context_match(match, committed))
 
     @classmethod
     def from_pair(cls, pair: Any, config: Any, max_context: int, vocab_size: int) -> RetrievalProposer:
@@ -139,9 +163,11 @@ class RetrievalFeatureProposer(FeatureProposer):
             self._rewind(committed, m)
             if share > head_top:  # retrieval's chain, chosen before any draw
                 got = self.retrieval.propose(committed, k, distribution, greedy, generator)
-                return Drafts(got.tokens, got.probs, [], f"retrieval ({share:.2f} > head {head_top:.2f}): {got.note}")
+                return Drafts(got.tokens, got.probs, [], f"retrieval ({share:.2f} > head {head_top:.2f}): {got.note}",
+                              got.matched, ["retrieval"] * len(got.tokens))
         got = super().propose(committed, k, distribution, greedy, generator, min_confidence)
-        return Drafts(got.tokens, got.probs, got.catch_up_positions, f"feature head: {got.note}")
+        return Drafts(got.tokens, got.probs, got.catch_up_positions, f"feature head: {got.note}",
+                      sources=["feature head"] * len(got.tokens))
 
     def _rewind(self, committed: list[int], m: int) -> None:
         """Undo a catch-up made only to read the head's d_1 distribution (the chain re-feeds it)."""
@@ -154,13 +180,15 @@ class RetrievalFeatureProposer(FeatureProposer):
         self.retrieval.session_texts = self.session_texts
         match = best_match(self.retrieval.store, self.session_texts, committed, shape.depth)
         if not match.length:
+            grown.sources = ["feature head"] * grown.tree.num_nodes
             return grown
         found = trees.from_paths(committed[-1], paths_of(match), shape, self.retrieval.vocab_size,
                                  self.retrieval.device)
         found.scores = [s + math.log(confidence(match)) if i else 0.0 for i, s in enumerate(found.scores)]
         tree = merge(grown.tree, found, shape.nodes)
         note = f"{grown.note}; merged with retrieval: {describe(match, committed, tree.num_nodes)}"
-        return TreeDrafts(tree, grown.catch_up_positions, note, grown.fed)
+        return TreeDrafts(tree, grown.catch_up_positions, note, grown.fed, context_match(match, committed),
+                          sources_of(tree, grown.tree, found))
 
     @classmethod
     def from_pair(cls, pair: Any, config: Any, max_context: int, vocab_size: int) -> RetrievalFeatureProposer:

@@ -75,7 +75,7 @@ def kv_stage_html(now: PhaseSnapshot, before: PhaseSnapshot | None, token_text: 
         *body,
         _legend_html(),
         # A token tree's cycle is drawn by its own panel (viz/tree_view.py), not as a chain's columns.
-        _cycle_html(trace, phase, lecture) if drafted and trace.tree is None else "",
+        _cycle_html(trace, phase, token_text, lecture) if drafted and trace.tree is None else "",
         f"<p class='svkv-sr'>{esc_attr(described)}</p>",
         "<details class='svkv-describe'><summary>Describe this picture</summary>"
         f"<p>{esc_attr(described)}</p></details>",
@@ -360,7 +360,20 @@ def _cell_html(cache: _Cache, slot: int, cell: _Slot, token_text: TokenText, poi
 # ---- the cycle panel ----------------------------------------------------------------------------
 
 
-def _cycle_html(trace: CycleTrace, phase: str, lecture: bool = False) -> str:
+def _matched_html(trace: CycleTrace, token_text: TokenText) -> str:
+    """Where retrieved drafts came from: the context's matched suffix, highlighted, and its store."""
+    m = trace.matched
+    if m is None:
+        return ""
+    where = ("the datastore of the target's earlier answers" if m.source == "datastore"
+             else "this session's earlier texts")
+    suffix = "".join(f"<mark class='svkv-mtext'>{esc_attr(show_token(token_text(t), 10**6))}</mark>" for t in m.tokens)
+    return (f"<p class='svkv-sub2 svkv-matched' data-role='matched'>Retrieved: the context's last {len(m.tokens)} "
+            f"token(s) {suffix} (positions {m.first}–{m.first + len(m.tokens) - 1}) occur {m.occurrences} time(s) in "
+            f"{where} (first at its position {m.where}); the drafts copy what followed them there.</p>")
+
+
+def _cycle_html(trace: CycleTrace, phase: str, token_text: TokenText, lecture: bool = False) -> str:
     step = _step(phase)
     if not trace.drafts:
         note = trace.proposer_note or "the proposer proposed nothing: the target took one plain step"
@@ -379,7 +392,7 @@ def _cycle_html(trace: CycleTrace, phase: str, lecture: bool = False) -> str:
     n = len(cols)
     return (
         "<div class='svkv-cycle' data-key='cyc' data-role='drafts'><h3 class='svkv-title'>This cycle's drafts</h3>"
-        f"<p class='svkv-sub2'>{esc_attr(intro)}</p>"
+        f"<p class='svkv-sub2'>{esc_attr(intro)}</p>{_matched_html(trace, token_text)}"
         f"<div class='svkv-drafts' style='--n:{n}'>{''.join(cols)}</div></div>"
     )
 
@@ -400,6 +413,8 @@ def _draft_column(d: DraftStep, step: int, greedy: bool) -> str:
         f"<div class='svkv-dhead'>d{d.index} <span class='svkv-dpos'>position {d.position}</span></div>",
         f"<div class='svkv-dtok'>{esc_attr(show_token(d.text, 10**6))}</div>",
     ]
+    if d.source:  # a merged proposer: who proposed it
+        parts.append(f"<div class='svkv-dsrc' data-role='draft-source'>from {d.source}</div>")
     if greedy:
         parts.append(f"<div class='svkv-barrow' data-d='{d.index}'>q(d) = 1 (one-hot)</div>")
     else:

@@ -135,7 +135,7 @@ def _tree_html(trace: CycleTrace, step: int, token_text: TokenText, key: str, le
     for node in tree.nodes:
         up = grid_row[node.index] - grid_row[node.parent]
         cells.append(_node_html(node, step, greedy, node.index in on_path, node.index in parents, key,
-                                grid_row[node.index] + 2, up, lecture))
+                                grid_row[node.index] + 2, up, lecture, trace.drafts[node.index - 1].source))
     if tail is not None:
         where = "from p′ (every child rejected)" if tail.kind == "corrected" else "from the leaf's p (bonus)"
         up = tail_row - grid_row[tree.path[-1] if tree.path else 0]
@@ -152,7 +152,9 @@ def _tree_html(trace: CycleTrace, step: int, token_text: TokenText, key: str, le
         rule = ("T > 0, deterministic siblings: children are asked in order, x accepted iff u < p′(x), p′ = p with "
                 "the rejected siblings zeroed and renormalised; no q in the test")
     intro = "q: the proposer's probability of the node given its parent" + (
-        "; p: the target's, from the verify pass" if step >= _step("verify") else "")
+        "; p: the target's, from the verify pass" if step >= _step("verify") else "") + (
+        "; R: a branch retrieval copied from earlier text, R+F: one the feature head proposed too"
+        if any(d.source in SOURCE_MARKS for d in trace.drafts) else "")
     summary = _summary(trace, step)
     return (
         "<section class='svtree-sec svtree-treesec' aria-label='The token tree'>"
@@ -164,8 +166,12 @@ def _tree_html(trace: CycleTrace, step: int, token_text: TokenText, key: str, le
     )
 
 
+# A merged tree marks the nodes retrieval proposed (alone, or with the feature head): R, R+F.
+SOURCE_MARKS = {"retrieval": "R", "both": "R+F"}
+
+
 def _node_html(node: TreeNode, step: int, greedy: bool, on_path: bool, kids: bool, key: str, row: int,
-               up: int, lecture: bool = False) -> str:
+               up: int, lecture: bool = False, source: str = "") -> str:
     classes = ["svtree-node"] + (["svtree-kids"] if kids else [])
     lines = [f"q {fmt_p(node.draft_prob)}"]
     if step >= _step("verify"):
@@ -185,11 +191,15 @@ def _node_html(node: TreeNode, step: int, greedy: bool, on_path: bool, kids: boo
         tip += f", p = {fmt_p(node.target_prob)}"
     if step >= _step("accept"):
         tip += f"; {node.verdict} ({_rule(node, greedy)})"
+    if source:
+        tip += f"; proposed by {'the feature head and retrieval' if source == 'both' else source}"
+    mark = SOURCE_MARKS.get(source)
+    mark = f"<span class='svtree-src' data-role='tree-source'>{mark}</span>" if mark else ""
     return (
         f"<div class='{' '.join(classes)}' style='grid-row:{row};grid-column:{node.depth + 1};"
         f"--up:{up}' data-n='{node.index}' data-key='{key}-t{node.index}' tabindex='0' "
         f"data-role='tree-node' title='{esc_attr(tip)}'>"
-        f"<span class='svtree-id'>{node.index}</span>{_token(node.text)}{verdict}"
+        f"<span class='svtree-id'>{node.index}</span>{mark}{_token(node.text)}{verdict}"
         f"<span class='svtree-sub'>{esc_attr(' · '.join(lines))}</span></div>"
     )
 
