@@ -377,7 +377,8 @@ def main(argv: list[str] | None = None) -> int:
     if not Path(CHROMIUM).exists():
         raise SystemExit(f"{CHROMIUM} (Debian's chromium) is needed")
     result = run(args.pair, args.phase_clicks, args.cycle_clicks, args.cold_clicks, args.timeout, lecture=args.lecture)
-    separate.publish("browser_latency_lecture" if args.lecture else "browser_latency", markdown(result), result, args.json, args.into)
+    name = "browser_latency_lecture" if args.lecture else "browser_latency"
+    separate.publish(name, markdown(result), result, args.json, args.into)
     return 0 if not result["errors"] else 1
 
 

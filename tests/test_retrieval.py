@@ -5,8 +5,8 @@ alone and merged into the feature head's tree."""
 from __future__ import annotations
 
 import collections
-import re
 import dataclasses
+import re
 
 import numpy as np
 import pytest
