@@ -59,7 +59,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT))
 
 import diverse_prompts as dp  # noqa: E402
-from training_common import load_target, log, pick_device, read_prompts  # noqa: E402
+from training_common import left_padded, load_target, log, pick_device, read_prompts  # noqa: E402
 
 from specviz.prompting import chat_ids  # noqa: E402
 
@@ -191,12 +191,8 @@ def generate_with_features(
     """Left-padded batch generate; the final norm's outputs are recorded on the way."""
     device = next(model.parameters()).device
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-    width = max(len(p) for p in prompt_ids)
-    input_ids = torch.full((len(prompt_ids), width), pad, dtype=torch.long)
-    attn = torch.zeros_like(input_ids)
-    for i, p in enumerate(prompt_ids):
-        input_ids[i, width - len(p):] = torch.tensor(p)
-        attn[i, width - len(p):] = 1
+    input_ids, attn = left_padded(prompt_ids, pad)
+    width = input_ids.shape[1]
     recorded: list[torch.Tensor] = []
     hook = model.model.norm.register_forward_hook(lambda _m, _i, out: recorded.append(out))
     try:

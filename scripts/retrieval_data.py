@@ -31,6 +31,8 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from training_common import left_padded  # noqa: E402
+
 from specviz.prompting import chat_ids  # noqa: E402
 
 WORK = Path(os.environ.get("SPECVIZ_RETRIEVAL_WORK", ROOT / "work-data" / "retrieval"))
@@ -64,12 +66,8 @@ def shard_path(b: int) -> Path:
 def answer(model, tok, prompt_ids: list[list[int]], greedy: bool, seed: int) -> list[list[int]]:
     """Left-padded batch generate; each answer up to and including its end-of-text token."""
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-    width = max(len(p) for p in prompt_ids)
-    ids = torch.full((len(prompt_ids), width), pad, dtype=torch.long)
-    attn = torch.zeros_like(ids)
-    for i, p in enumerate(prompt_ids):
-        ids[i, width - len(p):] = torch.tensor(p)
-        attn[i, width - len(p):] = 1
+    ids, attn = left_padded(prompt_ids, pad)
+    width = ids.shape[1]
     torch.manual_seed(seed)
     out = model.generate(input_ids=ids, attention_mask=attn, max_new_tokens=MAX_NEW, do_sample=not greedy,
                          temperature=1.0, top_k=0, top_p=1.0, pad_token_id=pad)

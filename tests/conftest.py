@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
@@ -47,3 +49,20 @@ def tiny_qwen2(make_tiny_model):
 @pytest.fixture(scope="session")
 def tiny_gpt2(make_tiny_model):
     return make_tiny_model("gpt2")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    """Debian's headless Chromium through Playwright, for one browser-test module (its screenshots go
+    to test-artifacts/browser/)."""
+    from playwright.sync_api import sync_playwright
+
+    from bench.load import CHROMIUM, CHROMIUM_ARGS
+
+    (Path(__file__).resolve().parent.parent / "test-artifacts" / "browser").mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield b
+        finally:
+            b.close()

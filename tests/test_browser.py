@@ -36,7 +36,7 @@ import numpy as np
 import pytest
 
 # One launch recipe (Chromium flags, `streamlit run` on a free port) for the browser test and the load bench.
-from bench.load import CHROMIUM, CHROMIUM_ARGS, start_server, stop_server
+from bench.load import CHROMIUM, start_server, stop_server
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
@@ -137,20 +137,6 @@ def server() -> Iterator[str]:
         yield url
     finally:
         stop_server(proc)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[object]:
-    from playwright.sync_api import sync_playwright
-
-    shutil.rmtree(OUT, ignore_errors=True)
-    OUT.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
 
 
 def _open(browser, url: str, errors: list[str], width: int = 1920, height: int = 1080):

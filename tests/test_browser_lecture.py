@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.load import CHROMIUM, CHROMIUM_ARGS, start_server, stop_server
+from bench.load import CHROMIUM, start_server, stop_server
 from specviz.viz.style import PHASE_TITLES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -105,19 +105,6 @@ def server() -> Iterator[str]:
         yield url
     finally:
         stop_server(proc)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[object]:
-    from playwright.sync_api import sync_playwright
-
-    OUT.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
 
 
 def _settle(page) -> None:
