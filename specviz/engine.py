@@ -103,8 +103,7 @@ def _check_live_update(old: DecodeConfig, new: DecodeConfig) -> None:
     if not isinstance(new, DecodeConfig):
         raise ConfigError(f"expected a DecodeConfig, got {type(new).__name__}")
     changed = [f for f in old.__dataclass_fields__ if getattr(old, f) != getattr(new, f)]
-    frozen = [f for f in changed if f not in LIVE_FIELDS]
-    if frozen:
+    if frozen := [f for f in changed if f not in LIVE_FIELDS]:
         raise ConfigError(f"{', '.join(frozen)} shape the caches or the random stream; call start() to change them")
 
 
@@ -351,8 +350,7 @@ class SpeculativeDecoder:
 
     def _trim(self, emitted: list[EmittedToken], remaining: int, room: int) -> tuple[list[EmittedToken], str | None]:
         """Cut at the first EOS (inclusive), at max_new_tokens and at the end of the context."""
-        limit = min(remaining, room)
-        for i, tok in enumerate(emitted[:limit]):
+        for i, tok in enumerate(emitted[: min(remaining, room)]):
             if tok.token_id in self.eos_ids:
                 return emitted[: i + 1], "eos"
         if len(emitted) >= remaining:

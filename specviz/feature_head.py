@@ -176,8 +176,7 @@ class FeatureHead(nn.Module):
 
     def fused_input(self, features: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
         """[..., H] features and [...] token ids -> the decoder's input [..., H]."""
-        embed = self._target[0](token_ids).to(features.dtype)
-        return self.fuse(torch.cat([features, embed], dim=-1))
+        return self.fuse(torch.cat([features, self._target[0](token_ids).to(features.dtype)], dim=-1))
 
     def candidate_logits(self, predicted: torch.Tensor) -> torch.Tensor:
         """Predicted features [..., H] -> logits over the candidate tokens [..., |S|]."""

@@ -17,8 +17,7 @@ _state = {"settled": False, "sessions": 0}
 
 
 def settle() -> int:
-    """Collect everything (frozen objects included), then freeze what is left; returns how many
-    objects are frozen."""
+    """Collect everything (frozen objects included), then freeze what is left; returns how many objects are frozen."""
     with _lock:
         gc.unfreeze()
         gc.collect()

@@ -220,8 +220,7 @@ def _check_architecture(config: Any, name: str) -> None:
         raise IncompatiblePairError(f"{name} ({model_type}) has recurrent/state-space layers. Rolling back a rejected "
                                     "draft is a KV-cache truncation, which is only exact for full attention; a "
                                     "recurrent state cannot be un-fed token by token.")
-    odd = sorted({str(t) for t in getattr(text, "layer_types", None) or ()} - {"full_attention"})
-    if odd:
+    if odd := sorted({str(t) for t in getattr(text, "layer_types", None) or ()} - {"full_attention"}):
         raise IncompatiblePairError(f"{name} ({model_type}) has layers of type {odd}; only full-attention layers are "
                                     "supported, because the rollback of rejected drafts truncates the KV cache.")
     window = getattr(text, "sliding_window", None)
@@ -249,8 +248,7 @@ def check_compatible(target_config: Any, draft_config: Any, target_tokenizer: An
     if target_tokenizer is not draft_tokenizer:
         ids = list(range(shared))
         tokens = list(zip(target_tokenizer.convert_ids_to_tokens(ids), draft_tokenizer.convert_ids_to_tokens(ids)))
-        mismatched = [i for i, (ours, theirs) in enumerate(tokens) if ours != theirs]
-        if mismatched:
+        if mismatched := [i for i, (ours, theirs) in enumerate(tokens) if ours != theirs]:
             examples = ", ".join(f"id {i}: {tokens[i][0]!r} vs {tokens[i][1]!r}" for i in mismatched[:3])
             raise IncompatiblePairError(f"{draft_name} and {target_name} map token ids differently ({len(mismatched)} "
                                         f"of the {shared} shared ids differ, e.g. {examples}). The draft's proposals "
@@ -288,8 +286,7 @@ def _hub_reachable(timeout: float = 2.0) -> bool:
 def _hub_cache_dir() -> str:
     """The Hugging Face hub cache, read from the environment now (huggingface_hub reads it once,
     at import time, so a later change of HF_HOME / HF_HUB_CACHE would otherwise be ignored)."""
-    cache = os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE")
-    if cache:
+    if cache := os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE"):
         return cache
     if os.environ.get("HF_HOME"):
         return os.path.join(os.environ["HF_HOME"], "hub")

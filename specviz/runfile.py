@@ -77,25 +77,16 @@ class RunRecord:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "format": self.format,
-            "version": self.version,
-            "title": self.title,
-            "created": self.created,
-            "pair": self.pair,
-            "dtype": self.dtype,  # for a reader of the file; loading takes it from the cycles
-            "proposer": self.proposer,
-            "config": dataclasses.asdict(self.config),
-            "max_context": self.max_context,
-            "cache_reach": self.cache_reach,
-            "prompt_text": self.prompt_text,
-            "chat": self.chat,
+            "format": self.format, "version": self.version, "title": self.title, "created": self.created,
+            "pair": self.pair, "dtype": self.dtype,  # for a reader of the file; loading takes it from the cycles
+            "proposer": self.proposer, "config": dataclasses.asdict(self.config), "max_context": self.max_context,
+            "cache_reach": self.cache_reach, "prompt_text": self.prompt_text, "chat": self.chat,
             "prompt_ids": list(self.prompt_ids),
             "prefill": [None if s is None else dataclasses.asdict(s) for s in self.prefill],
-            "traces": [t.to_dict() for t in self.traces],
-            "baseline_ms_per_token": self.baseline_ms_per_token,
+            "traces": [t.to_dict() for t in self.traces], "baseline_ms_per_token": self.baseline_ms_per_token,
             # JSON keys are strings; load_run turns them back into ints
             "token_texts": {str(k): v for k, v in sorted(self.token_texts.items())},
-        }
+        }  # fmt: skip
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict())
@@ -183,8 +174,7 @@ def load_run(data: str | bytes | bytearray) -> RunRecord:
     if not isinstance(obj, dict):
         raise RunFileError("this file holds JSON, but not a specviz run (expected an object or a list of cycles)")
     _check_format(obj)
-    missing = [k for k in _REQUIRED if k not in obj]
-    if missing:
+    if missing := [k for k in _REQUIRED if k not in obj]:
         raise RunFileError(f"this run file is incomplete: it lacks {', '.join(missing)}")
     notes: list[str] = []
     config = _config_from_dict(obj["config"], notes)
@@ -246,8 +236,7 @@ def _config_from_dict(data: Any, notes: list[str]) -> DecodeConfig:
     if not isinstance(data, dict):
         raise RunFileError("the run file's 'config' is not a table of settings")
     known = {f.name for f in dataclasses.fields(DecodeConfig)}
-    unknown = sorted(set(data) - known)
-    if unknown:
+    if unknown := sorted(set(data) - known):
         notes.append(f"ignored setting(s) this version of specviz does not know: {', '.join(unknown)}")
     values = {k: v for k, v in data.items() if k in known}
     if "forced_outcomes" in values and isinstance(values["forced_outcomes"], list):
@@ -356,8 +345,7 @@ def _prompt_from(first: CycleTrace) -> list[int]:
         for slot, (pos, tok) in enumerate(zip(snap.slot_positions, snap.slot_tokens)):
             if 0 <= pos < n and snap.slot_state(slot) in ("committed", "provisional"):
                 tokens.setdefault(pos, tok)
-    missing = [p for p in range(n) if p not in tokens]
-    if missing:
+    if missing := [p for p in range(n) if p not in tokens]:
         raise RunFileError(f"the first cycle's snapshots do not show every prompt token (positions {missing[:5]} are "
                            "missing), so the prompt cannot be rebuilt")
     return [tokens[p] for p in range(n)]

@@ -34,9 +34,8 @@ def vocab_size_of(model: Any) -> int:
 
 
 def max_positions_of(model: Any) -> int | None:
-    cfg = model.config
     for name in ("max_position_embeddings", "n_positions", "max_sequence_length"):
-        value = getattr(cfg, name, None)
+        value = getattr(model.config, name, None)
         if isinstance(value, int) and value > 0:
             return value
     return None
@@ -199,8 +198,7 @@ def validate_prompt(prompt_ids: Sequence[int], vocab_size: int, max_context: int
     ids = list(prompt_ids)
     if not ids:
         raise PromptError("the prompt is empty: give at least one token")
-    bad = [t for t in ids if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab_size]
-    if bad:
+    if bad := [t for t in ids if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab_size]:
         raise PromptError(f"the prompt has token ids outside the vocabulary 0..{vocab_size - 1}: {bad[:5]}")
     if len(ids) >= max_context:
         raise PromptError(f"the prompt has {len(ids)} tokens but the context holds {max_context}; "

@@ -37,8 +37,7 @@ def _top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
     mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs  # mass strictly above each token
     keep_sorted = mass_before < top_p  # the most likely token is always kept (mass_before = 0)
-    keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
-    kept = probs * keep
+    kept = probs * torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
     return kept / kept.sum(dim=-1, keepdim=True)
 
 

@@ -70,8 +70,7 @@ def suffix_array(tokens: np.ndarray) -> np.ndarray:
 
 def _count(paths: list[tuple[int, ...]], limit: int) -> tuple[tuple[tuple[int, ...], int], ...]:
     """Identical continuations merged and counted, the most frequent first (ties: first seen)."""
-    counts = Counter(p for p in paths if p)
-    return tuple(sorted(counts.items(), key=lambda kv: -kv[1])[:limit])
+    return tuple(sorted(Counter(p for p in paths if p).items(), key=lambda kv: -kv[1])[:limit])
 
 
 class SuffixStore:

@@ -277,8 +277,7 @@ class CycleTrace:
 @functools.cache
 def _nested(cls: type) -> dict[str, type]:
     """The fields of record `cls` that hold another record (or a tuple of them), read from its type hints."""
-    hints = typing.get_type_hints(cls)
-    return {name: inner for name, hint in hints.items() for inner in (hint, *get_args(hint))
+    return {name: inner for name, hint in typing.get_type_hints(cls).items() for inner in (hint, *get_args(hint))
             if dataclasses.is_dataclass(inner)}
 
 

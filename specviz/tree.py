@@ -205,8 +205,7 @@ def grow(root_token: int, root_logits: torch.Tensor, expand: Callable[[list[int]
                 newest.append(len(pool))
                 pool.append(Candidate(token, parent, depth, pool[parent].score + logp, prob, len(dists) - 1))
         frontier = sorted(newest, key=lambda c: -pool[c].score)[: shape.width]
-    tree = select(root_token, pool, shape.nodes, dists)
-    return tree, [pool[c].token for c in fed]
+    return select(root_token, pool, shape.nodes, dists), [pool[c].token for c in fed]
 
 
 def select(root_token: int, pool: Sequence[Candidate], budget: int,

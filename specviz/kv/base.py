@@ -77,8 +77,7 @@ def num_attention_layers(model: torch.nn.Module) -> int:
     if isinstance(blocks, torch.nn.ModuleList):
         layer_types = layer_types[: len(blocks)]
         layer_types += ["full_attention"] * (len(blocks) - len(layer_types))
-    other = sorted(set(layer_types) - {"full_attention"})
-    if other:
+    if other := sorted(set(layer_types) - {"full_attention"}):
         raise ConfigError(f"specviz KV caches support full-attention layers only; this model also has {other} layers")
     return len(layer_types)
 

@@ -255,8 +255,7 @@ class PagedKVCache(SpecvizCache):
         if reused:
             self.events.append(CacheEvent("reuse", phase, blocks=tuple(reused)))
         self._grow_pool(self.table.num_new_blocks(end) - self.pool.num_free_blocks, phase)
-        new = self.table.grow(end)
-        if new:
+        if new := self.table.grow(end):
             self.events.append(CacheEvent("alloc", phase, blocks=block_ids(new)))
 
     def _grow_pool(self, shortfall: int, phase: str) -> None:
@@ -284,8 +283,7 @@ class PagedKVCache(SpecvizCache):
         self._free(0, "reset")
 
     def _free(self, num_positions: int, phase: str) -> None:
-        freed = self.table.shrink(num_positions)
-        if freed:
+        if freed := self.table.shrink(num_positions):
             self.events.append(CacheEvent("free", phase, blocks=block_ids(freed)))
 
     def _slot_list(self, start: int, end: int) -> list[int]:

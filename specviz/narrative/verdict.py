@@ -58,8 +58,7 @@ def _walk(tr: CycleTrace, tree: TreeTrace) -> str:
     greedy = tr.temperature == 0
     lines = []
     for parent in (0, *tree.path):
-        asked = [c for c in tree.nodes if c.parent == parent and c.verdict != "untested"]
-        if asked:
+        if asked := [c for c in tree.nodes if c.parent == parent and c.verdict != "untested"]:
             where = "the root x_n" if parent == 0 else _named(tree, parent)
             lines.append(f"- at {where}: " + "; ".join(_node_test(c, greedy) for c in asked))
     if greedy:

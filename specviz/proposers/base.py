@@ -159,8 +159,7 @@ class TreeFeeder:
     def __call__(self, frontier: list[int], pool: list[trees.Candidate]) -> torch.Tensor:
         parents = [c.parent for c in pool]
         mask = trees.attention_mask(parents, self.prefix_len, self.fed + frontier, frontier, self.dtype, self.device)
-        positions = [self.prefix_len - 1 + pool[c].depth for c in frontier]
-        logits = self.run(frontier, pool, mask, positions)
+        logits = self.run(frontier, pool, mask, [self.prefix_len - 1 + pool[c].depth for c in frontier])
         self.fed.extend(frontier)
         self.calls += 1
         return logits

@@ -122,8 +122,7 @@ def available(pair: Any) -> tuple[ProposerEntry, ...]:
 def make_proposer(pair: Any, config: Any, max_context: int, vocab_size: int) -> Any:
     """The proposer `config.proposer` names, built for this pair (ConfigError if the pair lacks it)."""
     entry = get(config.proposer)
-    why = entry.unavailable(pair)
-    if why:
+    if why := entry.unavailable(pair):
         raise ConfigError(f"proposer {entry.name!r} is unavailable: {why}")
     return entry.load().from_pair(pair, config, max_context, vocab_size)
 

@@ -82,8 +82,7 @@ def changed_settings(old_key: tuple, new_key: tuple) -> list[str]:
 
 def widget_values() -> dict[str, Any]:
     """The restart widgets' current values (stored with a run to show it again later)."""
-    ss = st.session_state
-    return {key: ss.get(key) for key, _ in RESTART_WIDGETS}
+    return {key: st.session_state.get(key) for key, _ in RESTART_WIDGETS}
 
 
 def restore_widgets(values: dict[str, Any]) -> None:
@@ -93,8 +92,7 @@ def restore_widgets(values: dict[str, Any]) -> None:
 
 def example_prompts() -> list[str]:
     try:
-        data = json.loads(EXAMPLES_FILE.read_text())
-        return [str(p) for p in data] or [DEFAULT_PROMPT]
+        return [str(p) for p in json.loads(EXAMPLES_FILE.read_text())] or [DEFAULT_PROMPT]
     except (OSError, ValueError):
         return [DEFAULT_PROMPT]
 

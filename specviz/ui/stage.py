@@ -109,8 +109,7 @@ def on_walkthrough() -> None:
         if not r.live:
             raise SpecvizError("The walkthrough needs a live run: this one is a recording. Change a setting first.")
         r.dec.update_config(r.dec.config.replace(k=5, forced_outcomes=WALKTHROUGH))
-        done = dataclasses.replace(r, revealed=end_of(len(r.traces)))
-        new = compute_cycle(done, decoding_slot)
+        new = compute_cycle(dataclasses.replace(r, revealed=end_of(len(r.traces))), decoding_slot)
         lesson = ("Walkthrough scenario: K = 5 with d1–d3 forced to accept and d4 to reject, for this one cycle. "
                   "Step through the phases to follow the walkthrough.")
         return dataclasses.replace(new, notices=(lesson, *new.notices))
@@ -336,9 +335,8 @@ def run_stage(after: Any = None) -> None:
     step (`stage_component.tabs_follow`)."""
     ws = workspace()
     button_row(ws.run)
-    ss = st.session_state
-    ss._full_run = True
-    run_every = SPEEDS.get(ss.get("speed"), 1.0) if ws.playing else None
+    st.session_state._full_run = True
+    run_every = SPEEDS.get(st.session_state.get("speed"), 1.0) if ws.playing else None  # Play steps on a timer
     st.fragment(run_every=run_every)(stage)()
     run = workspace().run
     history_slider(run)

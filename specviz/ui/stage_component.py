@@ -51,8 +51,7 @@ def channel() -> stage_protocol.Channel:
 def on_event() -> None:
     """The component's `event` trigger: a report of where it is, or a step it asks for."""
     state = st.session_state.get(KEY)
-    raw = state.get("event") if hasattr(state, "get") else getattr(state, "event", None)
-    event = stage_protocol.parse(raw)
+    event = stage_protocol.parse(state.get("event") if hasattr(state, "get") else getattr(state, "event", None))
     if event is None:
         return
     start = time.time() * 1000

@@ -116,8 +116,7 @@ class Run:
 
     @property
     def dtype(self) -> str:
-        """The precision the run's pair ran in (specviz.precision): the decoder's, else what its
-        cycles recorded."""
+        """The precision the run's pair ran in (specviz.precision): the decoder's, else what its cycles recorded."""
         if self.dec is not None:
             return self.dec.dtype
         if self.traces:

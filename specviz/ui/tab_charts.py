@@ -24,8 +24,7 @@ def cycle_figures(tr: CycleTrace, phase: str, pos: int | None = None) -> dict[st
         return figures
     tested = reached(phase, "accept")
     figures["acceptance"] = acceptance.acceptance_figure(tr, tested=tested)
-    options = [d.index for d in tr.drafts]
-    if options:
+    if options := [d.index for d in tr.drafts]:
         figures["p_vs_q"] = distributions.pq_figure(tr, pos if pos in options else (tr.rejected_at or 1), tested=tested)
     if reached(phase, "resolve"):
         figures["resolve"] = distributions.resolve_figure(tr)

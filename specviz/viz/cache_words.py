@@ -49,8 +49,7 @@ def events_text(events: Sequence[CacheEvent], phase: str, committed: int | None 
     if not here:
         return "no change"
     parts: list[str] = []
-    appends = [e for e in here if e.kind == "append"]
-    if appends:
+    if appends := [e for e in here if e.kind == "append"]:
         runs: list[list[CacheEvent]] = []
         for e in appends:
             if runs and runs[-1][-1].end == e.start:
@@ -61,8 +60,7 @@ def events_text(events: Sequence[CacheEvent], phase: str, committed: int | None 
             passes = f", {len(run)} forward passes" if len(run) > 1 else ""
             state = "committed" if committed is not None and run[-1].end <= committed else "provisional"
             parts.append(f"append K/V for positions {run[0].start}..{run[-1].end - 1} ({state}{passes})")
-    allocated = [b for e in here if e.kind == "alloc" for b in e.blocks]
-    if allocated:
+    if allocated := [b for e in here if e.kind == "alloc" for b in e.blocks]:
         parts.append(f"allocate block(s) {allocated} from the free pool")
     parts += [e.describe() for e in here if e.kind not in ("append", "alloc")]
     return "; ".join(parts)
