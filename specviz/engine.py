@@ -390,7 +390,9 @@ class SpeculativeDecoder:
         p_tok = target_probs[parents, tokens]
         columns = [p_tok, torch.zeros_like(p_tok) if q is None else q[torch.arange(len(tokens), device=device), tokens]]
         if q is not None and walk.overlaps is None:  # the chain rule computed its own
-            columns.append(sampling.expected_acceptance(target_probs[parents], q))
+            # Row by row: gathering p's rows into one [N, V] block costs more than the sums.
+            columns.append(torch.stack([sampling.expected_acceptance(target_probs[parent], q[i])
+                                        for i, parent in enumerate(tree.parents[1:])]))
         host = torch.stack(columns).tolist()
         argmax = target_probs.argmax(dim=-1).tolist() if cfg.greedy and walk.overlaps is None else None
         # Siblings share their parent's p (and, from `grow` or `from_paths`, their q): the top-n
