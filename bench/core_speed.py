@@ -3,13 +3,15 @@
 A refactor of the engine must not slow it down. This bench decodes the same prompts with the
 default pair (feature head proposer, instrumentation off: the engine's fast path) under two
 checkouts -- the baseline (a git revision, checked out into a temporary worktree) and the
-working tree -- alternating them round by round in fresh worker processes, so drift on a shared
-machine hits both alike. Per configuration and dtype it reports tokens/s of each, their
-same-round ratio new/old (median over rounds), and the cycle's time *outside* model forwards
+working tree -- in two worker processes that stay up side by side and decode each (round,
+configuration, prompt) in turn, in alternating order, so drift on a shared machine meets both
+within seconds (whole worker processes alternated round by round left ±15 % between rounds on a
+shared VM). Per configuration and dtype it reports tokens/s of each, the ratio new/old of each
+such pair (median and quartiles), and the cycle's time *outside* model forwards
 (the engine's own work: drafting loops, the rule, records, cache bookkeeping), measured by
 timing every forward of the target, the draft and the head with hooks.
 
-    python -m bench.core_speed --baseline bd22cf3 --rounds 3          # default: both dtypes
+    python -m bench.core_speed --baseline bd22cf3 --rounds 4          # default: both dtypes
     python -m bench.core_speed --baseline bd22cf3 --dtypes float32 --into docs
 
 Configurations: chain K=2 and tree width 4 / depth 4 / 16 nodes, T=0, 48 new tokens per prompt.
@@ -33,9 +35,11 @@ PROMPTS = ("Why is the sky blue?", "Write a short poem about the sea.", "How do 
 NEW_TOKENS = 48
 
 
-def worker(dtype: str) -> dict:
-    """In a fresh process, with the checkout under test first on sys.path: decode every prompt
-    under each configuration; tokens/s and milliseconds per cycle outside model forwards."""
+def serve(dtype: str) -> None:
+    """A worker process, with the checkout under test first on sys.path: it loads the pair once, then
+    answers each line "CONFIG PROMPT" on stdin by decoding that prompt under that configuration and
+    printing one JSON line: tokens, wall seconds, seconds inside model forwards (timed by hooks on
+    the target, the draft and the head), cycles."""
     import torch
 
     from specviz import DecodeConfig, SpeculativeDecoder, load_default_pair
@@ -48,53 +52,78 @@ def worker(dtype: str) -> dict:
                for p in PROMPTS]
     in_forward = [0.0]
     started: list[float] = []
-    modules = [m for m in (pair.target, pair.draft, pair.feature_head) if isinstance(m, torch.nn.Module)]
-    for module in modules:
+    for module in (m for m in (pair.target, pair.draft, pair.feature_head) if isinstance(m, torch.nn.Module)):
         module.register_forward_pre_hook(lambda *_: started.append(time.perf_counter()))
         module.register_forward_hook(lambda *_: in_forward.__setitem__(0, in_forward[0] + time.perf_counter()
                                                                      - started.pop()))
-    out = {}
-    for name, shape in CONFIGS.items():
-        cfg = DecodeConfig(proposer="feature", temperature=0.0, max_new_tokens=NEW_TOKENS, instrument=False,
-                           cache_layout="contiguous", **shape)
-        dec = SpeculativeDecoder(pair, cfg)
-        dec.start(prompts[0])
-        dec.generate(max_cycles=3)  # warm-up
-        tokens = cycles = 0
-        in_forward[0] = 0.0
+    decoders = {name: SpeculativeDecoder(pair, DecodeConfig(
+        proposer="feature", temperature=0.0, max_new_tokens=NEW_TOKENS, instrument=False, cache_layout="contiguous",
+        **shape)) for name, shape in CONFIGS.items()}
+    print("ready", flush=True)
+    for line in sys.stdin:
+        name, index = line.split()
+        dec = decoders[name]
+        in_forward[0], cycles = 0.0, 0
         t0 = time.perf_counter()
-        for ids in prompts:
-            dec.start(ids)
-            while not dec.finished:
-                tokens += len(dec.step().emitted)
-                cycles += 1
+        dec.start(prompts[int(index)])
+        while not dec.finished:
+            dec.step()
+            cycles += 1
         wall = time.perf_counter() - t0
-        out[name] = {"tokens_per_s": tokens / wall, "outside_forwards_ms_per_cycle": 1000 * (wall - in_forward[0])
-                     / cycles, "cycles": cycles, "tokens": tokens}
-    return out
+        print(json.dumps({"tokens": len(dec.committed) - len(prompts[int(index)]), "wall": wall,
+                          "forward": in_forward[0], "cycles": cycles}), flush=True)
 
 
-def run_worker(source: Path, dtype: str) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(source))
-    cmd = [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(source)!r}); import json; "
-           f"from bench.core_speed import worker; print(json.dumps(worker({dtype!r})))"]
-    done = subprocess.run(cmd, env=env, cwd=source, capture_output=True, text=True, check=False)
-    if done.returncode:
-        raise SystemExit(f"worker failed in {source}:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+class Worker:
+    """One `serve` process on a checkout."""
+
+    def __init__(self, source: Path, dtype: str) -> None:
+        code = (f"import sys; sys.path.insert(0, {str(source)!r}); from bench.core_speed import serve; "
+                f"serve({dtype!r})")
+        env = dict(os.environ, PYTHONPATH=str(source))
+        self.proc = subprocess.Popen([sys.executable, "-c", code], cwd=source, env=env, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+        if self.proc.stdout.readline().strip() != "ready":
+            raise SystemExit(f"the worker in {source} did not start")
+
+    def decode(self, config: str, prompt: int) -> dict:
+        self.proc.stdin.write(f"{config} {prompt}\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise SystemExit("a worker died (its error is above)")
+        return json.loads(line)
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
 
 
 def compare(baseline: Path, rounds: int, dtypes: list[str], log=print) -> dict:
+    """Per dtype, both checkouts' workers side by side; every (round, config, prompt) decodes once in
+    each, in alternating order, so drift on a shared machine meets both within seconds. Each pair's
+    tokens/s ratio new/old is kept, with each side's decodes."""
     results: dict = {d: {c: {"old": [], "new": [], "ratio": []} for c in CONFIGS} for d in dtypes}
-    for r in range(rounds):
-        for dtype in dtypes:
-            order = [("old", baseline), ("new", ROOT)] if r % 2 == 0 else [("new", ROOT), ("old", baseline)]
-            got = {which: run_worker(src, dtype) for which, src in order}
-            for c in CONFIGS:
-                for which in ("old", "new"):
-                    results[dtype][c][which].append(got[which][c])
-                results[dtype][c]["ratio"].append(got["new"][c]["tokens_per_s"] / got["old"][c]["tokens_per_s"])
-                log(f"round {r + 1}/{rounds} {dtype} {c}: new/old {results[dtype][c]['ratio'][-1]:.3f}")
+    for dtype in dtypes:
+        workers = {"old": Worker(baseline, dtype), "new": Worker(ROOT, dtype)}
+        try:
+            for w in workers.values():  # warm-up: one decode per configuration
+                for c in CONFIGS:
+                    w.decode(c, 0)
+            for r in range(rounds):
+                for c in CONFIGS:
+                    for i in range(len(PROMPTS)):
+                        order = ("old", "new") if (r + i) % 2 == 0 else ("new", "old")
+                        got = {which: workers[which].decode(c, i) for which in order}
+                        for which in ("old", "new"):
+                            results[dtype][c][which].append(got[which])
+                        speed = {w: got[w]["tokens"] / got[w]["wall"] for w in got}
+                        results[dtype][c]["ratio"].append(speed["new"] / speed["old"])
+                    log(f"round {r + 1}/{rounds} {dtype} {c}: new/old median so far "
+                        f"{statistics.median(results[dtype][c]['ratio']):.3f}")
+        finally:
+            for w in workers.values():
+                w.close()
     return results
 
 
@@ -103,16 +132,21 @@ def table(results: dict, revision: str) -> str:
 
     lines = [f"Core speed, working tree vs `{revision}` (default pair, feature head, T=0, lean), "
              f"on {cpu_name()}, {os.cpu_count()} cores:", "",
-             "| dtype | config | old tok/s | new tok/s | new/old (median) | outside forwards old -> new (ms/cycle) |",
-             "|---|---|---|---|---|---|"]
+             "| dtype | config | decodes per side | old tok/s | new tok/s | new/old (median, quartiles) | "
+             "outside forwards old -> new (ms/cycle) |",
+             "|---|---|---|---|---|---|---|"]
     for dtype, per in results.items():
         for c, r in per.items():
-            def med(which: str, key: str, r: dict = r) -> float:
-                return statistics.median(x[key] for x in r[which])
+            def total(which: str, key: str, r: dict = r) -> float:
+                return sum(x[key] for x in r[which])
 
-            lines.append(f"| {dtype} | {c} | {med('old', 'tokens_per_s'):.1f} | {med('new', 'tokens_per_s'):.1f} | "
-                         f"{statistics.median(r['ratio']):.3f} | {med('old', 'outside_forwards_ms_per_cycle'):.2f} -> "
-                         f"{med('new', 'outside_forwards_ms_per_cycle'):.2f} |")
+            def outside(which: str) -> float:
+                return 1000 * (total(which, "wall") - total(which, "forward")) / total(which, "cycles")
+
+            q1, median, q3 = statistics.quantiles(r["ratio"], n=4) if len(r["ratio"]) > 1 else [r["ratio"][0]] * 3
+            lines.append(f"| {dtype} | {c} | {len(r['ratio'])} | {total('old', 'tokens') / total('old', 'wall'):.1f} | "
+                         f"{total('new', 'tokens') / total('new', 'wall'):.1f} | {median:.3f} ({q1:.3f}–{q3:.3f}) | "
+                         f"{outside('old'):.2f} -> {outside('new'):.2f} |")
     return "\n".join(lines)
 
 
