@@ -10,7 +10,6 @@ data, ``scripts/feature_data.py``) -- never to the natural held-out prompts
     python scripts/retrieval_data.py generate [--workers 2 --worker 0]   # shards, resumable
     python scripts/retrieval_data.py status
     python scripts/retrieval_data.py build [--max-tokens N]   # -> assets/retrieval/store.npz + README.md
-    python scripts/retrieval_data.py calibrate   # how far a match's shares can be trusted (MATCH_TRUST)
 
 Shards (``work-data/retrieval/shard-*.pt``) are written atomically and skipped when present, so
 a killed run resumes where it stopped. Even shards are greedy, odd ones sampled at T=1.
@@ -173,51 +172,6 @@ Never the natural held-out prompts (`natural.jsonl`) or `heldout.jsonl`: the pro
 """
 
 
-def cmd_calibrate(args: argparse.Namespace) -> None:
-    """How often retrieval's most frequent next token is the target's own, against its share, by
-    match length: greedy answers of `--held-out` shards (the target's T=0 text) are walked token by
-    token against a store of the other shards, as the proposer would see them. A merged tree scores
-    a retrieved branch as share x L / (L + c) (specviz.proposers.retrieval.confidence); the c that
-    fits these counts best (weighted least squares) is printed, with the table behind it."""
-    import numpy as np
-
-    from specviz.engine import TEXT_OPENING
-    from specviz.proposers.retrieval import MAX_MATCH, MAX_PATHS, MIN_MATCH
-    from specviz.suffix_store import SuffixStore
-
-    shards = sorted(WORK.glob("shard-*.pt"))
-    held = {s for s in shards if int(s.stem.split("-")[1]) in args.held_out}
-    if not held or any(not torch.load(s)["greedy"] for s in held):
-        raise SystemExit(f"--held-out must name greedy shards that exist (even numbers), got {args.held_out}")
-    docs = [list(r["prompt"][-TEXT_OPENING:]) + list(r["answer"]) for s in shards if s not in held
-            for r in torch.load(s)["rows"]]
-    store = SuffixStore(np.concatenate([np.asarray(d, dtype=np.int64) for d in docs]))
-    hits: dict[int, list[float]] = {}  # match length -> [top token right, its share]
-    for shard in sorted(held):
-        for row in torch.load(shard)["rows"]:
-            text = list(row["prompt"]) + list(row["answer"])
-            for t in range(len(row["prompt"]), len(text)):
-                m = store.continuations(text[:t], 1, MAX_MATCH, MIN_MATCH, max_occurrences=MAX_PATHS)
-                if not m.length:
-                    continue
-                (top, count), total = m.continuations[0], sum(c for _, c in m.continuations)
-                hit = hits.setdefault(m.length, [0.0, 0.0, 0])
-                hit[0] += top[0] == text[t]
-                hit[1] += count / total
-                hit[2] += 1
-    lengths = sorted(hits)
-    rate = {n: hits[n][0] / hits[n][1] for n in lengths}  # right / predicted: the trust to put in a share
-    weights = {n: hits[n][2] for n in lengths}
-    grid = np.arange(0.5, 40.0, 0.1)
-    errors = [sum(weights[n] * (n / (n + c) - rate[n]) ** 2 for n in lengths) for c in grid]
-    best = float(grid[int(np.argmin(errors))])
-    log(f"store {len(store):,} tokens (shards held out: {sorted(args.held_out)}); cycles with a match by length:")
-    for n in lengths:
-        log(f"  L={n:2d}: {weights[n]:5d} matches, top token right {hits[n][0] / weights[n]:.3f}, mean share "
-            f"{hits[n][1] / weights[n]:.3f}, trust {rate[n]:.3f} (fit {n / (n + best):.3f})")
-    log(f"best c in L / (L + c): {best:.1f}")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -229,10 +183,8 @@ def main() -> None:
     sub.add_parser("status")
     build = sub.add_parser("build")
     build.add_argument("--max-tokens", type=int, default=0, help="use only the first N tokens (0: all)")
-    cal = sub.add_parser("calibrate")
-    cal.add_argument("--held-out", type=int, nargs="+", default=[36, 38], help="greedy shards left out of the store")
     args = ap.parse_args()
-    {"generate": cmd_generate, "status": cmd_status, "build": cmd_build, "calibrate": cmd_calibrate}[args.cmd](args)
+    {"generate": cmd_generate, "status": cmd_status, "build": cmd_build}[args.cmd](args)
 
 
 if __name__ == "__main__":
