@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from . import runtime, sampling
+from .allocator import pin_malloc_thresholds
 from .config import DecodeConfig
 from .errors import ContextFullError, DecodingFinishedError
 from .kv import SpecvizCache
@@ -24,6 +25,7 @@ class AutoregressiveDecoder:
 
     def __init__(self, model: Any, config: DecodeConfig | None = None, tokenizer: Any | None = None) -> None:
         self.model = model
+        pin_malloc_thresholds()  # as the speculative decoder: a fair comparison
         self.config = config or DecodeConfig()
         self.eos_ids = runtime.eos_ids_of(model)
         self.token_text = runtime.TokenTexts(tokenizer)

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from . import precision, rules, sampling
+from .allocator import pin_malloc_thresholds
 from . import tree as trees
 from .config import LIVE_FIELDS, DecodeConfig
 from .errors import ConfigError, ContextFullError, DecodingFinishedError
@@ -116,6 +117,7 @@ class SpeculativeDecoder:
     def __init__(self, pair: Any, config: DecodeConfig | None = None, session_texts: SessionStore | None = None
                  ) -> None:
         self.pair = pair
+        pin_malloc_thresholds()  # the cycle's transients reuse the same memory every cycle
         # What this session wrote before (retrieval drafts from it); its own store unless the app shares one.
         self.session_texts = SessionStore() if session_texts is None else session_texts
         self.config = config or DecodeConfig()
