@@ -13,6 +13,7 @@ timing every forward of the target, the draft and the head with hooks.
 
     python -m bench.core_speed --baseline bd22cf3 --rounds 4          # default: both dtypes
     python -m bench.core_speed --baseline bd22cf3 --dtypes float32 --into docs
+    python -m bench.core_speed --baseline bd22cf3 --pinned-heap   # the code alone (see PINNED_HEAP)
 
 Configurations: chain K=2 and tree width 4 / depth 4 / 16 nodes, T=0, 48 new tokens per prompt.
 """
@@ -33,6 +34,9 @@ ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = {"chain-K2": dict(k=2), "tree-4x4x16": dict(k=4, tree_width=4, tree_nodes=16)}
 PROMPTS = ("Why is the sky blue?", "Write a short poem about the sea.", "How do bees make honey?")
 NEW_TOKENS = 48
+# glibc's thresholds pinned from the start in both workers (as `specviz.allocator` pins them in the
+# reshaped code): the ratio then compares the code alone, not where the dynamic thresholds settled.
+PINNED_HEAP = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(64 << 20)}
 
 
 def serve(dtype: str) -> None:
@@ -77,10 +81,10 @@ def serve(dtype: str) -> None:
 class Worker:
     """One `serve` process on a checkout."""
 
-    def __init__(self, source: Path, dtype: str) -> None:
+    def __init__(self, source: Path, dtype: str, pinned_heap: bool = False) -> None:
         code = (f"import sys; sys.path.insert(0, {str(source)!r}); from bench.core_speed import serve; "
                 f"serve({dtype!r})")
-        env = dict(os.environ, PYTHONPATH=str(source))
+        env = dict(os.environ, PYTHONPATH=str(source), **(PINNED_HEAP if pinned_heap else {}))
         self.proc = subprocess.Popen([sys.executable, "-c", code], cwd=source, env=env, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True)
         if self.proc.stdout.readline().strip() != "ready":
@@ -99,13 +103,13 @@ class Worker:
         self.proc.wait(timeout=60)
 
 
-def compare(baseline: Path, rounds: int, dtypes: list[str], log=print) -> dict:
+def compare(baseline: Path, rounds: int, dtypes: list[str], log=print, pinned_heap: bool = False) -> dict:
     """Per dtype, both checkouts' workers side by side; every (round, config, prompt) decodes once in
     each, in alternating order, so drift on a shared machine meets both within seconds. Each pair's
     tokens/s ratio new/old is kept, with each side's decodes."""
     results: dict = {d: {c: {"old": [], "new": [], "ratio": []} for c in CONFIGS} for d in dtypes}
     for dtype in dtypes:
-        workers = {"old": Worker(baseline, dtype), "new": Worker(ROOT, dtype)}
+        workers = {"old": Worker(baseline, dtype, pinned_heap), "new": Worker(ROOT, dtype, pinned_heap)}
         try:
             for w in workers.values():  # warm-up: one decode per configuration
                 for c in CONFIGS:
@@ -127,10 +131,11 @@ def compare(baseline: Path, rounds: int, dtypes: list[str], log=print) -> dict:
     return results
 
 
-def table(results: dict, revision: str) -> str:
+def table(results: dict, revision: str, pinned_heap: bool = False) -> str:
     from .common import cpu_name
 
-    lines = [f"Core speed, working tree vs `{revision}` (default pair, feature head, T=0, lean), "
+    heap = ", malloc thresholds pinned in both" if pinned_heap else ""
+    lines = [f"Core speed, working tree vs `{revision}` (default pair, feature head, T=0, lean{heap}), "
              f"on {cpu_name()}, {os.cpu_count()} cores:", "",
              "| dtype | config | decodes per side | old tok/s | new tok/s | new/old (median, quartiles) | "
              "outside forwards old -> new (ms/cycle) |",
@@ -155,6 +160,8 @@ def main() -> None:
     ap.add_argument("--baseline", required=True, help="git revision to compare against")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--dtypes", default="float32,bfloat16")
+    ap.add_argument("--pinned-heap", action="store_true",
+                    help="pin glibc's malloc thresholds in both workers: the code alone is compared")
     ap.add_argument("--into", type=Path, help="append the table to DIR/benchmarks.md")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -163,10 +170,10 @@ def main() -> None:
                        capture_output=True)
         try:
             (base / "bench" / "core_speed.py").write_text(Path(__file__).read_text())  # the same worker for both
-            results = compare(base, args.rounds, args.dtypes.split(","))
+            results = compare(base, args.rounds, args.dtypes.split(","), pinned_heap=args.pinned_heap)
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT, check=False)
-    text = table(results, args.baseline)
+    text = table(results, args.baseline, args.pinned_heap)
     print(text)
     if args.into:
         with (args.into / "benchmarks.md").open("a") as f:

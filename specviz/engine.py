@@ -25,8 +25,8 @@ from typing import Any
 import torch
 
 from . import precision, rules, sampling
-from .allocator import pin_malloc_thresholds
 from . import tree as trees
+from .allocator import pin_malloc_thresholds
 from .config import LIVE_FIELDS, DecodeConfig
 from .errors import ConfigError, ContextFullError, DecodingFinishedError
 from .kv import SpecvizCache
