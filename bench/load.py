@@ -348,7 +348,9 @@ async def _browser_session(browser: Any, url: str, opts: Options, rng: random.Ra
 
 
 STAGE_STATE_JS = """() => { const s = window.__specvizStage && window.__specvizStage.state; if (!s) return null;
-  return {cur: s.cur, seq: s.seq, waiting: s.waiting, queue: s.queue, pending: s.pending,
+  const said = [...document.querySelectorAll(".svs-notice, [data-testid='stAlert'], [data-testid='stToast']")]
+    .map(e => e.textContent.trim()).filter(t => t);
+  return {cur: s.cur, seq: s.seq, waiting: s.waiting, queue: s.queue, pending: s.pending, said,
           answered: s.data && s.data.answered, view: s.data && s.data.view, log: s.log}; }"""
 
 
