@@ -108,10 +108,12 @@ def server() -> Iterator[str]:
 
 
 def _settle(page) -> None:
-    """The stage's motion has run (glides, fades) and no script run is out."""
+    """The stage is mounted, its motion has run (glides, fades) and no script run is out."""
     page.wait_for_selector("[data-testid='stStatusWidget']", state="detached", timeout=300_000)
-    page.wait_for_function("() => document.querySelector('.svs').getAnimations({subtree: true})"
-                           ".every(a => a.playState !== 'running')", timeout=60_000)
+    # The buttons can be drawn a moment before the component mounts its stage: wait for it too.
+    page.wait_for_function("() => { const stage = document.querySelector('.svs'); return !!stage && "
+                           "stage.getAnimations({subtree: true}).every(a => a.playState !== 'running'); }",
+                           timeout=60_000)
     page.wait_for_timeout(150)
 
 
