@@ -13,7 +13,7 @@ timing every forward of the target, the draft and the head with hooks.
 
     python -m bench.core_speed --baseline bd22cf3 --rounds 4          # default: both dtypes
     python -m bench.core_speed --baseline bd22cf3 --dtypes float32 --into docs
-    python -m bench.core_speed --baseline bd22cf3 --pinned-heap   # the code alone (see PINNED_HEAP)
+    python -m bench.core_speed --baseline bd22cf3 --pinned-heap   # the code alone (pinned_heap_env)
 
 Configurations: chain K=2 and tree width 4 / depth 4 / 16 nodes, T=0, 48 new tokens per prompt.
 """
@@ -34,9 +34,6 @@ ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = {"chain-K2": dict(k=2), "tree-4x4x16": dict(k=4, tree_width=4, tree_nodes=16)}
 PROMPTS = ("Why is the sky blue?", "Write a short poem about the sea.", "How do bees make honey?")
 NEW_TOKENS = 48
-# glibc's thresholds pinned from the start in both workers (as `specviz.allocator` pins them in the
-# reshaped code): the ratio then compares the code alone, not where the dynamic thresholds settled.
-PINNED_HEAP = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(64 << 20)}
 
 
 def serve(dtype: str) -> None:
@@ -78,13 +75,22 @@ def serve(dtype: str) -> None:
                           "forward": in_forward[0], "cycles": cycles}), flush=True)
 
 
+def pinned_heap_env() -> dict[str, str]:
+    """glibc's thresholds pinned from the start, by environment, at `specviz.allocator`'s values: in
+    both workers, the ratio compares the code alone, not where the dynamic thresholds settled.
+    (Imported here, in the parent: a baseline checkout may predate the module.)"""
+    from specviz.allocator import MMAP_THRESHOLD, TRIM_THRESHOLD
+
+    return {"MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD), "MALLOC_TRIM_THRESHOLD_": str(TRIM_THRESHOLD)}
+
+
 class Worker:
     """One `serve` process on a checkout."""
 
     def __init__(self, source: Path, dtype: str, pinned_heap: bool = False) -> None:
         code = (f"import sys; sys.path.insert(0, {str(source)!r}); from bench.core_speed import serve; "
                 f"serve({dtype!r})")
-        env = dict(os.environ, PYTHONPATH=str(source), **(PINNED_HEAP if pinned_heap else {}))
+        env = dict(os.environ, PYTHONPATH=str(source), **(pinned_heap_env() if pinned_heap else {}))
         self.proc = subprocess.Popen([sys.executable, "-c", code], cwd=source, env=env, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True)
         if self.proc.stdout.readline().strip() != "ready":

@@ -52,4 +52,5 @@ def test_pinned_thresholds_keep_a_cycles_pages():
 
 def test_pinning_is_done_once_and_reports_success():
     assert pin_malloc_thresholds() is True
-    assert pin_malloc_thresholds() is True  # cached: mallopt is called once per process
+    assert pin_malloc_thresholds() is True
+    assert pin_malloc_thresholds.cache_info().misses == 1  # mallopt was called once in this process
