@@ -107,14 +107,51 @@ def server() -> Iterator[str]:
         stop_server(proc)
 
 
+# Streamlit marks its app root with the script run's state (`data-test-script-state`, for its own
+# end-to-end tests). The running indicator (stStatusWidget) shows only some time into a run, so its
+# absence does not say that no run is out. A watcher notes every run that starts from the moment
+# it is armed (`_rerun`).
+APP = "document.querySelector(\"[data-testid='stApp']\")"
+ARM_JS = f"""() => {{
+  const app = {APP};
+  if (window.__svWatch) window.__svWatch.disconnect();
+  window.__svRan = false;
+  window.__svWatch = new MutationObserver(records => {{
+    if (records.some(r => r.oldValue === 'running') || app.dataset.testScriptState === 'running') window.__svRan = true;
+  }});
+  window.__svWatch.observe(app, {{attributes: true, attributeOldValue: true,
+                                  attributeFilter: ['data-test-script-state']}});
+}}"""
+RAN_JS = f"() => window.__svRan && {APP}.dataset.testScriptState === 'notRunning'"
+
+
+def _rerun(page, action) -> None:
+    """Do `action` (a widget change), then wait for the script run it starts to end, and settle."""
+    page.evaluate(ARM_JS)
+    action()
+    page.wait_for_function(RAN_JS, timeout=300_000, polling=100)
+    _settle(page)
+
+
 def _settle(page) -> None:
     """The stage is mounted, its motion has run (glides, fades) and no script run is out."""
+    page.wait_for_function(f"() => {APP}.dataset.testScriptState === 'notRunning'", timeout=300_000, polling=100)
     page.wait_for_selector("[data-testid='stStatusWidget']", state="detached", timeout=300_000)
     # The buttons can be drawn a moment before the component mounts its stage: wait for it too.
     page.wait_for_function("() => { const stage = document.querySelector('.svs'); return !!stage && "
                            "stage.getAnimations({subtree: true}).every(a => a.playState !== 'running'); }",
                            timeout=60_000)
     page.wait_for_timeout(150)
+
+
+def _set_number(page, label: str, value: str) -> None:
+    """Type `value` into the sidebar's number box `label` (once it is enabled), then let the run end."""
+    page.wait_for_function(f"() => [...document.querySelectorAll(\"input[aria-label='{label}']\")]"
+                           ".some(e => !e.disabled)", timeout=120_000, polling=100)
+    box = page.locator(f"input[aria-label='{label}']")
+    box.fill(value)
+    _rerun(page, lambda: box.press("Enter"))
+    assert box.input_value() == value, (label, box.input_value())
 
 
 def _step(page, step: int) -> None:
@@ -214,13 +251,8 @@ def test_lecture_mode_one_screen_and_token_text_at_both_sizes(server: str, brows
     page.locator(".st-key-next_phase button").first.wait_for(timeout=300_000)
     _settle(page)
     if tree:
-        width = page.locator("input[aria-label='Tree width (1 = chain)']")
-        width.fill("3")
-        width.press("Enter")
-        page.wait_for_function("() => [...document.querySelectorAll(\"input[aria-label='Tree nodes (budget)']\")]"
-                               ".some(e => !e.disabled)", timeout=120_000)
-        _settle(page)
-    page.get_by_text("Lecture mode").first.click()
+        _set_number(page, "Tree width (1 = chain)", "3")
+    _rerun(page, lambda: page.get_by_text("Lecture mode").first.click())
     page.wait_for_selector(".svs .svkv.svkv-lecture", timeout=300_000)
     page.wait_for_function("() => document.querySelector(\"section[data-testid='stSidebar']\")"
                            ".getAttribute('data-collapsed') === 'true'", timeout=60_000)
@@ -281,14 +313,9 @@ def test_a_128_node_tree_stays_in_its_panel_with_the_mask_beside_it(server: str,
     page.goto(server, wait_until="domcontentloaded")
     page.locator(".st-key-next_phase button").first.wait_for(timeout=300_000)
     _settle(page)
-    for label, value in (("Tree width (1 = chain)", "8"), ("Tree nodes (budget)", "128")):
-        box = page.locator(f"input[aria-label='{label}']")
-        page.wait_for_function(f"() => [...document.querySelectorAll(\"input[aria-label='{label}']\")]"
-                               ".some(e => !e.disabled)", timeout=120_000)
-        box.fill(value)
-        box.press("Enter")
-        _settle(page)
-    page.get_by_text("Lecture mode").first.click()
+    _set_number(page, "Tree width (1 = chain)", "8")
+    _set_number(page, "Tree nodes (budget)", "128")
+    _rerun(page, lambda: page.get_by_text("Lecture mode").first.click())
     page.wait_for_selector(".svs .svkv.svkv-lecture", timeout=300_000)
     _settle(page)
     start = page.evaluate("window.__specvizStage.state.cur")

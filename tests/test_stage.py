@@ -110,6 +110,24 @@ def test_a_setting_change_discards_the_prefetched_cycles(pair):
     assert essence(compute_cycle(run).traces[-1]) == essence(compute_cycle(fresh).traces[-1])
 
 
+def test_a_setting_changed_while_a_cycle_is_computed_ahead_drops_that_cycle(pair):
+    """The page's script run applies a new setting (`sync_config`) while the prefetch thread computes:
+    the cycle computed under the old one must not be labelled with the new one and shown as its."""
+    import contextlib
+
+    run = live(pair)
+
+    @contextlib.contextmanager
+    def slot_meanwhile_k2():  # the decoding slot is entered; the sidebar's K changes meanwhile
+        run.dec.update_config(run.dec.config.replace(k=2))
+        yield
+
+    ahead = prefetch(run, slot_meanwhile_k2)
+    assert ahead.ahead[0].trace.k == 4 and ahead.ahead[0].config.k == 4  # computed, and labelled, under K = 4
+    assert ahead.next_cycle is None and ahead.ahead_cycles == ()  # so never shown under K = 2
+    assert compute_cycle(ahead).traces[-1].k == 2
+
+
 def test_prefetch_does_nothing_for_a_what_if_cycle_or_a_finished_text(pair):
     run = live(pair)
     run.dec.update_config(run.dec.config.replace(forced_outcomes=((1, True),)))

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import json
 
@@ -164,3 +165,19 @@ def test_a_payload_never_says_answered_over_an_older_step(pair, monkeypatch):
     monkeypatch.setattr(stage_data, "window", meanwhile)
     data = payload(ch)
     assert data["answered"] is None and data["seq"] == 0 and data["view"] == 0
+
+
+def test_a_payload_built_before_the_page_changed_its_view_is_older(pair):
+    """The route's answer to an older message can reach the browser after a script run's payload (the
+    route waited for a cycle computed ahead meanwhile). Built before the page switched lecture mode on,
+    it must carry a smaller `version`, which the browser drops, not the same one, which it would take,
+    putting back the picture without lecture mode."""
+    from specviz.ui.stage_protocol import payload
+
+    ch = channel(pair)
+    before = payload(ch)
+    ch.look(dataclasses.replace(VIEW, lecture=True))
+    after = payload(ch)
+    assert not before["lecture"] and after["lecture"] and after["version"] > before["version"]
+    ch.look(dataclasses.replace(VIEW, lecture=True))  # the same view again (a script run that changed nothing)
+    assert payload(ch)["version"] == after["version"]

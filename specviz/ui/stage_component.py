@@ -72,7 +72,7 @@ def tabs_follow() -> bool:
 def show(view: stage_protocol.PageView, page: bool) -> None:
     """Mount (or update) the stage with this script run's payload, for the page's current `view`."""
     ch = channel()
-    ch.view = view
+    ch.look(view)
     data = stage_protocol.payload(ch, route=stage_route.address(), page=page, served=st.session_state.pop(SERVED, None))
     _component()(key=KEY, data=data, on_event_change=on_event)
 

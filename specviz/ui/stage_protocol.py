@@ -132,6 +132,19 @@ class Channel:
     memo: tuple | None = None  # (run state, Timeline): see `timeline`
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)  # around a payload's building
 
+    def look(self, view: PageView) -> None:
+        """The page's script run decided the stage's `view`. A change (lecture mode, a compared
+        layout, the quiz...) makes payloads built before it out of date, like an action does: the
+        route's answer to an older message can arrive after this run's payload, and the browser keeps
+        only the newest `version`."""
+        with self.lock:  # a payload reads the view and the version together
+            old, self.view = self.view, view
+            # The compared picture's steps by identity (memoised per run state; comparing them by
+            # value would walk every trace), the rest by value.
+            if old is None or old.compare is not view.compare or \
+                    dataclasses.replace(old, compare=None) != dataclasses.replace(view, compare=None):
+                self.ws.stage_version += 1
+
 
 def handle(ch: Channel, event: dict[str, Any], route: bool = False) -> bool:
     """Carry out a parsed event for the session of `ch`, from a script run's callback or from the
@@ -228,13 +241,14 @@ def payload(ch: Channel, *, route: str | None = None, page: bool = False, served
     (`route`: where the stage's route is served, None where none is; `deflate`: the bodies
     deflated, see `stage_data.pack`)."""
     start = time.time() * 1000
-    ws, view = ch.ws, ch.view
+    ws = ch.ws
     # What the payload says about the server's moves is read before the run it shows: an action
     # assigns the run first, then bumps these (`actions.act`, `handle`), so the run is at least as
     # new as they say, and a payload never answers a request over the step before it.
     seq, answered = ws.stage_seq, ch.answered[-1] if ch.answered else None
     with ch.lock:
         version = ws.stage_version  # read before the run: a payload is never newer than it says
+        view = ch.view  # with the version (`Channel.look`)
         run = ws.run
         tl = timeline(ch, run)
         steps = stage_data.window(run.view, tl, PREFETCH_DEPTH)
