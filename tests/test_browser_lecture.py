@@ -110,7 +110,8 @@ def server() -> Iterator[str]:
 # Streamlit marks its app root with the script run's state (`data-test-script-state`, for its own
 # end-to-end tests). The running indicator (stStatusWidget) shows only some time into a run, so its
 # absence does not say that no run is out. A watcher notes every run that starts from the moment
-# it is armed (`_rerun`).
+# it is armed (`_rerun`). Waits poll on a timer (`polling=100`), not on animation frames: a wait
+# should not depend on the page drawing (a CI run once waited 300 s on a page that drew no frame).
 APP = "document.querySelector(\"[data-testid='stApp']\")"
 ARM_JS = f"""() => {{
   const app = {APP};
@@ -140,7 +141,7 @@ def _settle(page) -> None:
     # The buttons can be drawn a moment before the component mounts its stage: wait for it too.
     page.wait_for_function("() => { const stage = document.querySelector('.svs'); return !!stage && "
                            "stage.getAnimations({subtree: true}).every(a => a.playState !== 'running'); }",
-                           timeout=60_000)
+                           timeout=60_000, polling=100)
     page.wait_for_timeout(150)
 
 
@@ -157,7 +158,7 @@ def _set_number(page, label: str, value: str) -> None:
 def _step(page, step: int) -> None:
     page.keyboard.press("ArrowRight")
     page.wait_for_function(f"() => {{ const s = window.__specvizStage.state; return s.cur === {step} && !s.waiting; }}",
-                           timeout=300_000)
+                           timeout=300_000, polling=100)
     _settle(page)
 
 
@@ -166,7 +167,8 @@ def _sidebar(page, open_it: bool) -> None:
     button = "[data-testid='stExpandSidebarButton']" if open_it else "button[aria-label='Collapse sidebar']"
     page.evaluate(f"document.querySelector(\"{button}\").click()")
     page.wait_for_function(f"() => document.querySelector(\"section[data-testid='stSidebar']\")"
-                           f".getAttribute('data-collapsed') === '{str(not open_it).lower()}'", timeout=30_000)
+                           f".getAttribute('data-collapsed') === '{str(not open_it).lower()}'",
+                           timeout=30_000, polling=100)
     page.wait_for_timeout(600)
 
 
@@ -253,9 +255,9 @@ def test_lecture_mode_one_screen_and_token_text_at_both_sizes(server: str, brows
     if tree:
         _set_number(page, "Tree width (1 = chain)", "3")
     _rerun(page, lambda: page.get_by_text("Lecture mode").first.click())
-    page.wait_for_selector(".svs .svkv.svkv-lecture", timeout=300_000)
+    page.wait_for_function("() => !!document.querySelector('.svs .svkv.svkv-lecture')", timeout=300_000, polling=100)
     page.wait_for_function("() => document.querySelector(\"section[data-testid='stSidebar']\")"
-                           ".getAttribute('data-collapsed') === 'true'", timeout=60_000)
+                           ".getAttribute('data-collapsed') === 'true'", timeout=60_000, polling=100)
     _settle(page)
     assert page.evaluate("window.__specvizStage.state.cur") == 0
     figures: dict = {}
@@ -268,7 +270,7 @@ def test_lecture_mode_one_screen_and_token_text_at_both_sizes(server: str, brows
     prompt = page.locator("textarea[aria-label='Prompt']")
     prompt.fill(NEW_PROMPT)
     prompt.press("Control+Enter")
-    page.wait_for_function(f"() => window.__specvizStage.state.run !== {run}", timeout=300_000)
+    page.wait_for_function(f"() => window.__specvizStage.state.run !== {run}", timeout=300_000, polling=100)
     page.wait_for_selector("[data-testid='stToast']", timeout=60_000)  # "New run: the prompt changed", a toast
     assert "prompt changed" in page.locator("[data-testid='stToast']").first.inner_text()
     page.evaluate("document.activeElement && document.activeElement.blur()")  # the arrows step again
@@ -316,7 +318,7 @@ def test_a_128_node_tree_stays_in_its_panel_with_the_mask_beside_it(server: str,
     _set_number(page, "Tree width (1 = chain)", "8")
     _set_number(page, "Tree nodes (budget)", "128")
     _rerun(page, lambda: page.get_by_text("Lecture mode").first.click())
-    page.wait_for_selector(".svs .svkv.svkv-lecture", timeout=300_000)
+    page.wait_for_function("() => !!document.querySelector('.svs .svkv.svkv-lecture')", timeout=300_000, polling=100)
     _settle(page)
     start = page.evaluate("window.__specvizStage.state.cur")
     seen_nodes = 0
