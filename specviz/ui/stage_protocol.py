@@ -133,14 +133,11 @@ class Channel:
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)  # around a payload's building
 
     def look(self, view: PageView) -> None:
-        """The page's script run decided the stage's `view`. A change (lecture mode, a compared
-        layout, the quiz...) makes payloads built before it out of date, like an action does: the
-        route's answer to an older message can arrive after this run's payload, and the browser keeps
-        only the newest `version`."""
+        """The page's script run set the stage's `view`. A change (lecture mode, the quiz...) dates every
+        payload built before it, like an action: the browser keeps only the newest `version`."""
         with self.lock:  # a payload reads the view and the version together
             old, self.view = self.view, view
-            # The compared picture's steps by identity (memoised per run state; comparing them by
-            # value would walk every trace), the rest by value.
+            # The compared steps by identity (memoised per run state; by value would walk every trace).
             if old is None or old.compare is not view.compare or \
                     dataclasses.replace(old, compare=None) != dataclasses.replace(view, compare=None):
                 self.ws.stage_version += 1

@@ -233,9 +233,7 @@ def prefetch(run: Run, slot: Slot = nullcontext) -> Run:
     twin = (ahead[-1].decoder if ahead else run.dec).fork()  # caches and random streams copied: the same next cycle
     with slot():
         trace = twin.step()
-    # Labelled with the settings it was computed under (the fork's own): the page may change the
-    # run's settings while it computes (`sync_config`), and a cycle labelled with the new ones would
-    # be shown as theirs.
+    # Labelled with the fork's own settings: the page may change the run's (`sync_config`) meanwhile.
     return dataclasses.replace(run, ahead=(*ahead, Ahead(trace, twin, twin.config)))
 
 
