@@ -169,11 +169,6 @@ class FeatureHead(nn.Module):
 
     # -- computing ----------------------------------------------------------------------------
 
-    @property
-    def num_candidates(self) -> int:
-        """How many tokens the head can propose (|S|, or the whole vocabulary)."""
-        return int(self.output_weight.shape[0])
-
     def fused_input(self, features: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
         """[..., H] features and [...] token ids -> the decoder's input [..., H]."""
         return self.fuse(torch.cat([features, self._target[0](token_ids).to(features.dtype)], dim=-1))

@@ -37,10 +37,6 @@ class ParkedDecoder:
     parked_at: float  # time.time()
     session_texts: Any = None  # the session's earlier texts (a SessionStore), handed back on resume
 
-    @property
-    def num_generated(self) -> int:
-        return len(self.committed) - self.num_prompt_tokens
-
 
 def park(dec: SpeculativeDecoder) -> ParkedDecoder:
     """Everything needed to continue `dec` exactly, without its caches."""

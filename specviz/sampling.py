@@ -58,14 +58,6 @@ def uniform(generator: torch.Generator) -> float:
     return float(torch.rand((), generator=generator, device=generator.device).item())
 
 
-def acceptance_ratio(target_prob: float, draft_prob: float) -> float:
-    """min(1, p(d) / q(d)). q(d) > 0 whenever d was sampled from q; a forced or foreign token
-    with q(d) = 0 is accepted only if the target gives it mass."""
-    if draft_prob <= 0:
-        return 1.0 if target_prob > 0 else 0.0
-    return min(1.0, target_prob / draft_prob)
-
-
 def is_accepted(u: float, ratio: float) -> bool:
     """The acceptance test: u <= min(1, p/q)."""
     return u <= ratio

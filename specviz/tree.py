@@ -87,14 +87,6 @@ class TokenTree:
     def children(self, node: int) -> list[int]:
         return [i for i in range(node + 1, len(self.tokens)) if self.parents[i] == node]
 
-    def path_to(self, node: int) -> list[int]:
-        """Nodes from the root's child down to `node` (empty for the root)."""
-        path = []
-        while node > 0:
-            path.append(node)
-            node = self.parents[node]
-        return path[::-1]
-
     def position_ids(self, root_position: int) -> list[int]:
         """RoPE position of every node: the root's plus its depth (siblings share a position)."""
         return [root_position + d for d in self.depths]

@@ -12,6 +12,16 @@ from specviz import FeatureHead
 from specviz.models import ModelPair
 from specviz.tiny import own_text_store
 
+
+def path_to(tree, node: int) -> list[int]:
+    """A token tree's nodes from the root's child down to `node` (empty for the root)."""
+    path = []
+    while node > 0:
+        path.append(node)
+        node = tree.parents[node]
+    return path[::-1]
+
+
 # Output-head scale per architecture that makes random distributions peaked rather than
 # near-uniform (GPT-2 ties its head to the input embedding, so it needs far less).
 SHARPNESS = {"llama": 20.0, "qwen2": 20.0, "gpt2": 3.0}

@@ -57,7 +57,7 @@ def test_greedy_speculative_equals_target_greedy_generate(pair, proposer, layout
 def test_the_shipped_feature_head_is_attached_and_trained(pair):
     head = pair.feature_head
     assert head is not None and head.info["trained"] and head.info["steps"] > 0
-    assert head.num_candidates < pair.target.config.vocab_size  # a trimmed vocabulary
+    assert head.output_weight.shape[0] < pair.target.config.vocab_size  # a trimmed vocabulary
     assert pair.tokenizer.eos_token_id in head.vocab.tolist()  # it can propose the end of the text
 
 

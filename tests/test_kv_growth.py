@@ -17,6 +17,7 @@ test_paging_properties.py.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -222,7 +223,8 @@ def test_memory_bytes_allocated_held_valid(pair, layout, page, policy):
     else:
         assert mem.held_bytes == mem.allocated_bytes
     assert mem.valid_bytes <= mem.held_bytes <= mem.allocated_bytes < mem.limit_bytes
-    assert set(mem.as_dict()) == {"bytes_per_position", "allocated_bytes", "held_bytes", "valid_bytes", "limit_bytes"}
+    assert set(dataclasses.asdict(mem)) == {"bytes_per_position", "allocated_bytes", "held_bytes", "valid_bytes",
+                                            "limit_bytes"}
     # The trace carries the same three numbers, tensor-free, through a JSON round trip.
     snap = CycleTrace.from_dict(traces[-1].to_dict()).snapshot("rollback").target
     assert (snap.allocated_bytes, snap.held_bytes, snap.valid_bytes) == (

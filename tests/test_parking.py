@@ -37,7 +37,8 @@ def test_a_rebuilt_decoder_continues_exactly_like_an_uninterrupted_one(pair, pro
     straight = _run(pair, cfg, 10)
     dec = _run(pair, cfg, 4)
     parked = park(dec)
-    assert parked.num_generated == len(dec.committed) - len(pair.tokenizer.encode(PROMPT)) > 0
+    generated = len(dec.committed) - len(pair.tokenizer.encode(PROMPT))
+    assert len(parked.committed) - parked.num_prompt_tokens == generated > 0
     back = resume(pair, parked)
     assert back.committed == dec.committed and back.origins == dec.origins
     assert back.num_prompt_tokens == dec.num_prompt_tokens

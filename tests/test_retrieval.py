@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 from cuda_checks import EXACT_PROMPT, VOCAB, chi_square, exact_joint, seeded_windows
-from engine_helpers import assert_invariant, make_pair
+from engine_helpers import assert_invariant, make_pair, path_to
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -153,7 +153,7 @@ def test_merge_unions_two_trees_and_keeps_the_best_nodes():
     a = TokenTree([9, 1, 2, 3], [-1, 0, 1, 0], [0, 1, 2, 1], [0.0, -0.1, -0.5, -2.0])
     b = TokenTree([9, 1, 4, 5], [-1, 0, 1, 0], [0, 1, 2, 1], [0.0, -0.3, -0.2, -1.0])
     tree = merge(a, b, 4)
-    paths = {tuple(tree.tokens[n] for n in tree.path_to(i)) for i in range(1, len(tree.tokens))}
+    paths = {tuple(tree.tokens[n] for n in path_to(tree, i)) for i in range(1, len(tree.tokens))}
     assert paths == {(1,), (1, 4), (1, 2), (5,)}  # 1 shared (best score kept); 3 (-2.0) lost the budget
     assert tree.scores[tree.tokens.index(4)] == pytest.approx(-0.2)  # never above its parent's -0.1
     assert torch.is_tensor(tree.draft_probs) or tree.draft_probs is None

@@ -19,12 +19,19 @@ def dists(seed: int, rows: int) -> torch.Tensor:
     return torch.softmax(torch.randn(rows, V, generator=gen) * 1.5, dim=-1)
 
 
+def acceptance_ratio(target_prob: float, draft_prob: float) -> float:
+    """min(1, p(d) / q(d)), written out: a token with q(d) = 0 passes only where the target gives it mass."""
+    if draft_prob <= 0:
+        return 1.0 if target_prob > 0 else 0.0
+    return min(1.0, target_prob / draft_prob)
+
+
 def per_draft_rule(p: torch.Tensor, q: torch.Tensor, drafts: list[int], gen: torch.Generator) -> tuple[list, int]:
     """The textbook loop, one draw per tested draft: (verdicts, the token after the streak)."""
     verdicts = []
     for i, d in enumerate(drafts):
         u = sampling.uniform(gen)
-        if u <= sampling.acceptance_ratio(float(p[i, d]), float(q[i, d])):
+        if u <= acceptance_ratio(float(p[i, d]), float(q[i, d])):
             verdicts.append("accepted")
             continue
         verdicts.append("rejected")

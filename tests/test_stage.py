@@ -150,6 +150,10 @@ def test_malformed_or_foreign_messages_are_ignored(pair):
     # A pause is said with `pause: true` and nothing else (a stray value is not a pause).
     assert stage_protocol.parse({"kind": "view", "run": 1, "step": 2, "pause": True})["pause"] is True
     assert "pause" not in stage_protocol.parse({"kind": "view", "run": 1, "step": 2, "pause": "yes"})
+    # `sent` (when the browser sent it, epoch ms) orders the messages; a value that could not be one is dropped.
+    assert stage_protocol.parse({"kind": "view", "run": 1, "step": 2, "sent": 1.5e12})["sent"] == 1.5e12
+    assert "sent" not in stage_protocol.parse({"kind": "view", "run": 1, "step": 2, "sent": "inf"})
+    assert stage_protocol.parse({"kind": "view", "run": 1, "step": 2, "sent": "soon"}) is None
     run = prefetch(live(pair))
     other = stage_protocol.parse({"kind": "view", "run": run.id + 1, "step": 3})
     assert stage_protocol.apply(run, other) is run

@@ -181,3 +181,20 @@ def test_a_payload_built_before_the_page_changed_its_view_is_older(pair):
     assert not before["lecture"] and after["lecture"] and after["version"] > before["version"]
     ch.look(dataclasses.replace(VIEW, lecture=True))  # the same view again (a script run that changed nothing)
     assert payload(ch)["version"] == after["version"]
+
+
+def test_a_report_that_arrives_after_a_later_click_leaves_the_server_where_the_click_went(pair):
+    """The route's calls run side by side and take the workspace's lock in no set order (bench.load at
+    N = 8: a report of step 5, sent before a Next cycle click, was carried out after it, and the
+    click's answer came back at step 5). A message sent before one already carried out changes nothing."""
+    ch = channel(pair)
+    run_id = ch.ws.run.id
+    stage_route.answer(ch, {"kind": "next_cycle", "run": run_id, "step": 0, "target": 5, "req": "m:1", "sent": 1.0})
+    click = {"kind": "next_cycle", "run": run_id, "step": 5, "target": 10, "req": "m:2", "sent": 3.0}
+    assert stage_route.answer(ch, click)["view"] == 10
+    late = stage_route.answer(ch, {"kind": "view", "run": run_id, "step": 5, "sent": 2.0})
+    assert late["view"] == 10 and ch.ws.run.view == 10 and late["answered"] == "m:2"
+    newer = stage_route.answer(ch, {"kind": "view", "run": run_id, "step": 7, "sent": 4.0})  # going back is allowed
+    assert newer["view"] == 7 and ch.ws.run.view == 7
+    unstamped = stage_route.answer(ch, {"kind": "view", "run": run_id, "step": 6})  # no `sent`: carried out
+    assert unstamped["view"] == 6

@@ -15,6 +15,7 @@ import collections
 import pytest
 import torch
 from cuda_checks import chi_square
+from engine_helpers import path_to
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -48,7 +49,7 @@ def test_bad_node_arrays_are_refused(parents, depths):
 def test_tree_helpers():
     assert SMALL.num_nodes == 5 and SMALL.depth == 2
     assert SMALL.children(0) == [1, 4] and SMALL.children(1) == [2, 3]
-    assert SMALL.path_to(3) == [1, 3] and SMALL.path_to(0) == []
+    assert path_to(SMALL, 3) == [1, 3] and path_to(SMALL, 0) == []
     assert SMALL.position_ids(10) == [10, 11, 12, 12, 11, 12]  # siblings share a position
     assert SMALL.leaves() == [2, 3, 5]
     chain = TokenTree.chain(4, [5, 6, 7])
@@ -90,7 +91,7 @@ def test_every_mask_row_is_the_node_and_its_ancestors(choices, prefix):
     allowed = trees.verify_mask(tree, prefix, torch.float32, "cpu")[0, 0] == 0
     for i in range(len(parents)):
         seen = {j for j in range(len(parents)) if allowed[i, prefix + j]}
-        assert seen == set(tree.path_to(i)) | {0, i}
+        assert seen == set(path_to(tree, i)) | {0, i}
         assert bool(allowed[i, :prefix].all())
 
 

@@ -20,7 +20,7 @@ import functools
 import pytest
 import torch
 from cuda_checks import EXACT_PROMPT, VOCAB, chi_square, exact_joint, seeded_windows
-from engine_helpers import assert_invariant, make_pair
+from engine_helpers import assert_invariant, make_pair, path_to
 from tiny_models import tiny_model
 from transformers import DynamicCache
 
@@ -93,7 +93,7 @@ def test_node_logits_equal_a_chain_pass_over_the_path(arch, attn, layout):
     tree_logits = forward(model, cache, HAND_TREE.tokens, "verify", tree=(mask, HAND_TREE.position_ids(len(prefix))))
     assert cache.get_seq_length() == len(prefix) + len(HAND_TREE.tokens)
     for node in range(len(HAND_TREE.tokens)):
-        path = [HAND_TREE.tokens[0]] + [HAND_TREE.tokens[i] for i in HAND_TREE.path_to(node)]
+        path = [HAND_TREE.tokens[0]] + [HAND_TREE.tokens[i] for i in path_to(HAND_TREE, node)]
         with torch.inference_mode():
             chain = model(torch.tensor([prefix + path]), past_key_values=DynamicCache()).logits[0, -1]
         assert (tree_logits[node] - chain).abs().max().item() <= 1e-4, (arch, attn, node)

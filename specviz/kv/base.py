@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from abc import ABCMeta, abstractmethod
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -57,9 +57,6 @@ class KVMemory:
     held_bytes: int  # what the sequence owns, valid + stale: the whole buffer, or its block table's blocks
     valid_bytes: int  # positions 0..L-1, the only ones ever read
     limit_bytes: int  # allocating for the hard limit (max_len / the pool's cap) up front, for comparison
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def num_attention_layers(model: torch.nn.Module) -> int:

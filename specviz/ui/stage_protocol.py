@@ -29,6 +29,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import math
 import secrets
 import threading
 import time
@@ -61,6 +62,8 @@ def parse(event: Any) -> dict[str, Any] | None:
             out["target"] = int(event["target"])
         if "req" in event:
             out["req"] = str(event["req"])[:40]
+        if "sent" in event and math.isfinite(sent := float(event["sent"])):  # epoch ms in the browser
+            out["sent"] = sent
         if event.get("pause") is True:
             out["pause"] = True
         if out["kind"] == "play":
@@ -108,7 +111,9 @@ class PageView:
     max_rows: int
     proposer_label: str
     suffix: str
-    compare: stage_data.Timeline | None  # the second picture's steps ("Compare side by side")
+    # The second picture's steps ("Compare side by side"): memoised per run state, so compared by
+    # identity (`Channel.look`); by value it would walk every trace.
+    compare: stage_data.Timeline | None = dataclasses.field(compare=False)
     quiz: bool
     tabs: bool  # the tabs under "More views" are open (`stage_component.tabs_follow`)
 
@@ -130,17 +135,16 @@ class Channel:
     have: frozenset[int] = frozenset()  # step signatures the browser last said it holds
     answered: collections.deque = dataclasses.field(default_factory=lambda: collections.deque(maxlen=64))
     memo: tuple | None = None  # (run state, Timeline): see `timeline`
+    latest: float = 0.0  # when the browser sent the newest message carried out (`in_order`)
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)  # around a payload's building
 
     def look(self, view: PageView) -> None:
         """The page's script run set the stage's `view`. A change (lecture mode, the quiz...) dates every
         payload built before it, like an action: the browser keeps only the newest `version`."""
         with self.lock:  # a payload reads the view and the version together
-            old, self.view = self.view, view
-            # The compared steps by identity (memoised per run state; by value would walk every trace).
-            if old is None or old.compare is not view.compare or \
-                    dataclasses.replace(old, compare=None) != dataclasses.replace(view, compare=None):
+            if self.view != view or self.view.compare is not view.compare:
                 self.ws.stage_version += 1
+            self.view = view
 
 
 def handle(ch: Channel, event: dict[str, Any], route: bool = False) -> bool:
@@ -160,13 +164,22 @@ def handle(ch: Channel, event: dict[str, Any], route: bool = False) -> bool:
     if event["kind"] == "play":  # before the step: a step that fails (the end of the text) stops it again
         ch.ws.playing = bool(event.get("on")) and ch.ws.run is not None and ch.ws.run.id == event["run"]
     with wanting(ch.ws) if moves else contextlib.nullcontext():  # a click waits for this one
-        act(ch.ws, lambda r: apply(r, event, slot), slot, moved=moves)
+        act(ch.ws, lambda r: in_order(ch, event, r, slot), slot, moved=moves)
     if "req" in event:
         ch.answered.append(event["req"])  # the payload that follows answers it
     if event["kind"] == "view":  # the browser moved on (a new cycle, a pause): the next cycle, in the same run
         prefetch_next(ch.ws, event["run"])
     # Play and Pause: the page draws the other button (and the stage's timer starts or stops).
     return bool(event.get("pause")) or event["kind"] == "play" or (ch.view is not None and ch.view.tabs)
+
+
+def in_order(ch: Channel, event: dict[str, Any], run: Run, slot: Slot) -> Run:
+    """`apply`, under the workspace's lock, unless the browser sent `event` before a message already
+    carried out (the route's calls take that lock in no set order: design.md §3, the stage's protocol)."""
+    if event.get("sent", ch.latest) < ch.latest:
+        return run
+    ch.latest = event.get("sent", ch.latest)
+    return apply(run, event, slot)
 
 
 def served_stamp(event: dict[str, Any], start: float) -> dict[str, Any]:

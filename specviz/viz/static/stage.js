@@ -294,7 +294,9 @@ function createStage(root, hooks) {
   function send(kind, extra) {
     note(['sent', kind, s.cur, extra && extra.target, extra && extra.req]);
     if (!hooks.send) return;
-    hooks.send(Object.assign({kind, step: s.cur, run: s.run, seq: s.seq, have: [...held.keys()].map(Number)}, extra || {}));
+    // `sent` orders the messages on the server: the route's calls can overtake each other there.
+    hooks.send(Object.assign({kind, step: s.cur, run: s.run, seq: s.seq, have: [...held.keys()].map(Number),
+                              sent: performance.timeOrigin + performance.now()}, extra || {}));
   }
 
   function report(kind, extra) {
