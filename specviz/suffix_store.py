@@ -139,11 +139,13 @@ class SuffixStore:
 
 
 class SessionStore:
-    """The texts one session produced, newest last; bounded by `max_tokens` (oldest dropped)."""
+    """The texts one session produced, newest last; bounded by `max_tokens` (oldest dropped). Kept as
+    int32 arrays (80 KB at the bound): small enough that parking an idle session keeps them, so a
+    resumed retrieval run proposes exactly what the uninterrupted one would."""
 
     def __init__(self, max_tokens: int = 20_000) -> None:
         self.max_tokens = max_tokens
-        self.texts: list[list[int]] = []
+        self.texts: list[np.ndarray] = []
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -154,7 +156,7 @@ class SessionStore:
         if len(tokens) < 2:
             return
         with self._lock:
-            self.texts.append(list(tokens)[-self.max_tokens:])
+            self.texts.append(np.asarray(list(tokens)[-self.max_tokens :], dtype=np.int32))
             while len(self) > self.max_tokens:
                 self.texts.pop(0)
 
@@ -166,7 +168,7 @@ class SessionStore:
                       limit: int = 64) -> Match:
         """As `SuffixStore.continuations`, over this session's earlier texts."""
         with self._lock:
-            texts = [np.asarray(t, dtype=np.int64) for t in self.texts]
+            texts = [t.astype(np.int64) for t in self.texts]
         for m in range(min(max_len, len(context)), min_len - 1, -1):
             pattern = np.asarray(context[-m:], dtype=np.int64)
             paths, first = [], -1

@@ -3,6 +3,8 @@ the run exactly as an uninterrupted decoder does; the registry releases only idl
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import gc
 import threading
 import weakref
@@ -63,17 +65,40 @@ def test_parking_frees_the_caches(pair):
     assert resume(pair, parked).target_cache is not None
 
 
-def test_the_sessions_texts_survive_parking_and_are_released_by_the_idle_sweep(pair):
-    from specviz.ui.actions import park_idle
+@pytest.mark.parametrize("proposer", [p for p in registry.names() if "retrieval" in p])
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_run_parked_by_the_idle_sweep_keeps_its_sessions_texts_and_continues_exactly(pair, proposer, temperature):
+    """The idle sweep releases the caches, not the session's earlier texts: a resumed retrieval run
+    drafts from them as the uninterrupted one does (it cleared them, and the resumed run diverged)."""
+    from specviz.ui.actions import park_idle, wake_shown
     from specviz.ui.state import Workspace, start_live_run
 
-    ws = Workspace()
-    ws.session_texts.add([5, 6, 7, 8])
-    cfg = DecodeConfig(proposer="retrieval", k=3, seed=1)
-    ws.add(start_live_run(1, "t", (), pair, cfg, pair.tokenizer.encode(PROMPT), session_texts=ws.session_texts))
-    assert ws.run.dec.session_texts is ws.session_texts
-    assert resume(pair, park(ws.run.dec)).session_texts is ws.session_texts  # handed back on resume
-    assert park_idle(ws) and len(ws.session_texts) == 0  # released with the caches
+    prompt = pair.tokenizer.encode(PROMPT)
+    cfg = DecodeConfig(proposer=proposer, k=3, temperature=temperature, seed=5, max_new_tokens=40)
+    earlier = _run(pair, dataclasses.replace(cfg, seed=9), 12)  # an earlier text of this session
+
+    def workspace():
+        ws = Workspace()
+        ws.session_texts.add(earlier.committed)
+        ws.add(start_live_run(1, "t", (), pair, cfg, prompt, session_texts=ws.session_texts))
+        return ws
+
+    straight, parked = workspace(), workspace()
+    for _ in range(4):
+        straight.run.dec.step()
+        parked.run.dec.step()
+    assert park_idle(parked) and parked.run.dec is None and len(parked.session_texts) == len(earlier.committed)
+    wake_shown(parked, contextlib.nullcontext)
+    assert parked.run.dec.session_texts is parked.session_texts  # handed back on resume
+    notes = []
+    for _ in range(8):
+        if not straight.run.dec.finished:
+            want, got = straight.run.dec.step(), parked.run.dec.step()
+            assert [d.token_id for d in got.drafts] == [d.token_id for d in want.drafts]  # the same proposals
+            notes.append(want.proposer_note)
+    assert parked.run.dec.committed == straight.run.dec.committed
+    if proposer == "retrieval":  # (the merged proposer may prefer its head on this tiny pair)
+        assert any("session" in note for note in notes), notes  # the earlier text was drafted from
 
 
 def test_a_finished_run_is_rebuilt_finished(pair):

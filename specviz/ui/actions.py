@@ -121,8 +121,9 @@ def park_idle(ws: Workspace) -> bool:
     run = ws.run
     if run is None or run.dec is None or ws.playing:
         return False
+    # The session's earlier texts stay (a few KB, specviz.suffix_store.SessionStore): the resumed
+    # retrieval proposer must find what the uninterrupted one would.
     _swap(ws, dataclasses.replace(park(run), parked_idle=True))
-    ws.session_texts.clear()  # the session's earlier texts are released with its caches
     return True
 
 
