@@ -16,6 +16,8 @@ from .errors import ConfigError
 from .proposers import registry
 
 MAX_K = 64  # a draft longer than this is never useful and only wastes memory
+AUTO = "auto"  # k="auto": the machine's cost law picks K (0 = a plain step) before each cycle (specviz.costlaw)
+AUTO_MAX_K = 8  # the most drafts auto verifies in a chain (= costlaw.AUTO_MAX_K; the caches are sized for it)
 MAX_TREE_WIDTH = 16  # children kept per expanded node of a token tree
 MAX_TREE_NODES = 128  # draft nodes one tree verify may hold (EAGLE-2 uses 60 on a GPU)
 
@@ -34,7 +36,7 @@ LIVE_FIELDS = frozenset(
 
 @dataclass(frozen=True)
 class DecodeConfig:
-    k: int = 5  # draft length K (for a token tree: its depth)
+    k: int | Literal["auto"] = 5  # draft length K (a token tree: its depth); "auto": the cost law's choice
     # Token trees (docs/design.md §1c): children kept per expanded node. 1 = a chain, drafted and
     # verified exactly as without trees; > 1 = an EAGLE-2-style tree of depth k.
     tree_width: int = 1
@@ -73,7 +75,8 @@ class DecodeConfig:
     def validate(self) -> None:
         """Raise ConfigError with a clear message for the first out-of-range value."""
         k, width, nodes = self.k, self.tree_width, self.tree_nodes
-        _require(_int(k) and 1 <= k <= MAX_K, f"K (draft length) must be an integer in 1..{MAX_K}", k)
+        _require(k == AUTO or _int(k) and 1 <= k <= MAX_K,
+                 f"K (draft length) must be an integer in 1..{MAX_K} or \"auto\"", k)
         _require(_int(width) and 1 <= width <= MAX_TREE_WIDTH,
                  f"tree_width must be an integer in 1..{MAX_TREE_WIDTH} (1 = a chain)", width)
         _require(_int(nodes) and 1 <= nodes <= MAX_TREE_NODES,
@@ -109,6 +112,16 @@ class DecodeConfig:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
+
+    @property
+    def auto(self) -> bool:
+        """K (or a tree's node budget) is chosen before each cycle by the machine's cost law."""
+        return self.k == AUTO
+
+    @property
+    def max_k(self) -> int:
+        """The most drafts a cycle may hold in a chain (a tree's depth): K, or auto's ceiling."""
+        return AUTO_MAX_K if self.k == AUTO else self.k
 
     @property
     def is_tree(self) -> bool:

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from . import precision, rules, sampling
+from . import costlaw, precision, rules, sampling
 from . import tree as trees
 from .allocator import pin_malloc_thresholds
 from .config import LIVE_FIELDS, DecodeConfig
@@ -46,7 +46,17 @@ from .runtime import (
     vocab_size_of,
 )
 from .suffix_store import SessionStore
-from .trace import ContextMatch, CycleTrace, DraftStep, EmittedToken, PhaseSnapshot, TokenProb, TreeNode, TreeTrace
+from .trace import (
+    AutoChoice,
+    ContextMatch,
+    CycleTrace,
+    DraftStep,
+    EmittedToken,
+    PhaseSnapshot,
+    TokenProb,
+    TreeNode,
+    TreeTrace,
+)
 
 DRAFT_SEED_SALT = 0x9E3779B9  # decorrelates the draft's random stream from the target's
 TEXT_OPENING = 3  # prompt tokens kept before an answer in the session's store (the assistant header)
@@ -114,9 +124,10 @@ def _check_live_update(old: DecodeConfig, new: DecodeConfig) -> None:
 class SpeculativeDecoder:
     """Exact speculative decoding over a (target, draft) pair, one cycle per `step()`."""
 
-    def __init__(self, pair: Any, config: DecodeConfig | None = None, session_texts: SessionStore | None = None
-                 ) -> None:
+    def __init__(self, pair: Any, config: DecodeConfig | None = None, session_texts: SessionStore | None = None,
+                 cost_law: costlaw.CostLaw | None = None) -> None:
         self.pair = pair
+        self._cost_law = cost_law  # k="auto" decides by it; None: this machine's, measured on first use
         pin_malloc_thresholds()  # the cycle's transients reuse the same memory every cycle
         # What this session wrote before (retrieval drafts from it); its own store unless the app shares one.
         self.session_texts = SessionStore() if session_texts is None else session_texts
@@ -204,7 +215,7 @@ class SpeculativeDecoder:
         continuations of one context this way skips a prefill per sample."""
         s = self._require()
         cfg = self.config if seed is None else self.config.replace(seed=seed)
-        twin = SpeculativeDecoder(self.pair, cfg, self.session_texts)
+        twin = SpeculativeDecoder(self.pair, cfg, self.session_texts, self._cost_law)
         twin.eos_ids, twin.token_text = self.eos_ids, self.token_text
         twin._session = dataclasses.replace(
             s, committed=list(s.committed), origins=list(s.origins),
@@ -236,11 +247,12 @@ class SpeculativeDecoder:
         if room < 1:
             raise ContextFullError(f"the context is full ({n} of {self.max_context} positions)")
         remaining = cfg.max_new_tokens - (n - s.num_prompt_tokens)
-        k = max(1, min(cfg.k, room, remaining - 1))
+        k = max(1, min(cfg.max_k, room, remaining - 1))
+        auto = self._auto(s, cfg, min(k, remaining - 1), room) if cfg.auto else None
 
         saved = self._save(s)
         try:
-            return self._cycle(s, cfg, n, k, remaining, room)
+            return self._cycle(s, cfg, n, k, remaining, room, auto)
         except BaseException:
             self._restore(s, saved)
             raise
@@ -255,11 +267,30 @@ class SpeculativeDecoder:
             cycles += 1
         return s.committed[before:]
 
-    def _cycle(self, s: _Session, cfg: DecodeConfig, n: int, k: int, remaining: int, room: int) -> CycleTrace:
+    @property
+    def cost_law(self) -> costlaw.CostLaw:
+        """The law k="auto" decides by: the one given, else this machine's for the pair (`costlaw.law_for`)."""
+        if self._cost_law is None:
+            self._cost_law = costlaw.law_for(self.pair)
+        return self._cost_law
+
+    def _auto(self, s: _Session, cfg: DecodeConfig, k: int, room: int) -> AutoChoice:
+        """k="auto": the drafts (a tree: the node budget; 0 = a plain step) that maximise expected
+        tokens per unit of time under this machine's cost law and the acceptance seen so far in
+        this run (read from the committed tokens' origins, so a rebuilt decoder decides alike)."""
+        tested, accepted = costlaw.acceptance_counts(s.origins[s.num_prompt_tokens:])
+        acceptance = costlaw.estimate(cfg.proposer, tested, accepted, cfg.max_k)
+        if cfg.is_tree:
+            return costlaw.choose_tree(self.cost_law, cfg.proposer, acceptance, cfg.tree_width,
+                                       min(cfg.tree_nodes, room) if k > 0 else 0)
+        return costlaw.choose(self.cost_law, cfg.proposer, acceptance, max(k, 0))
+
+    def _cycle(self, s: _Session, cfg: DecodeConfig, n: int, k: int, remaining: int, room: int,
+               auto: AutoChoice | None = None) -> CycleTrace:
         """draft -> verify -> accept -> resolve -> rollback. A chain is the width-1 tree: its drafts
         are nodes 1..k, its verify needs only the causal mask, its accepted K/V are already in place."""
         clock = _Clock(self, s, cfg.instrument, n)
-        proposal = self._draft(s, cfg, k, room)
+        proposal = self._draft(s, cfg, k, room, auto)
         clock.mark("draft", n)
         target_probs, features, slots = self._verify(s, cfg, proposal.tree)  # [N+1, V]
         clock.mark("verify", n)
@@ -287,7 +318,7 @@ class SpeculativeDecoder:
             draft_events=tuple(s.proposer.drain_events()), snapshots=tuple(clock.snaps),
             timings_ms=clock.timings, invariant_max_abs_diff=invariant, finish_reason=finish_reason,
             forced=any(walk.forced or ()), proposer=s.proposer.name, proposer_note=proposal.note, dtype=self.dtype,
-            matched=proposal.matched,
+            matched=proposal.matched, auto=auto,
             tree=None if shape is None else TreeTrace(
                 width=shape.width, depth=shape.depth, budget=shape.nodes, root_position=n - 1, root_slot=slots[0],
                 nodes=tuple(nodes), path=tuple(walk.path), moves=tuple(moves), in_place=not moves,
@@ -295,17 +326,21 @@ class SpeculativeDecoder:
             ),
         )
 
-    def _draft(self, s: _Session, cfg: DecodeConfig, k: int, room: int) -> _Proposal:
+    def _draft(self, s: _Session, cfg: DecodeConfig, k: int, room: int, auto: AutoChoice | None = None) -> _Proposal:
         """The proposer's drafts as a tree: a chain of up to k sampled drafts, or (width > 1) a
-        ranked tree of depth k. A proposer may propose fewer (lookup without a match: none)."""
+        ranked tree of depth k. A proposer may propose fewer (lookup without a match: none).
+        When auto chose a plain step the proposer is not asked (it catches up next time)."""
+        if auto is not None and auto.k == 0:
+            return _Proposal(trees.TokenTree.chain(s.committed[-1], []), None, [], auto.reason)
         if cfg.is_tree:  # the verify pass appends 1 + nodes entries: n - 1 + 1 + nodes <= max_context
-            shape = trees.TreeShape(cfg.tree_width, k, min(cfg.tree_nodes, room))
+            shape = trees.TreeShape(cfg.tree_width, k, min(cfg.tree_nodes if auto is None else auto.k, room))
             grown = s.proposer.propose_tree(s.committed, shape)
             rows = grown.tree.draft_probs
             q = None if rows is None else sampling.pad_vocab(rows[1:], self.vocab_size)
             return _Proposal(grown.tree, q, grown.catch_up_positions, grown.note, shape, grown.fed, grown.matched,
                              grown.sources)
-        chain = s.proposer.propose(s.committed, k, lambda logits: self._distribution(logits, cfg), cfg.greedy,
+        chain = s.proposer.propose(s.committed, k if auto is None else auto.k,
+                                   lambda logits: self._distribution(logits, cfg), cfg.greedy,
                                    s.generators["draft"], cfg.draft_confidence)
         q = torch.stack(chain.probs) if chain.probs else None
         return _Proposal(trees.TokenTree.chain(s.committed[-1], chain.tokens), q, chain.catch_up_positions, chain.note,

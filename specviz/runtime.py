@@ -133,7 +133,7 @@ def output_head_inputs(model: Any) -> Iterator[list[torch.Tensor]]:
 def expected_reach(cfg: DecodeConfig, prompt_len: int, limit: int | None = None) -> int:
     """Positions a run's caches can reach: prompt + max_new_tokens + K + 1 (the verify pass
     appends K+1 positions provisionally; a tree verify appends tree_nodes + 1), capped by `limit`."""
-    reach = prompt_len + cfg.max_new_tokens + (max(cfg.k, cfg.tree_nodes) if cfg.is_tree else cfg.k) + 1
+    reach = prompt_len + cfg.max_new_tokens + (max(cfg.max_k, cfg.tree_nodes) if cfg.is_tree else cfg.max_k) + 1
     return reach if limit is None else min(reach, limit)
 
 

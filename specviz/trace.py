@@ -209,6 +209,17 @@ class TreeTrace:
 
 
 @dataclass(frozen=True)
+class AutoChoice:
+    """What k="auto" chose before a cycle by the machine's cost law (specviz.costlaw), and why."""
+
+    k: int  # drafts asked for (a tree: its node budget); 0 = a plain target step
+    expected_tokens: float  # E(k): tokens the cycle should commit
+    cycle_cost: float  # T(k): what it costs, in plain target steps
+    expected_speedup: float  # E(k) / T(k)
+    reason: str  # the choice in one sentence
+
+
+@dataclass(frozen=True)
 class PhaseSnapshot:
     phase: str
     target: CacheSnapshot
@@ -248,6 +259,7 @@ class CycleTrace:
     tree: TreeTrace | None = None
     # The precision the pair ran in (specviz.precision): it sets the invariant check's tolerance.
     dtype: str = "float32"
+    auto: AutoChoice | None = None  # k="auto": what the cost law chose for this cycle and why (None: a fixed K)
 
     @property
     def corrected_token(self) -> EmittedToken | None:

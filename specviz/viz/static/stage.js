@@ -294,9 +294,10 @@ function createStage(root, hooks) {
   function send(kind, extra) {
     note(['sent', kind, s.cur, extra && extra.target, extra && extra.req]);
     if (!hooks.send) return;
-    // `sent` orders the messages on the server: the route's calls can overtake each other there.
+    // `sent` orders the messages on the server: the route's calls can overtake each other there. The
+    // page's own monotonic clock, not the wall clock, which may step back (stage_protocol.in_order).
     hooks.send(Object.assign({kind, step: s.cur, run: s.run, seq: s.seq, have: [...held.keys()].map(Number),
-                              sent: performance.timeOrigin + performance.now()}, extra || {}));
+                              sent: performance.now()}, extra || {}));
   }
 
   function report(kind, extra) {

@@ -1,0 +1,216 @@
+"""The machine's cost law (specviz.costlaw) and k="auto" in the engine (docs/design.md §1, "How many drafts").
+
+The law's choices are tested with cost curves passed in as data: a steep v(N) with low acceptance
+must give a plain step, a flat one with high acceptance long chains. The engine under auto stays
+exact: greedy output equals the target's greedy output, the invariant holds after every cycle
+(plain steps included), and sampled tokens follow the target's law (chi-square).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+
+import pytest
+import torch
+from cuda_checks import EXACT_PROMPT, VOCAB, chi_square, exact_joint
+from engine_helpers import LAYOUT_CASES, assert_invariant, make_pair
+
+from specviz import DecodeConfig, SpeculativeDecoder, costlaw
+from specviz.costlaw import CostLaw
+from specviz.errors import ConfigError
+from specviz.trace import CycleTrace
+
+PROMPT = [1, 2, 3, 4, 5, 6, 7, 8]
+NS = (1, 2, 3, 4, 5, 6, 7, 8, 9)
+
+
+def law(slope: float, c: float = 0.0, proposers=("draft", "feature", "lookup", "retrieval")) -> CostLaw:
+    """A cost curve given as data: v(N) = 1 + slope * (N - 1), every proposer costing c per draft."""
+    return CostLaw(ns=NS, verify=tuple(1 + slope * (n - 1) for n in NS), step_ms=10.0,
+                   draft_cost=dict.fromkeys(proposers, c), machine="test")
+
+
+STEEP, FLAT = law(0.6, 0.1), law(0.0, 0.0)
+
+
+# --------------------------------------------------------------------------- the law as math
+
+
+def test_expected_tokens_and_cost():
+    assert costlaw.expected_tokens([0.5, 0.5, 0.5], 0) == 1.0
+    assert costlaw.expected_tokens([0.5, 0.5, 0.5], 3) == pytest.approx(1 + 0.5 + 0.25 + 0.125)
+    assert costlaw.cycle_cost(STEEP, "draft", 0) == 1.0  # a plain step
+    assert costlaw.cycle_cost(STEEP, "draft", 2) == pytest.approx(2 * 0.1 + 1 + 0.6 * 2)
+
+
+def test_steep_curve_and_low_acceptance_pick_a_plain_step():
+    choice = costlaw.choose(STEEP, "draft", [0.3] * 8, 8)
+    assert choice.k == 0 and choice.expected_speedup == 1.0
+    assert "plain step" in choice.reason
+
+
+def test_cheap_verify_and_high_acceptance_pick_a_long_chain():
+    choice = costlaw.choose(FLAT, "lookup", [0.9] * 8, 8)
+    assert choice.k == 8 and choice.expected_speedup > 4
+    assert costlaw.choose(FLAT, "lookup", [0.9] * 8, 3).k == 3  # never past the cap
+
+
+def test_the_margin_keeps_a_marginal_gain_a_plain_step():
+    barely = law(0.0, 0.0)  # one draft at acceptance 0.02: 1.02 tokens for 1 step
+    assert costlaw.choose(barely, "lookup", [0.02] * 8, 8).k == 0
+    assert costlaw.choose(barely, "lookup", [0.2] * 8, 8).k > 0
+
+
+def test_break_even_rises_with_the_cost():
+    cheap, dear = law(0.1), law(0.5)
+    assert 0 < costlaw.break_even(cheap, "draft", 1) < costlaw.break_even(dear, "draft", 1) <= 1
+    k1 = costlaw.break_even(cheap, "draft", 1)
+    assert costlaw.expected_tokens([k1], 1) == pytest.approx(costlaw.cycle_cost(cheap, "draft", 1), abs=1e-6)
+    assert costlaw.break_even(law(2.0), "draft", 1) == 1.0  # a verify dearer than 2 steps never pays
+
+
+def test_v_interpolates_and_extrapolates():
+    sparse = CostLaw(ns=(1, 3, 5), verify=(1.0, 1.4, 1.8), step_ms=1.0)
+    assert sparse.v(2) == pytest.approx(1.2)
+    assert sparse.v(7) == pytest.approx(2.2)
+    assert CostLaw.from_dict(json.loads(json.dumps(sparse.to_dict()))) == sparse
+
+
+def test_monotone_fit_removes_dips():
+    assert costlaw.monotone([1.0, 1.4, 1.2, 1.5]) == pytest.approx([1.0, 1.3, 1.3, 1.5])
+    assert costlaw.monotone([1.0, 1.1]) == [1.0, 1.1]
+
+
+def test_acceptance_counts_from_origins():
+    # cycles: 2 accepted + corrected (depth 3 rejected); plain step; 1 accepted + bonus; corrected at depth 1
+    origins = ["accepted", "accepted", "corrected", "generated", "accepted", "bonus", "corrected"]
+    tested, accepted = costlaw.acceptance_counts(origins)
+    assert tested == [3, 1, 1] and accepted == [2, 1, 0]
+    est = costlaw.estimate("draft", tested, accepted, 4)
+    prior = costlaw.PRIORS["draft"]
+    assert est[0] == pytest.approx((2 + costlaw.PRIOR_WEIGHT * prior) / (3 + costlaw.PRIOR_WEIGHT))
+    assert est[3] == pytest.approx(prior)  # never tested: the prior
+
+
+def test_tree_budget_follows_the_curve():
+    assert costlaw.choose_tree(STEEP, "feature", [0.3] * 8, 4, 32).k == 0
+    wide = costlaw.choose_tree(FLAT, "feature", [0.5] * 8, 4, 32)
+    assert wide.k == 32 and "tree" in wide.reason
+    assert costlaw.choose_tree(FLAT, "feature", [0.5] * 8, 4, 0).k == 0
+
+
+def test_config_accepts_auto():
+    cfg = DecodeConfig(k="auto")
+    assert cfg.auto and cfg.max_k == costlaw.AUTO_MAX_K
+    assert not DecodeConfig(k=3).auto and DecodeConfig(k=3).max_k == 3
+    with pytest.raises(ConfigError, match="auto"):
+        DecodeConfig(k="many")
+
+
+# --------------------------------------------------------------------------- auto in the engine
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return make_pair("llama", vocab_size=64, noise=0.2)
+
+
+def run(pair, cfg: DecodeConfig, cost_law: CostLaw) -> tuple[SpeculativeDecoder, list[CycleTrace]]:
+    dec = SpeculativeDecoder(pair, cfg, cost_law=cost_law)
+    dec.start(PROMPT)
+    traces = []
+    while not dec.finished:
+        traces.append(dec.step())
+        assert_invariant(dec)
+    return dec, traces
+
+
+@pytest.mark.parametrize("proposer", ["draft", "feature", "lookup", "retrieval"])
+@pytest.mark.parametrize("cost_law", [STEEP, FLAT, law(0.25, 0.05)], ids=["steep", "flat", "mid"])
+def test_auto_greedy_equals_target_greedy(pair, proposer, cost_law):
+    new = 20
+    reference = pair.target.generate(torch.tensor([PROMPT]), do_sample=False, max_new_tokens=new,
+                                     min_new_tokens=new)[0].tolist()
+    cfg = DecodeConfig(k="auto", proposer=proposer, temperature=0, max_new_tokens=new, cache_layout="paged",
+                       page_size=3)
+    dec, traces = run(pair, cfg, cost_law)
+    assert dec.committed == reference
+    assert all(t.auto is not None for t in traces)
+    for t in traces:
+        assert t.k <= max(t.auto.k, 0)  # the proposer may propose fewer than asked, never more
+        if t.auto.k == 0:  # a plain target step: one generated token, nothing tested
+            assert t.k == 0 and [e.kind for e in t.emitted] == ["generated"] and t.proposer_note == t.auto.reason
+    if cost_law is STEEP:
+        assert all(t.auto.k == 0 for t in traces)
+    if cost_law is FLAT:
+        assert all(t.auto.k > 0 for t in traces[:-1])
+
+
+@pytest.mark.parametrize(("layout", "page_size", "policy"), LAYOUT_CASES[:3])
+def test_auto_mixes_plain_steps_and_drafts_with_the_invariant(pair, layout, page_size, policy):
+    """A curve where one rejection tips the law to plain steps and an acceptance back to drafts."""
+    middling = law(0.3, 0.0)
+    cfg = DecodeConfig(k="auto", proposer="draft", temperature=1.0, max_new_tokens=30, cache_layout=layout,
+                       page_size=page_size, free_policy=policy, seed=5)
+    _, traces = run(pair, cfg, middling)
+    chosen = {t.auto.k for t in traces}
+    assert 0 in chosen and chosen - {0}, chosen
+    back = CycleTrace.from_dict(json.loads(json.dumps(traces[0].to_dict())))
+    assert back == traces[0] and back.auto == traces[0].auto
+
+
+def test_auto_tree_picks_a_budget(pair):
+    cfg = DecodeConfig(k="auto", proposer="feature", tree_width=3, tree_nodes=16, temperature=0, max_new_tokens=12)
+    _, traces = run(pair, cfg, FLAT)
+    assert traces[0].auto.k == 16 and traces[0].tree is not None and traces[0].tree.budget == 16
+    _, plain = run(pair, cfg, STEEP)
+    assert all(t.auto.k == 0 and t.k == 0 for t in plain)
+
+
+def test_auto_samples_match_the_target_distribution():
+    """Chi-square at T = 1 over the first two tokens, with a law under which the first cycle
+    drafts and a rejection makes the next a plain step: both kinds of cycle sample p exactly."""
+    pair = make_pair("llama", vocab_size=VOCAB, noise=1.0, seed=3)
+    cfg = DecodeConfig(k="auto", proposer="draft", temperature=1.0, instrument=False, max_new_tokens=16)
+    middling = law(0.3, 0.0)
+    expected = exact_joint(pair.target, cfg)
+    counts: collections.Counter = collections.Counter()
+    plain = drafted = 0
+    runs = 2000
+    for seed in range(runs):
+        dec = SpeculativeDecoder(pair, cfg.replace(seed=seed), cost_law=middling)
+        dec.start(EXACT_PROMPT)
+        while len(dec.committed) < len(EXACT_PROMPT) + 2:
+            tr = dec.step()
+            plain, drafted = plain + (tr.auto.k == 0), drafted + (tr.auto.k > 0)
+        counts[tuple(dec.committed[len(EXACT_PROMPT):len(EXACT_PROMPT) + 2])] += 1
+    assert plain >= 100 and drafted >= 100, (plain, drafted)
+    assert chi_square(counts, expected, runs)[1] > 0.01
+
+
+def test_forks_decide_alike(pair):
+    """The choice reads the run's own history (its committed tokens' origins), so a fork, like a
+    parked decoder rebuilt from those tokens, makes the same choice and the same cycle."""
+    cfg = DecodeConfig(k="auto", proposer="draft", temperature=1.0, max_new_tokens=24, seed=2)
+    dec = SpeculativeDecoder(pair, cfg, cost_law=law(0.3))
+    dec.start(PROMPT)
+    for _ in range(3):
+        dec.step()
+    a, b = dec.fork(), dec.fork()
+    first, second = a.step(), b.step()
+    assert first.auto == second.auto and first.emitted == second.emitted
+
+
+def test_law_for_measures_once_and_caches_per_machine(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
+    small = make_pair("gpt2", vocab_size=64)
+    measured = costlaw.law_for(small)
+    assert measured.ns[0] == 1 and measured.verify[0] == 1.0 and measured.step_ms > 0
+    assert list(measured.verify) == sorted(measured.verify)  # fitted non-decreasing
+    assert set(measured.draft_cost) >= {"draft", "feature", "lookup", "retrieval"}
+    assert costlaw.law_for(small) is measured  # the same loaded model: no second measurement
+    files = list((tmp_path / "costlaw").glob("*.json"))
+    assert len(files) == 1
+    again = make_pair("gpt2", vocab_size=64)  # a fresh load of the same shapes reads the file
+    assert costlaw.law_for(again) == measured
