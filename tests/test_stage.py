@@ -150,10 +150,17 @@ def test_malformed_or_foreign_messages_are_ignored(pair):
     # A pause is said with `pause: true` and nothing else (a stray value is not a pause).
     assert stage_protocol.parse({"kind": "view", "run": 1, "step": 2, "pause": True})["pause"] is True
     assert "pause" not in stage_protocol.parse({"kind": "view", "run": 1, "step": 2, "pause": "yes"})
-    # `sent` (when the browser sent it, epoch ms) orders the messages; a value that could not be one is dropped.
-    assert stage_protocol.parse({"kind": "view", "run": 1, "step": 2, "sent": 1.5e12})["sent"] == 1.5e12
-    assert "sent" not in stage_protocol.parse({"kind": "view", "run": 1, "step": 2, "sent": "inf"})
-    assert stage_protocol.parse({"kind": "view", "run": 1, "step": 2, "sent": "soon"}) is None
+    # `sent` (the page's clock, ms since it opened) orders the messages; a message whose numbers are not
+    # finite, integral where they count, and in range is no message (the route answers 400).
+    assert stage_protocol.parse({"kind": "view", "run": 1, "step": 2, "sent": 1234.5})["sent"] == 1234.5
+    for bad in ("inf", "soon", 1e300, -1, float("nan"), True):
+        assert stage_protocol.parse({"kind": "view", "run": 1, "step": 2, "sent": bad}) is None, bad
+    for bad in (1e999, float("nan"), 2.5, "3", -1, True, 10**12):
+        assert stage_protocol.parse({"kind": "view", "run": 1, "step": bad}) is None, bad
+        assert stage_protocol.parse({"kind": "next_cycle", "run": 1, "step": 2, "target": bad}) is None, bad
+        if bad != 10**12:  # a signature may be that large (a counter of the server process)
+            assert stage_protocol.parse({"kind": "view", "run": 1, "step": 2, "have": [1, bad]}) is None, bad
+    assert stage_protocol.parse({"kind": "view", "run": 1, "step": 2.0})["step"] == 2  # JSON's 2.0 is 2
     run = prefetch(live(pair))
     other = stage_protocol.parse({"kind": "view", "run": run.id + 1, "step": 3})
     assert stage_protocol.apply(run, other) is run
@@ -272,10 +279,11 @@ def test_a_steps_body_travels_once_and_comes_back_whole(pair):
 
 
 def test_messages_say_which_bodies_the_browser_holds():
-    event = stage_protocol.parse({"kind": "view", "run": 2, "step": 4, "have": [3, "7", 9.0]})
+    event = stage_protocol.parse({"kind": "view", "run": 2, "step": 4, "have": [3, 7, 9.0]})
     assert event == {"kind": "view", "run": 2, "step": 4, "have": frozenset({3, 7, 9})}
     assert not stage_protocol.moves_server(event)
     assert stage_protocol.parse({"kind": "view", "run": 2, "step": 4, "have": ["x"]}) is None
+    assert stage_protocol.parse({"kind": "view", "run": 2, "step": 4, "have": ["7"]}) is None  # numbers are numbers
     # A request carries the id that the payload answering it echoes (sent again until answered).
     asked = stage_protocol.parse({"kind": "next_phase", "run": 2, "step": 4, "target": 5, "req": "k3x:7"})
     assert asked["req"] == "k3x:7" and stage_protocol.moves_server(asked)

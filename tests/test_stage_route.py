@@ -198,3 +198,126 @@ def test_a_report_that_arrives_after_a_later_click_leaves_the_server_where_the_c
     assert newer["view"] == 7 and ch.ws.run.view == 7
     unstamped = stage_route.answer(ch, {"kind": "view", "run": run_id, "step": 6})  # no `sent`: carried out
     assert unstamped["view"] == 6
+
+
+# ---- what is not a stage message of a live session costs nothing (issue 33, parts 5 and 6b) ----------
+
+
+def _asgi(chunks: list[bytes], headers: list[tuple[bytes, bytes]] = ()) -> tuple[int, dict, int]:
+    """The endpoint called with a body in `chunks` (chunked unless `headers` gives a length): the
+    status, the JSON answer and how many chunks the endpoint asked for."""
+    from starlette.requests import Request
+
+    asked = []
+
+    async def receive() -> dict:
+        asked.append(1)
+        more = len(asked) < len(chunks)
+        return {"type": "http.request", "body": chunks[len(asked) - 1], "more_body": more}
+
+    async def call() -> tuple[int, dict, int]:
+        scope = {"type": "http", "method": "POST", "path": stage_route.PATH, "headers": list(headers),
+                 "query_string": b""}
+        response = await stage_route._endpoint(Request(scope, receive))
+        return response.status_code, json.loads(response.body), len(asked)
+
+    return asyncio.run(call())
+
+
+def test_an_oversized_body_is_refused_before_it_is_read():
+    ten_mb = [b"x" * (1 << 20)] * 10
+    status, data, asked = _asgi(ten_mb, [(b"content-length", str(10 << 20).encode())])
+    assert (status, asked) == (413, 0) and "too large" in data["error"]  # refused from its length alone
+    status, _, asked = _asgi([b"x" * 16384] * 640)  # chunked, no length: read only up to the limit
+    assert status == 413 and asked == stage_route.MAX_BODY // 16384 + 1
+    assert _asgi([b"{}"], [(b"content-length", b"-5")])[0] == 400
+
+
+def test_numbers_that_are_not_finite_or_out_of_range_are_400_not_500(pair):
+    ch = channel(pair)
+    run_id = ch.ws.run.id
+    for raw in (b'{"kind": "view", "run": %d, "step": 1e999}', b'{"kind": "view", "run": %d, "step": NaN}',
+                b'{"kind": "view", "run": %d, "step": -Infinity}',
+                b'{"kind": "view", "run": %d, "step": 1, "sent": 1e300}',
+                b'{"kind": "seek", "run": %d, "step": 1, "target": 99999999999}'):
+        body = b'{"token": "%s", "event": %s}' % (ch.token.encode(), raw % run_id)
+        status, data = _post(body)
+        assert status == 400 and "error" in data, raw
+    assert _post(b'{"token": 5, "event": {}}')[0] == 400 and _post(b"[1, 2]")[0] == 400
+    assert _post(b"\xff\xfe")[0] == 400 and _post(b"[" * 60_000)[0] == 400  # nested past the parser's depth
+
+
+def test_one_session_cannot_hold_the_routes_threads(pair, monkeypatch):
+    """Calls of one session past `MAX_SESSION_CALLS` are refused at once (429) while its first ones
+    wait; another session's call is answered meanwhile, and the session's calls are free again after."""
+    import threading
+
+    hog, other = channel(pair), channel(pair)
+    release = threading.Event()
+    answer = stage_route.answer
+
+    def slow(ch, event):
+        if ch is hog:
+            release.wait(60)
+        return answer(ch, event)
+
+    monkeypatch.setattr(stage_route, "answer", slow)
+
+    def body(ch) -> bytes:
+        return json.dumps({"token": ch.token, "event": {"kind": "view", "run": ch.ws.run.id, "step": 0}}).encode()
+
+    async def scenario() -> tuple[list[int], int, list[int]]:
+        waiting = [asyncio.create_task(_call(body(hog))) for _ in range(stage_route.MAX_SESSION_CALLS)]
+        while hog.calls < stage_route.MAX_SESSION_CALLS:
+            await asyncio.sleep(0)
+        refused = [(await _call(body(hog)))[0] for _ in range(3)]
+        answered = (await _call(body(other)))[0]
+        release.set()
+        return refused, answered, [(await t)[0] for t in waiting]
+
+    refused, answered, held = asyncio.run(scenario())
+    assert refused == [429] * 3 and answered == 200 and held == [200] * stage_route.MAX_SESSION_CALLS
+    assert hog.calls == 0 and _post(body(hog))[0] == 200
+
+
+async def _call(body: bytes) -> tuple[int, dict]:
+    from starlette.requests import Request
+
+    sent = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def receive() -> dict:
+        return sent.pop(0)
+
+    scope = {"type": "http", "method": "POST", "path": stage_route.PATH, "headers": [], "query_string": b""}
+    response = await stage_route._endpoint(Request(scope, receive))
+    return response.status_code, json.loads(response.body)
+
+
+def test_a_channel_whose_workspace_another_session_took_over_is_gone(pair):
+    """A reload's new session takes the workspace over (`session.open_workspace`): the old session's
+    channel must not drive it any more (two browsers on one run)."""
+    ch = channel(pair)
+    event = {"kind": "view", "run": ch.ws.run.id, "step": 0}
+    assert _post(json.dumps({"token": ch.token, "event": event}).encode())[0] == 200
+    ch.ws.owner = "another session"
+    assert _post(json.dumps({"token": ch.token, "event": event}).encode())[0] == 410
+
+
+def test_a_stamp_from_the_future_cannot_freeze_a_session(pair, monkeypatch):
+    """`sent` is the page's clock: a message stamped far ahead (a forged value, a clock gone wrong) holds
+    later messages back only within `ORDER_WINDOW_S` of the server's clock, and once the session has
+    a baseline it does not even become the latest."""
+    from specviz.ui import stage_protocol
+
+    now = [1000.0]
+    monkeypatch.setattr(stage_protocol, "_clock", lambda: now[0])
+    ch = channel(pair)
+    rid = ch.ws.run.id
+    stage_route.answer(ch, {"kind": "next_cycle", "run": rid, "step": 0, "target": 5, "req": "m:1"})
+    stage_route.answer(ch, {"kind": "view", "run": rid, "step": 1, "sent": 1e15})  # the first message: a baseline
+    assert stage_route.answer(ch, {"kind": "view", "run": rid, "step": 2, "sent": 50.0})["view"] == 1  # held back
+    now[0] += stage_protocol.ORDER_WINDOW_S
+    assert stage_route.answer(ch, {"kind": "view", "run": rid, "step": 3, "sent": 60.0})["view"] == 3  # not for ever
+    assert stage_route.answer(ch, {"kind": "view", "run": rid, "step": 4, "sent": 9e15})["view"] == 4  # carried out...
+    assert stage_route.answer(ch, {"kind": "view", "run": rid, "step": 2, "sent": 70.0})["view"] == 2  # ... not latest
+    assert stage_route.answer(ch, {"kind": "view", "run": rid, "step": 1, "sent": 65.0})["view"] == 2  # still ordered

@@ -29,7 +29,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
-import math
 import secrets
 import threading
 import time
@@ -46,33 +45,64 @@ from .state import PREFETCH_DEPTH, Run, Slot, Workspace
 
 KINDS = ("view", "prefetch", "next_phase", "next_cycle", "back", "seek", "play")
 MAX_HAVE = 256  # signatures a message may list (the browser keeps a few dozen)
+MAX_COUNT = 10**9  # a run id, a step, a target: far beyond any run's length
+MAX_SIG = 2**53  # a step body's signature (`stage_data.pack`: a counter of the server process)
+MAX_SENT = 2**53  # `sent`, the page's clock in ms: 285,000 years
+ORDER_WINDOW_S = 120.0  # `in_order` skips a message sent before the latest only this long after it
 PREFETCH_WAIT_S = 60.0  # a prefetch message on the route waits this long for the one computing
 
 
 # ---------------------------------------------------------------- messages ---------------------
 
 
+class BadMessage(ValueError):
+    """A message that is not a stage message (the route answers 400; the trigger ignores it)."""
+
+
 def parse(event: Any) -> dict[str, Any] | None:
-    """A well-formed message, or None (a stale or foreign value is ignored, never an error)."""
+    """A well-formed message, or None (a stale or foreign value is ignored, never an error). Numbers
+    must be finite and in range, integers integral: `1e999` as a step is no step (`BadMessage`)."""
     if not isinstance(event, dict) or event.get("kind") not in KINDS:
         return None
     try:
-        out = {"kind": event["kind"], "run": int(event["run"]), "step": int(event["step"])}
+        out = {"kind": event["kind"], "run": _count(event["run"]), "step": _count(event["step"])}
         if "target" in event:
-            out["target"] = int(event["target"])
+            out["target"] = _count(event["target"])
         if "req" in event:
-            out["req"] = str(event["req"])[:40]
-        if "sent" in event and math.isfinite(sent := float(event["sent"])):  # epoch ms in the browser
-            out["sent"] = sent
+            out["req"] = _text(event["req"])
+        if "sent" in event:  # the page's own clock (ms since it opened): see `in_order`
+            out["sent"] = _number(event["sent"], MAX_SENT)
         if event.get("pause") is True:
             out["pause"] = True
         if out["kind"] == "play":
             out["on"] = event.get("on") is True
         if "have" in event:
-            out["have"] = frozenset(int(h) for h in list(event["have"])[:MAX_HAVE])
-    except (KeyError, TypeError, ValueError):
+            if not isinstance(event["have"], list):
+                raise BadMessage("have")
+            out["have"] = frozenset(_count(h, MAX_SIG) for h in event["have"][:MAX_HAVE])
+    except (KeyError, BadMessage):
         return None
     return out
+
+
+def _number(value: Any, top: float) -> float:
+    """A JSON number in [0, top]; booleans and strings are not numbers here."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= top:
+        raise BadMessage(repr(value)[:40])  # NaN fails the comparison too
+    return value
+
+
+def _count(value: Any, top: int = MAX_COUNT) -> int:
+    number = _number(value, top)
+    if number != int(number):
+        raise BadMessage(repr(value)[:40])
+    return int(number)
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str | int) or isinstance(value, bool):
+        raise BadMessage(repr(value)[:40])
+    return str(value)[:40]
 
 
 def moves_server(event: dict[str, Any]) -> bool:
@@ -135,8 +165,20 @@ class Channel:
     have: frozenset[int] = frozenset()  # step signatures the browser last said it holds
     answered: collections.deque = dataclasses.field(default_factory=lambda: collections.deque(maxlen=64))
     memo: tuple | None = None  # (run state, Timeline): see `timeline`
-    latest: float = 0.0  # when the browser sent the newest message carried out (`in_order`)
+    latest: float = 0.0  # when the browser sent the newest message carried out (`in_order`), page clock
+    latest_at: float = 0.0  # ... and when it was carried out (server's monotonic clock; 0: none yet)
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)  # around a payload's building
+    calls: int = 0  # the route's calls of this session in flight (`stage_route`, in its event loop only)
+    owner: str | None = dataclasses.field(default=None, init=False)  # the session the workspace had then
+
+    def __post_init__(self) -> None:
+        self.owner = self.ws.owner
+
+    @property
+    def current(self) -> bool:
+        """Whether this channel's session still shows its workspace: a reload's new session that took
+        it over (`session.open_workspace`) leaves the old session's channel dead (the route: 410)."""
+        return self.ws.owner == self.owner
 
     def look(self, view: PageView) -> None:
         """The page's script run set the stage's `view`. A change (lecture mode, the quiz...) dates every
@@ -175,11 +217,25 @@ def handle(ch: Channel, event: dict[str, Any], route: bool = False) -> bool:
 
 def in_order(ch: Channel, event: dict[str, Any], run: Run, slot: Slot) -> Run:
     """`apply`, under the workspace's lock, unless the browser sent `event` before a message already
-    carried out (the route's calls take that lock in no set order: design.md §3, the stage's protocol)."""
-    if event.get("sent", ch.latest) < ch.latest:
-        return run
-    ch.latest = event.get("sent", ch.latest)
+    carried out (the route's calls take that lock in no set order: design.md §3, the stage's protocol).
+
+    `sent` is the page's own clock (`performance.now()`: monotonic, from the page's opening), so a
+    wall clock stepping back cannot reorder anything. The server's clock bounds what a bad stamp can
+    do: a message is skipped only within `ORDER_WINDOW_S` of the latest one's carrying out (a race
+    between waiting calls lasts seconds), and a stamp further ahead of the latest than the server's
+    own time since then allows is carried out without becoming the latest, so `sent` = 1e15 cannot
+    freeze a session."""
+    sent, now = event.get("sent"), _clock()
+    if sent is not None:
+        if sent < ch.latest and now - ch.latest_at < ORDER_WINDOW_S:
+            return run
+        if not ch.latest_at or sent - ch.latest <= (now - ch.latest_at + ORDER_WINDOW_S) * 1000:
+            ch.latest, ch.latest_at = sent, now
     return apply(run, event, slot)
+
+
+def _clock() -> float:
+    return time.monotonic()
 
 
 def served_stamp(event: dict[str, Any], start: float) -> dict[str, Any]:
