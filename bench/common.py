@@ -89,16 +89,20 @@ def load_prompts(tokenizer: Any, n: int) -> list[list[int]]:
 
 
 NATURAL = REPO / "assets" / "prompts" / "natural.jsonl"
+GROUNDED = REPO / "assets" / "prompts" / "grounded.jsonl"  # input-grounded tasks; `copies`: the answer copies its input
 
 
 def prompt_set(tokenizer: Any, name: str, n: int) -> list[list[int]]:
     """Token ids of n prompts of a set, evenly spread over the file (so over its kinds):
-    ``natural`` (hand-written, never trained on; conversations keep their earlier turns) or
-    ``template`` (the template-built held-out prompts)."""
-    path = {"natural": NATURAL, "template": HELDOUT}[name]
-    rows = _jsonl(path)
-    picked = [rows[i * len(rows) // n] for i in range(min(n, len(rows)))]
-    return [encode(tokenizer, r.get("messages") or r["prompt"]) for r in picked]
+    ``natural`` (hand-written, never trained on; conversations keep their earlier turns),
+    ``grounded`` (input-grounded tasks) or ``template`` (the template-built held-out prompts)."""
+    return [encode(tokenizer, r.get("messages") or r["prompt"]) for r in prompt_rows(name, n)]
+
+
+def prompt_rows(name: str, n: int) -> list[dict[str, Any]]:
+    """The rows `prompt_set` picks (their ids, kinds and, for ``grounded``, `copies`)."""
+    rows = _jsonl({"natural": NATURAL, "grounded": GROUNDED, "template": HELDOUT}[name])
+    return [rows[i * len(rows) // n] for i in range(min(n, len(rows)))]
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:

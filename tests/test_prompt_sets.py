@@ -44,6 +44,33 @@ def test_natural_set_is_large_and_covers_every_kind():
     assert len({r["prompt"].lower() for r in rows}) == len(rows)
 
 
+GROUNDED_KINDS = {"rewrite", "correct", "summarise", "extract", "quote", "edit_code"}
+
+
+def grounded() -> list[dict]:
+    return dp.read_jsonl(dp.PROMPTS / "grounded.jsonl")
+
+
+def test_grounded_set_covers_every_input_grounded_kind_and_marks_copying():
+    """The input-grounded set (prompt lookup and retrieval's ground): each prompt carries its own
+    input, and `copies` says whether a right answer reproduces that input (corrections, quotes,
+    code edits, extractions) or not (summaries, free rewrites)."""
+    rows = grounded()
+    assert len(rows) >= 24
+    assert {r["kind"] for r in rows} == GROUNDED_KINDS
+    assert len({r["id"] for r in rows}) == len(rows) and all(r["id"].startswith("grounded-") for r in rows)
+    assert len({r["prompt"].lower() for r in rows}) == len(rows)
+    assert all(isinstance(r["copies"], bool) for r in rows)
+    assert sum(r["copies"] for r in rows) >= 8 and not all(r["copies"] for r in rows)
+    assert all(r["copies"] for r in rows if r["kind"] in {"correct", "quote", "edit_code"})
+    assert not any(r["copies"] for r in rows if r["kind"] == "summarise")
+
+
+def test_no_training_prompt_is_a_near_duplicate_of_a_grounded_prompt():
+    held_out = [dp.words(r["prompt"]) for r in grounded()]
+    assert [t for t in training_texts() if dp.near_duplicate(t, held_out)] == []
+
+
 def test_conversations_end_with_the_prompt_as_a_user_turn():
     convs = [r for r in natural() if r["kind"] == "conversation"]
     assert len(convs) >= 10
@@ -106,5 +133,6 @@ def test_benchmark_prompt_sets_spread_over_the_kinds():
 
     picked = prompt_set(Tok(), "natural", 12)
     assert len(picked) == 12
+    assert len(prompt_set(Tok(), "grounded", 100)) == len(grounded())
     kinds = {rows[i * len(rows) // 12]["kind"] for i in range(12)}
     assert len(kinds) >= 8

@@ -225,7 +225,7 @@ function createStage(root, hooks) {
   };
   const s = {
     data: null, cur: null, run: null, seq: null, queue: [], waiting: false, held: null,
-    reportTimer: null, reported: null, pauseTimer: null, pausedAt: null, painted: 0, prefetched: null, shown: null,
+    reportTimer: null, reported: null, pausing: false, pauseTimer: null, pausedAt: null, painted: 0, prefetched: null, shown: null,
     req: 0, pending: null, awaited: null, superseded: null, resendTimer: null, log: [], deferred: [], holdTimer: null,
     bodies: new Map(), raw: null, timings: [], received: {payloads: 0, steps: 0, bodies: 0, again: 0},  // held bodies; the last payload
   };
@@ -466,7 +466,14 @@ function createStage(root, hooks) {
     back() { if (s.data && s.cur > 0) go(s.cur - 1, 'back'); },
     seek(step) { if (s.data) go(step, 'seek'); },
     // Play (on) or Pause: the server plays, from the step shown here (a report with what to do).
-    play(on) { if (s.data && s.cur !== null) report('play', {on: !!on}); },
+    // From Pause until the server says it stopped, a step it made on its timer before it heard of the
+    // pause (a payload built while playing) is not followed: it was on its way when the lecturer
+    // paused, and the pause's own answer would move the page back (4 → 5 → 4).
+    play(on) {
+      if (!s.data || s.cur === null) return;
+      s.pausing = !on;
+      report('play', {on: !!on});
+    },
     get state() { return s; },
     // A payload is unpacked (inflated) and taken at once, in the call that brings it: nothing
     // waits for a later task, and payloads are taken in the order they come.
@@ -502,6 +509,10 @@ function createStage(root, hooks) {
 
   function absorb(data) {
     note(['got', data.seq, data.view, data.answered, s.cur, s.waiting, s.queue.length]);
+    if (s.pausing && data.run === s.run) {
+      if (data.playing) { note(['played-after-pause', data.seq, data.view]); return; }
+      s.pausing = false;
+    }
     intro(data.intro);
     if (data.page) s.pausedAt = data.view;  // the whole page was drawn for the server's step
     const answered = s.waiting && !!s.pending && data.answered === s.pending;
