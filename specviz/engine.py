@@ -92,17 +92,28 @@ class _Proposal:
 
 
 class _Clock:
-    """Per-phase timings and (when instrumented) one cache snapshot per phase of a cycle."""
+    """Per-phase timings and (when instrumented) one cache snapshot per phase of a cycle. On a CUDA
+    device the clock waits for the queued kernels before it reads: a forward returns as soon as its
+    kernels are queued, so an unsynchronised verify pass would be booked under the phase after it."""
 
     def __init__(self, decoder: SpeculativeDecoder, s: _Session, record: bool, n: int) -> None:
         self.decoder, self.s, self.record = decoder, s, record
         self.timings: dict[str, float] = {}
         self.snaps: list[PhaseSnapshot] = []
-        self.t = time.perf_counter()
+        device = model_device(decoder.target)
+        self.sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+        self.sync()
+        self.t = self.start = time.perf_counter()
         if record:
             self.snaps.append(decoder._phase_snapshot(s, "start", n))
 
+    @property
+    def total_ms(self) -> float:
+        """The cycle's own wall time, from its start to the last phase marked (the check apart)."""
+        return (self.t - self.start) * 1000
+
     def mark(self, phase: str, num_committed: int) -> None:
+        self.sync()
         now = time.perf_counter()
         self.timings[phase] = (now - self.t) * 1000
         if self.record:
@@ -316,7 +327,8 @@ class SpeculativeDecoder:
             residual_top=dist_top if corrected else (), bonus_top=() if corrected else dist_top,
             emitted=tuple(emitted), target_events=tuple(s.caches["target"].drain_events()),
             draft_events=tuple(s.proposer.drain_events()), snapshots=tuple(clock.snaps),
-            timings_ms=clock.timings, invariant_max_abs_diff=invariant, finish_reason=finish_reason,
+            timings_ms=clock.timings, total_ms=clock.total_ms, invariant_max_abs_diff=invariant,
+            finish_reason=finish_reason,
             forced=any(walk.forced or ()), proposer=s.proposer.name, proposer_note=proposal.note, dtype=self.dtype,
             matched=proposal.matched, auto=auto,
             tree=None if shape is None else TreeTrace(

@@ -246,7 +246,8 @@ class CycleTrace:
     target_events: tuple[CacheEvent, ...]
     draft_events: tuple[CacheEvent, ...]
     snapshots: tuple[PhaseSnapshot, ...]  # one per phase in CYCLE_PHASES
-    timings_ms: dict[str, float] = field(default_factory=dict)
+    timings_ms: dict[str, float] = field(default_factory=dict)  # per phase (plus "invariant_check")
+    total_ms: float | None = None  # the cycle's own wall time, draft to rollback (None: an older run file)
     invariant_max_abs_diff: dict[str, float] | None = None  # {"target": .., "draft": ..}
     finish_reason: str | None = None  # "eos", "max_new_tokens" or "context_full" if the cycle ended it
     forced: bool = False  # some outcome was forced by what-if mode

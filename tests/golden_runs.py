@@ -4,7 +4,7 @@ Each case decodes a tiny random pair (tests/engine_helpers.make_pair) under one 
 matrix seeds x proposers x layouts/policies x chain/tree x T=0/T=1, plus what-if cases, and
 keeps every trace whole (tokens, verdicts, u draws, cache events, snapshots, top-N lists) with
 the next draws of both random streams after the run (the RNG stream a cycle consumed).
-Timings are dropped (they are the only field that is not a function of the config).
+Timings (`timings_ms`, `total_ms`) are dropped: they are the only fields that are not a function of the config.
 
     python tests/golden_runs.py        # (re)record tests/golden/runs.json.gz from the current code
 
@@ -71,7 +71,7 @@ def run_case(fields: dict) -> dict:
     traces = []
     while not dec.finished:
         trace = dec.step().to_dict()
-        trace.pop("timings_ms")
+        trace.pop("timings_ms"), trace.pop("total_ms")
         traces.append(trace)
     streams = {role: torch.rand(4, generator=gen).tolist() for role, gen in dec._session.generators.items()}
     return {"committed": dec.committed, "traces": traces, "streams": streams}
@@ -127,7 +127,7 @@ def load() -> dict:
 
 
 # Trace fields added after the recording, with the value every recorded (pre-retrieval) run must hold.
-ADDED_SINCE = {"matched": None, "source": ""}
+ADDED_SINCE = {"matched": None, "source": "", "auto": None, "total_ms": None}
 
 
 # How far a recorded float may move on another CPU (or thread count, or kernel): the rule, from the

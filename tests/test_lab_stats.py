@@ -232,3 +232,22 @@ def test_stats_with_plain_steps_mix_the_theory_by_share():
     rep = stats.measured_speedup(traces, None)
     want = 0.5 * stats.expected_tokens_per_cycle(6 / 7, 4) + 0.5
     assert rep.expected_tokens_per_cycle == pytest.approx(want)
+
+
+def test_a_cycles_time_is_its_own_total_not_a_sum_of_every_key():
+    """A trace carries its total (draft to rollback); an older one's is the sum of the decoding phases
+    only: the invariant check is not decoding, and a key added later must not be counted twice."""
+    import dataclasses
+
+    from specviz import DecodeConfig, SpeculativeDecoder, build_tiny_pair
+
+    pair = build_tiny_pair(seed=0)
+    dec = SpeculativeDecoder(pair, DecodeConfig(k=3, seed=2, check_invariant=True))
+    dec.start(pair.tokenizer.encode("the quick brown fox"))
+    trace = dec.step()
+    phases = ("draft", "verify", "accept", "resolve", "rollback")
+    assert "invariant_check" in trace.timings_ms and trace.total_ms > 0
+    assert trace.total_ms == pytest.approx(sum(trace.timings_ms[p] for p in phases), rel=1e-9)  # one clock
+    assert stats.cycle_ms(trace) == trace.total_ms
+    older = dataclasses.replace(trace, total_ms=None, timings_ms={**trace.timings_ms, "draft_total": 99.0})
+    assert stats.cycle_ms(older) == pytest.approx(sum(trace.timings_ms[p] for p in phases))

@@ -85,7 +85,7 @@ def assert_same_bookkeeping(replayed: RunRecord, real: RunRecord) -> None:
         assert mine.draft_events == theirs.draft_events, f"cycle {mine.cycle}"
         assert mine.snapshots == theirs.snapshots, f"cycle {mine.cycle}"
     # and everything else -- the decisions -- is the run's own, untouched
-    strip = dict(target_events=(), draft_events=(), snapshots=(), timings_ms={})
+    strip = dict(target_events=(), draft_events=(), snapshots=(), timings_ms={}, total_ms=None)
     assert [dataclasses.replace(t, **strip) for t in replayed.traces] == [
         dataclasses.replace(t, **strip) for t in real.traces
     ]

@@ -58,7 +58,7 @@ def live(pair, run_id: int = 1, **cfg) -> Run:
 def essence(tr) -> dict:
     """Everything a cycle decided and recorded, without its timings."""
     d = tr.to_dict()
-    d.pop("timings_ms", None)
+    d.pop("timings_ms", None), d.pop("total_ms", None)
     return d
 
 

@@ -50,7 +50,7 @@ def channel(pair, **cfg) -> Channel:
 
 def essence(tr) -> dict:
     d = tr.to_dict()
-    d.pop("timings_ms", None)
+    d.pop("timings_ms", None), d.pop("total_ms", None)
     return d
 
 

@@ -40,6 +40,7 @@ from typing import Any
 from markdown_it import MarkdownIt
 
 from .. import narrative
+from ..stats import cycle_ms
 from ..timeline import at, end_of, snapshot_at
 from ..trace import CacheSnapshot, CycleTrace, PhaseSnapshot
 from . import kv_html, tokens, tree_view
@@ -166,7 +167,7 @@ def step_payload(tl: Timeline, step: int, *, lecture: bool, max_rows: int | None
         "sig": sig, "title": title(cycle, phase), "cycle": cycle, "phase": phase, "kv": pictures,
         "status": _status_html(status + tl.status_suffix), "story": story, "strip": strip,
         # What computing this step's cycle took on the server (the latency bench compares with it).
-        "compute_ms": round(sum(tr.timings_ms.values()), 1) if tr is not None else None,
+        "compute_ms": round(cycle_ms(tr), 1) if tr is not None else None,
     }  # fmt: skip
 
 
