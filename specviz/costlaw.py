@@ -124,6 +124,12 @@ def acceptance_counts(origins: Sequence[str]) -> tuple[list[int], list[int]]:
     return tested, accepted
 
 
+def run_acceptance(traces: Sequence[Any], proposer: str, depth: int = AUTO_MAX_K) -> tuple[float, ...]:
+    """a_1..a_depth as auto would estimate them after these cycles (what-if cycles left out)."""
+    origins = [e.kind for t in traces if not t.forced for e in t.emitted]
+    return estimate(proposer, *acceptance_counts(origins), depth)
+
+
 def estimate(proposer: str, tested: Sequence[int], accepted: Sequence[int], depth: int) -> tuple[float, ...]:
     """a_1..a_depth: each depth's Beta posterior mean, the prior worth `PRIOR_WEIGHT` tested drafts."""
     prior = PRIORS.get(proposer, DEFAULT_PRIOR)

@@ -214,3 +214,33 @@ def test_law_for_measures_once_and_caches_per_machine(tmp_path, monkeypatch):
     assert len(files) == 1
     again = make_pair("gpt2", vocab_size=64)  # a fresh load of the same shapes reads the file
     assert costlaw.law_for(again) == measured
+
+
+# --------------------------------------------------------------------------- on screen
+
+
+def test_the_app_runs_auto_and_draws_the_law(tmp_path, monkeypatch):
+    """Auto in the sidebar: each cycle records the law's choice, a plain step says why, and the
+    statistics tab draws this machine's law and says in one sentence which K it picks."""
+    from test_app import click, open_app, shown
+
+    monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
+    at = open_app(tab="stats", k_mode="auto")
+    assert at.radio(key="k_mode").value == "auto" and at.slider(key="k").disabled
+    click(at, "next_cycle", 2)
+    run = shown(at)
+    assert run.dec.config.k == "auto" and all(t.auto is not None for t in run.traces)
+    shown_text = " ".join(m.value for m in at.markdown)
+    assert "**The cost law** — this machine's" in shown_text and "The law picks" in shown_text
+    at.radio(key="k_mode").set_value("fixed").run()  # the lecturer fixes K: live, history kept
+    click(at, "next_cycle")
+    assert shown(at).dec.config.k == at.slider(key="k").value and shown(at).traces[-1].auto is None
+
+
+def test_a_plain_step_chosen_by_auto_says_why(pair):
+    from specviz.narrative import phase_markdown
+
+    _, traces = run(pair, DecodeConfig(k="auto", temperature=0, max_new_tokens=4), STEEP)
+    text = phase_markdown(traces[0], "draft")
+    assert "Auto chose a plain step" in text and "pays only if accepted over" in text
+    assert "chose **a plain step**" in phase_markdown(traces[0], "start")

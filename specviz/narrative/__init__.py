@@ -9,7 +9,7 @@ ought to move, so a bookkeeping bug shows (design.md §7, "Numbers from the trac
 
 from .cycle import phase_markdown, prefill_markdown
 from .misconceptions import MISCONCEPTIONS, Misconception, misconceptions_markdown
-from .summary import explain_speedup, status_markdown
+from .summary import explain_law, explain_speedup, status_markdown
 
-__all__ = ["MISCONCEPTIONS", "Misconception", "explain_speedup", "misconceptions_markdown", "phase_markdown",
-           "prefill_markdown", "status_markdown"]
+__all__ = ["MISCONCEPTIONS", "Misconception", "explain_law", "explain_speedup", "misconceptions_markdown",
+           "phase_markdown", "prefill_markdown", "status_markdown"]

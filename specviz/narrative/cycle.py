@@ -16,7 +16,7 @@ from ..trace import CycleTrace, TreeNode, TreeTrace
 from ..viz.style import fmt_p
 from . import verdict
 from .proposer import story
-from .text import blocks, drop_sentence, events_sentence, invariant, mechanism, note, tok, tree_of
+from .text import auto_sentence, blocks, drop_sentence, events_sentence, invariant, mechanism, note, tok, tree_of
 
 
 def phase_markdown(trace: CycleTrace, phase: str) -> str:
@@ -51,6 +51,8 @@ def start(tr: CycleTrace) -> str:
     else:
         plain = " (no proposal this cycle: a plain target step)" if tr.k == 0 else ""
         shape = f" K = {tr.k}{plain}, temperature"
+    if tr.auto is not None:
+        shape = f" {auto_sentence(tr)}{shape}"
     return (f"**Cycle {tr.cycle + 1} starts** with n = {n} committed tokens (positions 0–{n - 1}). Invariant: the "
             f"target cache holds K/V for {held} (length **{target_len}** = n−1); the newest token x_n at position "
             f"{n - 1} has no K/V yet. {story(tr.proposer).start(tr)}{shape} {tr.temperature:g}.")
@@ -60,6 +62,10 @@ def draft(tr: CycleTrace) -> str:
     tree = tree_of(tr)
     if tree:
         body = _grown(tr, tree)
+    elif tr.auto is not None and tr.auto.k == 0:
+        body = (f"**Auto chose a plain step.** {note(tr)} So the proposer is not asked this cycle (it catches up "
+                "next time it drafts): the target will run over x_n alone, and its p_1 gives the next token — "
+                "nothing to accept or reject.")
     elif tr.k == 0:
         body = (f"**No proposal this cycle.** {note(tr) or 'The proposer proposed nothing.'} The cycle is one **plain "
                 "target step**: the target will run over x_n alone, and its p_1 gives the next token — nothing to "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from .. import costlaw
 from ..stats import SpeedupReport
 from ..trace import CycleTrace
 from ..viz.style import PHASE_TITLES
@@ -40,6 +41,22 @@ def explain_speedup(report: SpeedupReport) -> str:
                  f"{report.alpha:.2f} predicts {report.expected_tokens_per_cycle:.2f}: that is the measured "
                  f"**{measured:.2f}×**.")
     return " ".join(parts)
+
+
+def explain_law(law: costlaw.CostLaw, proposer: str, traces: Sequence[CycleTrace]) -> str:
+    """In one sentence, which K the machine's cost law picks for this run now, and why."""
+    acceptance = costlaw.run_acceptance(traces, proposer)
+    pick = costlaw.choose(law, proposer, acceptance, costlaw.AUTO_MAX_K)
+    seen = sum(t.auto is not None for t in traces)
+    ran = f" (auto ran {seen} of these {len(traces)} cycles)" if seen else ""
+    costs = (f"one verify over 2 tokens costs v(2) = {law.v(2):.2f} plain steps and a draft "
+             f"c = {law.cost_of(proposer):.3f}")
+    if pick.k == 0:
+        return (f"**The law picks a plain step here**{ran}: {costs}, so one draft pays only if accepted more than "
+                f"{costlaw.break_even(law, proposer, 1):.0%} of the time, and this run's a1 is {acceptance[0]:.0%}.")
+    return (f"**The law picks K = {pick.k}**{ran}: {costs}; with the acceptance seen (a1 = {acceptance[0]:.0%}) "
+            f"K = {pick.k} should commit {pick.expected_tokens:.2f} tokens for {pick.cycle_cost:.2f} plain steps, "
+            f"**{pick.expected_speedup:.2f}×** a plain step.")
 
 
 def status_markdown(num_prompt: int, traces: Sequence[CycleTrace], cycle: int | None, phase: str, proposer: str) -> str:

@@ -38,6 +38,18 @@ def entries(lo: int, hi: int) -> str:
     return f"entry {lo}" if lo == hi else f"entries {lo}–{hi}"
 
 
+def auto_sentence(tr: CycleTrace) -> str:
+    """What k="auto" chose before this cycle, by this machine's cost law (specviz.costlaw)."""
+    a = tr.auto
+    if a is None:
+        return ""
+    if a.k == 0:
+        return "**Auto** (this machine's cost law) chose **a plain step**."
+    what = f"a **{a.k}-node tree**" if tr.tree is not None else f"**K = {a.k}**"
+    return (f"**Auto** (this machine's cost law) chose {what}: {a.expected_tokens:.2f} tokens expected for "
+            f"{a.cycle_cost:.2f} plain steps, {a.expected_speedup:.2f}× a plain step.")
+
+
 def note(tr: CycleTrace) -> str:
     """The proposer's own sentence about this cycle, capitalised (empty when it said nothing)."""
     said = tr.proposer_note.strip()

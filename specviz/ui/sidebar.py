@@ -16,7 +16,7 @@ from typing import Any
 
 import streamlit as st
 
-from ..config import LAYOUTS, MAX_TREE_NODES, MAX_TREE_WIDTH, POLICIES, DecodeConfig
+from ..config import AUTO, LAYOUTS, MAX_TREE_NODES, MAX_TREE_WIDTH, POLICIES, DecodeConfig
 from ..errors import SpecvizError
 from ..models import preferred_proposer
 from ..precision import DEFAULT_DTYPE, DTYPES, INVARIANT_TOLERANCE
@@ -34,6 +34,7 @@ DEFAULT_PROMPT = "Explain in a few sentences why the sky is blue during the day 
 EXAMPLES_FILE = Path(__file__).resolve().parents[2] / "assets" / "prompts" / "examples.json"
 SPEEDS = {"slow (2 s)": 2.0, "normal (1 s)": 1.0, "fast (0.5 s)": 0.5}
 PAGE_SIZES = (1, 2, 4, 8, 16, 32, 64)
+K_MODES = {"auto": "Auto (this machine's cost law)", "fixed": "Fixed K"}
 LIVE = ("k", "tree_width", "tree_nodes", "temperature", "top_k", "top_p", "check_invariant", "max_new_tokens",
         "forced_outcomes")
 # (widget key, what it is called in "restarted because the … changed"): the settings of a run.
@@ -100,11 +101,14 @@ def example_prompts() -> list[str]:
 def init_state() -> None:
     for key, value in {**_defaults(), "_proposer_auto": True}.items():  # "proposer" is set once a pair is loaded
         st.session_state.setdefault(key, value)
+    # New runs let this machine's cost law choose K; the tiny random pair (a toy whose draft is as big as
+    # its target, so the law always picks plain steps) opens on a fixed K, where the mechanism shows.
+    st.session_state.setdefault("k_mode", "fixed" if st.session_state.pair_kind == "tiny" else "auto")
 
 
 # Page settings outside the sidebar's defaults that a reload brings back too (`page_settings`).
-OTHER_SETTINGS = ("proposer", "_proposer_auto", "compare_on", "compare_layout", "compare_page", "compare_policy",
-                  "more", "tab")
+OTHER_SETTINGS = ("k_mode", "proposer", "_proposer_auto", "compare_on", "compare_layout", "compare_page",
+                  "compare_policy", "more", "tab")
 
 
 def page_settings() -> dict[str, Any]:
@@ -185,7 +189,7 @@ def _sidebar(settings: ServerSettings, on_walkthrough: Any) -> Controls:
     forced: tuple[tuple[int, bool], ...] = ()
     if whatif and sampling["tree_width"] == 1:  # forcing is for chains only (the config refuses it on a tree)
         forced = tuple(sorted([(i, True) for i in ss.force_accept] + [(i, False) for i in ss.force_reject]))
-    settings.check_config(sampling["k"], sampling["max_new_tokens"])  # behind the widgets' bounds: never past a cap
+    settings.check_config(int(ss.k), sampling["max_new_tokens"])  # behind the widgets' bounds: never past a cap
     cfg = DecodeConfig(**sampling, **cache, seed=int(seed), check_invariant=bool(check), forced_outcomes=forced)
     return Controls(kind, target.strip(), draft.strip(), prompt, chat, cfg, proposer_slot, dtype)
 
@@ -238,15 +242,21 @@ def _sampling_controls(settings: ServerSettings) -> dict[str, Any]:
     """The live settings (they apply from the next cycle), as DecodeConfig fields."""
     lim = settings.limits
     st.markdown("**Sampling** — applies from the next cycle")
-    k = st.slider("K (draft length; a tree's depth)", 1, lim.k, key="k")
+    auto = st.radio(
+        "Drafts per cycle", K_MODES, key="k_mode", format_func=K_MODES.get, horizontal=True,
+        help="Auto: before each cycle, this machine's measured cost law (the verify cost v(N), the draft's "
+        "cost and the acceptance seen so far) picks the K that maximises tokens per second, 0 included (a "
+        "plain step); a tree gets its node budget the same way. The Statistics tab draws the law.",
+    ) == "auto"  # fmt: skip
+    k = st.slider("K (draft length; a tree's depth)", 1, lim.k, key="k", disabled=auto)
     tree_width, tree_nodes = _tree_controls()
     temperature = st.slider("Temperature (0 = greedy)", 0.0, 2.0, step=0.05, key="temperature")
     c1, c2 = st.columns(2)
     top_k = c1.number_input("top-k (0 = off)", 0, 100000, step=1, key="top_k")
     top_p = c2.number_input("top-p (1 = off)", 0.01, 1.0, step=0.05, key="top_p")
     max_new = st.number_input("Max new tokens", 1, lim.max_new_tokens, step=16, key="max_new")
-    return dict(k=int(k), tree_width=tree_width, tree_nodes=tree_nodes, temperature=float(temperature),
-                top_k=int(top_k), top_p=float(top_p), max_new_tokens=int(max_new))
+    return dict(k=AUTO if auto else int(k), tree_width=tree_width, tree_nodes=tree_nodes,
+                temperature=float(temperature), top_k=int(top_k), top_p=float(top_p), max_new_tokens=int(max_new))
 
 
 def _cache_controls() -> dict[str, Any]:

@@ -102,7 +102,7 @@ def on_walkthrough() -> None:
     The forcing goes straight to the decoder for this cycle (`compute_cycle` clears it afterwards);
     the what-if toggle stays off, so the next cycle is exact without anyone having to remember."""
     ss = st.session_state
-    ss.k, ss.whatif = 5, False
+    ss.k, ss.k_mode, ss.whatif = 5, "fixed", False
     workspace().playing = False
 
     def run(r: Run) -> Run:

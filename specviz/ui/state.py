@@ -79,10 +79,21 @@ class Run:
     quiz: tuple[Any, ...] = ()  # specviz.ui.quiz.QuizResult per answered cycle
     ahead: tuple[Ahead, ...] = ()  # the next cycles, prefetched in order (not yet part of `traces`)
     parked_idle: bool = False  # parked by the idle sweep (not because another run was shown)
+    cost_law: Any = None  # a run file's specviz.costlaw.CostLaw: the recording machine's (None: this machine's)
 
     @property
     def live(self) -> bool:
         return self.source == "live"
+
+    @property
+    def law(self) -> Any:
+        """The cost law its statistics draw: the recording machine's for a run file that carries one,
+        else this machine's for the run's pair (measured once per machine); None for neither."""
+        if self.cost_law is not None or self.pair is None:
+            return self.cost_law
+        from ..costlaw import law_for
+
+        return law_for(self.pair)
 
     @property
     def proposer(self) -> str:

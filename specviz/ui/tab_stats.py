@@ -26,6 +26,12 @@ THEORY_CAPTION = ("Expected tokens per cycle (1 − α^(K+1))/(1 − α) and spe
                   "compares wall time per committed token with a plain autoregressive run of the same target.")
 
 
+LAW_CAPTION = ("K drafts commit E(K) = 1 + Σ_{i≤K} Π_{j≤i} a_j tokens per cycle and cost T(K) = K·c + v(K+1) plain "
+               "steps; auto picks the K (0 = a plain step) with the largest E(K)/T(K), leaving the plain step only "
+               "for a predicted gain over 3 %. v(N) and c were measured when the pair was loaded; a_j is the "
+               "acceptance at depth j seen in this run, blended with a prior from the proposer's benchmark.")
+
+
 def stats_tab(run: Run) -> None:
     done = list(run.traces[: run.cycles_shown])
     st_ = acceptance_stats(done)
@@ -46,6 +52,7 @@ def stats_tab(run: Run) -> None:
                  f"{st_.tree_path_tokens} path tokens: a tree's nodes are alternatives, not drafts in a row, so they "
                  "stay out of α and the histogram; their figure is tokens per verify pass.") if st_.tree_cycles else ""
         st.caption(THEORY_CAPTION + plain + trees)
+    _law_section(run, done)
     if done:
         time_fig = statistics.cycle_time_figure(cycle_costs(done), run.baseline_ms_per_token)
         st.plotly_chart(time_fig, key="time_fig", **PLOT)
@@ -61,6 +68,20 @@ def stats_tab(run: Run) -> None:
         st.button("Run the autoregressive baseline (same target, same prompt)", key="baseline", on_click=on_baseline)
     if run.baseline_ms_per_token:
         st.caption(f"Baseline: {run.baseline_ms_per_token:.1f} ms per token over {run.baseline_tokens} tokens.")
+
+
+def _law_section(run: Run, done: list) -> None:
+    """The machine's cost law (docs/design.md §1, "How many drafts"): v(N), the break-even acceptance
+    per K against the acceptance seen, the expected speedup per K and what auto chose."""
+    law = run.law
+    if law is None:
+        st.caption("This run file carries no cost law (recorded before specviz measured one).")
+        return
+    whose = "the recording machine's" if run.cost_law is not None else "this machine's"
+    st.markdown(f"**The cost law** — {whose}")
+    st.plotly_chart(statistics.law_figure(law, run.proposer, done), key="law_fig", **PLOT)
+    st.markdown(narrative.explain_law(law, run.proposer, done))
+    st.caption(LAW_CAPTION)
 
 
 def _metrics(st_: Any, report: Any) -> None:

@@ -1,6 +1,8 @@
 """Statistics figures: how often drafts pass, and what that buys (docs/design.md §1, "Expected gain").
 
-The accepted-length histogram, acceptance by draft position, the expected tokens per cycle against
+The machine's cost law (`specviz.costlaw`): its verify curve v(N), the break-even acceptance per
+K against the acceptance seen, and the expected speedup per K with the choices auto made. The
+accepted-length histogram, acceptance by draft position, the expected tokens per cycle against
 the measured point, the speedup one measured factor at a time (`stats.SpeedupReport`), and each
 cycle's time split into the proposer's passes, the verify pass and the bookkeeping. Cycles with no
 proposal test nothing: they stay out of the histogram and are counted as plain target steps.
@@ -10,10 +12,15 @@ cycles are numbered from 1.
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
+
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from .. import costlaw
 from ..stats import AcceptanceStats, CycleCost, SpeedupReport, expected_tokens_per_cycle
+from ..trace import CycleTrace
 from .style import DRAFT_COLOR, GRID_COLOR, KIND_COLORS, TARGET_COLOR, base_layout
 
 STATS_PANELS = ("Accepted drafts per cycle", "Acceptance by draft position", "Tokens per cycle: theory vs measured")
@@ -117,4 +124,49 @@ def cycle_time_figure(costs: list[CycleCost], plain_ms_per_token: float | None =
     fig.update_layout(**base_layout("Time per cycle", 280, subtitle), barmode="stack")
     fig.update_xaxes(title_text="cycle", type="category")
     fig.update_yaxes(title_text="ms", rangemode="tozero", gridcolor=GRID_COLOR)
+    return fig
+
+
+LAW_PANELS = ("Verify cost v(N), in plain steps", "Break-even acceptance per K", "Expected speedup per K")
+
+
+def law_figure(law: costlaw.CostLaw, proposer: str, traces: Sequence[CycleTrace]) -> go.Figure:
+    """This machine's cost law (or the recording machine's) beside what this run saw: v(N) as
+    measured, the flat acceptance at which K drafts just pay against the run's a_1, and
+    E(K)/T(K) under the run's acceptance per depth, with how often auto chose each K."""
+    fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.08, subplot_titles=LAW_PANELS)
+    fig.add_trace(go.Scatter(x=list(law.ns), y=list(law.verify), mode="lines+markers", name="v(N) measured",
+                             line=dict(color=TARGET_COLOR),
+                             hovertemplate="N = %{x}: %{y:.2f} plain steps<extra></extra>"), 1, 1)
+    fig.add_hline(y=1.0, line_dash="dot", line_color="#6b7280", row=1, col=1,
+                  annotation_text="textbook: 1", annotation_position="top left")  # fmt: skip
+    ks = list(range(1, costlaw.AUTO_MAX_K + 1))
+    acceptance = costlaw.run_acceptance(traces, proposer)
+    fig.add_trace(go.Bar(x=ks, y=[costlaw.break_even(law, proposer, k) for k in ks], name="break-even acceptance",
+                         marker_color="#9ca3af", hovertemplate="K = %{x}: pays above %{y:.2f}<extra></extra>"), 1, 2)
+    fig.add_hline(y=acceptance[0], line_dash="dash", line_color=KIND_COLORS["accepted"], row=1, col=2,
+                  annotation_text=f"a1 seen = {acceptance[0]:.2f}", annotation_position="top right")  # fmt: skip
+    speedups = [1.0] + [costlaw.expected_tokens(acceptance, k) / costlaw.cycle_cost(law, proposer, k) for k in ks]
+    chosen = Counter(t.auto.k for t in traces if t.auto is not None)
+    fig.add_trace(go.Scatter(x=[0, *ks], y=speedups, mode="lines+markers", name="E(K)/T(K) with the acceptance seen",
+                             line=dict(color=DRAFT_COLOR),
+                             hovertemplate="K = %{x}: %{y:.2f}× a plain step<extra></extra>"), 1, 3)
+    if chosen:
+        picked = sorted(k for k in chosen if k <= costlaw.AUTO_MAX_K)
+        fig.add_trace(go.Scatter(x=picked, y=[speedups[k] for k in picked], mode="markers+text", name="auto chose",
+                                 text=[f"{chosen[k]}×" for k in picked], textposition="top center",
+                                 marker=dict(size=14, color=KIND_COLORS["corrected"], symbol="star"),
+                                 hovertemplate="auto chose K = %{x} in %{text} cycles<extra></extra>"), 1, 3)
+    fig.add_hline(y=1.0, line_dash="dot", line_color="#e45756", row=1, col=3)
+    title = f"The cost law · {law.machine or 'this machine'} · one plain step {law.step_ms:.1f} ms"
+    subtitle = f"draft cost c = {law.cost_of(proposer):.3f} plain steps per draft ({proposer})"
+    fig.update_layout(**base_layout(title, 320, subtitle))
+    fig.update_xaxes(title_text="N (tokens in one verify pass)", rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(rangemode="tozero", row=1, col=1)
+    fig.update_xaxes(title_text="K", dtick=1, row=1, col=2)
+    fig.update_yaxes(range=[0, 1.05], row=1, col=2)
+    fig.update_xaxes(title_text="K (0 = plain step)", dtick=1, row=1, col=3)
+    fig.update_yaxes(rangemode="tozero", row=1, col=3)
+    fig.update_layout(legend=dict(x=1, xanchor="right", y=0.02, yanchor="bottom"))
+    fig.update_yaxes(gridcolor=GRID_COLOR)
     return fig
