@@ -1,0 +1,157 @@
+"""A live lecture's room (specviz.room): codes, keys, following, polls and their reveal, expiry.
+
+Real traces: a tiny pair decodes the cycles a poll asks about (chains and a token tree)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from specviz import DecodeConfig, SpeculativeDecoder, build_tiny_pair
+from specviz.room import (
+    CODE_ALPHABET,
+    CODE_LENGTH,
+    MAX_STUDENTS,
+    PollClosed,
+    RoomError,
+    RoomExpired,
+    RoomForbidden,
+    RoomFull,
+    RoomNotFound,
+    Rooms,
+    normalise_code,
+    poll_for,
+)
+
+
+@pytest.fixture(scope="module")
+def traces():
+    pair = build_tiny_pair(seed=0)
+    out = {}
+    for name, cfg in {"chain": DecodeConfig(k=4, seed=3), "tree": DecodeConfig(k=3, tree_width=2, tree_nodes=7,
+                                                                               seed=3)}.items():
+        dec = SpeculativeDecoder(pair, cfg)
+        dec.start(pair.tokenizer.encode("the quick brown fox jumps"))
+        out[name] = [dec.step() for _ in range(4)]
+    return out
+
+
+def test_a_room_code_is_short_readable_and_found_however_it_is_typed():
+    rooms = Rooms()
+    room = rooms.create(now=0.0)
+    assert len(room.code) == CODE_LENGTH and set(room.code) <= set(CODE_ALPHABET)
+    assert room.lecturer_key not in room.code and len(room.lecturer_key) >= 24
+    typed = room.code[:2].lower() + " - " + room.code[2:]
+    assert rooms.find(typed, now=1.0) is room and normalise_code(typed) == room.code
+    assert len({rooms.create(now=0.0).code for _ in range(20)} | {room.code}) == 21
+
+
+def test_an_unknown_or_expired_code_says_which():
+    rooms = Rooms(idle_s=60.0)
+    room = rooms.create(now=0.0)
+    with pytest.raises(RoomNotFound, match="no live lecture has the code"):
+        rooms.find("ZZZZZ", now=1.0)
+    room.move(room.lecturer_key, 0, 3, now=50.0)  # the lecturer keeps the room alive
+    assert rooms.find(room.code, now=100.0) is room
+    with pytest.raises(RoomExpired, match="has ended") as gone:
+        rooms.find(room.code, now=111.0)
+    assert gone.value.status == 410 and len(rooms) == 0
+
+
+def test_only_the_lecturers_key_moves_the_room_polls_or_reads_it(traces):
+    room = Rooms().create(now=0.0)
+    student = room.join(now=0.0)
+    for attempt in (lambda k: room.move(k, 0, 5), lambda k: room.open_poll(k, traces["chain"][0]),
+                    lambda k: room.reveal(k, 1), lambda k: room.glance(k), lambda k: room.results(k)):
+        for key in (student, "", room.lecturer_key[:-1] + "x"):
+            with pytest.raises(RoomForbidden) as refused:
+                attempt(key)
+            assert refused.value.status == 403
+    assert room.step == 0 and room.polls == [] and room.version == 0
+
+
+def test_followers_see_the_lecturers_step_and_how_far_behind_they_are():
+    room = Rooms().create(now=0.0)
+    a, b = room.join(now=0.0), room.join(now=0.0)
+    v = room.move(room.lecturer_key, 0, 7, frames={"7": {"title": "Cycle 2 · verify"}}, now=1.0)
+    assert room.here(a, 7, True, now=1.5) == {"run": 0, "step": 7, "version": v, "poll": None, "behind": None}
+    assert room.here(b, 4, False, now=1.5)["behind"] == 3  # branched: three steps back
+    assert room.glance(room.lecturer_key, now=2.0) | {"poll": None} == {
+        "code": room.code, "joined": 2, "following": 1, "branched": 1, "poll": None}
+    room.move(room.lecturer_key, 1, 0, now=3.0)  # a new run (a setting changed): its frames start afresh
+    assert room.frames == {} and room.here(a, 0, True, now=3.0)["run"] == 1
+    with pytest.raises(RoomForbidden, match="join it again"):
+        room.here("not-a-student", 0, True)
+
+
+def test_a_poll_asks_from_the_trace_and_hides_the_truth_until_the_reveal(traces):
+    room = Rooms().create(now=0.0)
+    students = [room.join(now=0.0) for _ in range(5)]
+    trace = traces["chain"][1]
+    poll = room.open_poll(room.lecturer_key, trace, now=1.0)
+    assert poll.question.options == tuple(f"{n} of {trace.k}" for n in range(trace.k + 1))
+    assert poll.question.truth == trace.num_accepted
+    for i, s in enumerate(students):
+        seen = room.answer(s, poll.number, i % 2, now=2.0)
+        assert "truth" not in seen and "counts" not in seen and seen["yours"] == i % 2
+    room.answer(students[0], poll.number, 3, now=2.5)  # changed before the reveal: one answer each
+    before = room.glance(room.lecturer_key, now=3.0)["poll"]
+    assert before["answered"] == 5 and "counts" not in before and "truth" not in before
+    room.reveal(room.lecturer_key, poll.number, now=4.0)
+    with pytest.raises(PollClosed, match="revealed"):
+        room.answer(students[1], poll.number, 0, now=5.0)
+    after = room.here(students[1], 8, True, now=5.0)["poll"]
+    assert after["counts"] == [2, 2, 0, 1, 0][: trace.k + 1] and after["truth"] == trace.num_accepted
+    assert after["yours"] == 1 and sum(after["counts"]) == 5
+    assert room.results(room.lecturer_key) == [{
+        "cycle": trace.cycle, "kind": "accepted", "text": poll.question.text, "options": list(poll.question.options),
+        "counts": after["counts"], "truth": trace.num_accepted, "revealed": True}]
+
+
+def test_a_tree_poll_asks_which_path_survives(traces):
+    trace = next(t for t in traces["tree"] if t.tree is not None)
+    q = poll_for(trace)
+    assert q.kind == "path" and q.options[0].startswith("none")
+    assert q.truth == (trace.tree.path[-1] if trace.tree.path else 0) and len(q.options) == len(trace.tree.nodes) + 1
+
+
+def test_malformed_or_stale_answers_are_refused_with_a_clear_code(traces):
+    room = Rooms().create(now=0.0)
+    s = room.join(now=0.0)
+    first = room.open_poll(room.lecturer_key, traces["chain"][0], now=1.0)
+    for bad in (-1, len(first.question.options), True, "2", 1.0, None):
+        with pytest.raises(RoomError, match="one of the options") as refused:
+            room.answer(s, first.number, bad)
+        assert refused.value.status == 400
+    for bad in (0, 2, "1", True):
+        with pytest.raises(RoomError, match="no question number"):
+            room.answer(s, bad, 0)
+    room.open_poll(room.lecturer_key, traces["chain"][1], now=2.0)
+    with pytest.raises(PollClosed, match="newer one"):
+        room.answer(s, first.number, 0)
+    assert first.answers == {}
+
+
+def test_two_hundred_students_join_at_once_and_a_full_room_says_so():
+    room = Rooms().create(now=0.0)
+    keys: list[str] = []
+    lock = threading.Lock()
+
+    def join():
+        key = room.join(now=1.0)
+        with lock:
+            keys.append(key)
+
+    threads = [threading.Thread(target=join) for _ in range(200)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(keys)) == 200 and len(room.students) == 200
+    for _ in range(MAX_STUDENTS - 200):
+        room.join(now=1.0)
+    with pytest.raises(RoomFull, match="full") as full:
+        room.join(now=2.0)
+    assert full.value.status == 429
+    room.join(now=1.0 + 10_000)  # students long gone (no answers) make room
