@@ -31,9 +31,9 @@ from .errors import (
 from .feature_head import FeatureHead
 from .models import ModelPair, load_default_pair, load_pair
 from .replay import ReplayError, replay_run
-from .runfile import RunFileError, RunRecord, load_run, record_run
+from .runfile import RunFileError, RunRecord, load_run, record_run, traces_from_json
 from .tiny import build_tiny_pair
-from .trace import CacheEvent, CacheSnapshot, CycleTrace, TreeNode, TreeTrace, traces_from_json, traces_to_json
+from .trace import CacheEvent, CacheSnapshot, CycleTrace, TreeNode, TreeTrace, traces_to_json
 from .tree import TokenTree, TreeShape
 
 __all__ = [

@@ -38,3 +38,8 @@ class ModelLoadError(SpecvizError):
 
 class IncompatiblePairError(SpecvizError):
     """The draft and target cannot be paired (vocabulary mismatch, unsupported attention)."""
+
+
+class RunFileError(SpecvizError, ValueError):
+    """A run file cannot be read: not JSON, not a specviz run, too new, too large, incomplete or damaged
+    (specviz.runfile; what its schema checks: specviz.run_schema)."""

@@ -26,19 +26,18 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .config import DecodeConfig
-from .errors import SpecvizError
+from .errors import RunFileError, SpecvizError
+from .run_schema import MAX_POSITIONS, validate_cycles, validate_run
 from .trace import CYCLE_PHASES, CacheSnapshot, CycleTrace, record_from_dict
 
 FORMAT_NAME = "specviz-run"
 FORMAT_VERSION = "1.0"  # major.minor: a newer minor only adds optional fields; a newer major is refused
-MAX_RUN_BYTES = 64 * 1024 * 1024  # far above any classroom run (a few hundred cycles are a few MB)
+# The largest run file read (an upload too): 8 MB holds ~500 cycles of the default pair at K = 5 with every
+# snapshot; a larger file is refused before it is parsed (parsing and validating cost ~1 s per 10 MB).
+MAX_RUN_BYTES = 8 * 1024 * 1024
 OLD_FORMAT_TITLE = "Imported cycles (older export)"
 
 _REQUIRED = ("format", "version", "config", "prompt_ids", "prefill", "traces", "token_texts")
-
-
-class RunFileError(SpecvizError, ValueError):
-    """A run file cannot be read: not JSON, not a specviz run, too new, incomplete or damaged."""
 
 
 @dataclass(frozen=True)
@@ -167,7 +166,9 @@ def _cache_reach(config: DecodeConfig, prompt_len: int, max_context: int, target
 
 
 def load_run(data: str | bytes | bytearray) -> RunRecord:
-    """A `RunRecord` from a run file (or the older list-of-traces export); `RunFileError` otherwise."""
+    """A `RunRecord` from a run file (or the older list-of-traces export); `RunFileError` otherwise.
+    Every field passes `run_schema` (types, value sets, sizes bounded by the run's own tokens) before
+    any record is built: a file that fails changes nothing and says where and what."""
     obj = _parse(data)
     if isinstance(obj, list):
         return _from_old_export(obj)
@@ -176,24 +177,48 @@ def load_run(data: str | bytes | bytearray) -> RunRecord:
     _check_format(obj)
     if missing := [k for k in _REQUIRED if k not in obj]:
         raise RunFileError(f"this run file is incomplete: it lacks {', '.join(missing)}")
+    if isinstance(obj["traces"], list) and not obj["traces"]:
+        raise RunFileError("this run file holds no cycles: there is nothing to show")
+    valid = validate_run(obj)
     notes: list[str] = []
-    config = _config_from_dict(obj["config"], notes)
-    traces = _traces_from(obj["traces"])
-    prompt_ids = _prompt_ids(obj["prompt_ids"])
-    prefill = _prefill_from(obj["prefill"])
-    max_context = _int_field(obj, "max_context", _max_context_of(prefill[0], config))
-    reach = _int_field(obj, "cache_reach", _cache_reach(config, len(prompt_ids), max_context, prefill[0]))
-    baseline = obj.get("baseline_ms_per_token")
-    if baseline is not None and (not isinstance(baseline, (int, float)) or isinstance(baseline, bool)):
-        raise RunFileError(f"the run file's 'baseline_ms_per_token' must be a number, got {baseline!r}")
+    config = _config_from_dict(valid["config"], notes)
+    traces = _traces_from(valid["traces"])
+    prompt_ids = tuple(valid["prompt_ids"])
+    target, proposer = valid["prefill"]
+    prefill = (record_from_dict(CacheSnapshot, target), None if proposer is None else
+               record_from_dict(CacheSnapshot, proposer))
+    max_context = valid.get("max_context", _max_context_of(prefill[0], config))
+    reach = valid.get("cache_reach", _cache_reach(config, len(prompt_ids), max_context, prefill[0]))
+    _check_reach(reach, config, len(prompt_ids), prefill[0])
+    baseline = valid.get("baseline_ms_per_token")
     return RunRecord(
-        title=str(obj.get("title", "")), created=str(obj.get("created", "")), pair=str(obj.get("pair", "")),
-        proposer=str(obj.get("proposer", traces[0].proposer)), config=config, max_context=max_context,
-        cache_reach=reach, prompt_text=str(obj.get("prompt_text", "")), chat=bool(obj.get("chat", False)),
-        prompt_ids=prompt_ids, prefill=prefill, traces=traces, token_texts=_token_texts_from(obj["token_texts"]),
+        title=valid.get("title", ""), created=valid.get("created", ""), pair=valid.get("pair", ""),
+        proposer=valid.get("proposer") or traces[0].proposer, config=config, max_context=max_context,
+        cache_reach=reach, prompt_text=valid.get("prompt_text", ""), chat=valid.get("chat", False),
+        prompt_ids=prompt_ids, prefill=prefill, traces=traces,
+        token_texts={int(k): v for k, v in valid["token_texts"].items()},
         baseline_ms_per_token=None if baseline is None else float(baseline), version=str(obj["version"]),
         notes=tuple(notes),
     )
+
+
+def _check_reach(reach: int, config: DecodeConfig, prompt_len: int, target: CacheSnapshot) -> None:
+    """The replay allocates `cache_reach` positions up front: no more than the run's settings could
+    have reached (`runtime.expected_reach`) or its prefill snapshot shows allocated."""
+    from .runtime import expected_reach
+
+    most = max(expected_reach(config, prompt_len), target.capacity)
+    if reach > most:
+        raise RunFileError(f"this run file cannot be read: cache_reach: {reach} is more than its settings reach "
+                           f"({most} positions: prompt + max_new_tokens + K + 1, or the prefill's capacity)")
+
+
+def traces_from_json(text: str | bytes) -> list[CycleTrace]:
+    """Cycle records from `trace.traces_to_json`'s text, validated as a run file's cycles are."""
+    items = _parse(text)
+    if not isinstance(items, list):
+        raise RunFileError("this JSON is not a list of cycles")
+    return list(_traces_from(validate_cycles(items, _first_context(items))))
 
 
 def _parse(data: str | bytes | bytearray) -> Any:
@@ -204,7 +229,7 @@ def _parse(data: str | bytes | bytearray) -> Any:
     else:
         raise RunFileError(f"a run file is text or bytes, not {type(data).__name__}")
     if len(raw) > MAX_RUN_BYTES:
-        raise RunFileError(f"this file is {len(raw) / 2**20:.0f} MB; a run file may be at most "
+        raise RunFileError(f"this file is {len(raw) / 2**20:.1f} MB; a run file may be at most "
                            f"{MAX_RUN_BYTES // 2**20} MB")
     if not raw.strip():
         raise RunFileError("this file is empty; a run file is the JSON that 'export run' writes")
@@ -231,76 +256,34 @@ def _check_format(obj: Mapping[str, Any]) -> None:
                            f"{mine}.x): update specviz to open it")
 
 
-def _config_from_dict(data: Any, notes: list[str]) -> DecodeConfig:
-    """A DecodeConfig from its saved dict; settings this specviz does not know are ignored, with a note."""
-    if not isinstance(data, dict):
-        raise RunFileError("the run file's 'config' is not a table of settings")
+def _config_from_dict(data: dict[str, Any], notes: list[str]) -> DecodeConfig:
+    """A DecodeConfig from its validated dict; settings this specviz does not know are ignored, with a note."""
     known = {f.name for f in dataclasses.fields(DecodeConfig)}
     if unknown := sorted(set(data) - known):
         notes.append(f"ignored setting(s) this version of specviz does not know: {', '.join(unknown)}")
-    values = {k: v for k, v in data.items() if k in known}
-    if "forced_outcomes" in values and isinstance(values["forced_outcomes"], list):
-        values["forced_outcomes"] = tuple(tuple(x) if isinstance(x, list) else x for x in values["forced_outcomes"])
     try:
-        return DecodeConfig(**values)
+        return DecodeConfig(**{k: v for k, v in data.items() if k in known})
     except (SpecvizError, TypeError) as err:
         raise RunFileError(f"the run file's settings are not valid: {err}") from None
 
 
-def _traces_from(items: Any) -> tuple[CycleTrace, ...]:
-    if not isinstance(items, list):
-        raise RunFileError("the run file's 'traces' is not a list of cycles")
+def _traces_from(items: list[dict[str, Any]]) -> tuple[CycleTrace, ...]:
+    """The cycles' records from their validated dicts. The views step through a cycle's six
+    snapshots, so a cycle without them (recorded with instrument off) cannot be drawn."""
     if not items:
         raise RunFileError("this run file holds no cycles: there is nothing to show")
-    traces = []
     for i, item in enumerate(items, start=1):
-        if not isinstance(item, dict):
-            raise RunFileError(f"cycle {i} of the file is not a cycle record")
-        try:
-            traces.append(CycleTrace.from_dict(item))
-        except Exception as err:  # any shape error in hand-edited or damaged JSON
-            raise RunFileError(f"cycle {i} of the file cannot be read ({type(err).__name__}: {err})") from None
-    return tuple(traces)
+        if not item.get("snapshots"):
+            raise RunFileError(f"cycle {i} was recorded without cache snapshots (instrument off): it cannot be drawn")
+    return tuple(record_from_dict(CycleTrace, item) for item in items)
 
 
-def _snapshot_from(data: Any, what: str) -> CacheSnapshot:
-    if not isinstance(data, dict):
-        raise RunFileError(f"the {what} snapshot is not a cache snapshot")
-    try:
-        return record_from_dict(CacheSnapshot, data)
-    except TypeError as err:
-        raise RunFileError(f"the {what} snapshot cannot be read ({err})") from None
-
-
-def _prefill_from(data: Any) -> tuple[CacheSnapshot, CacheSnapshot | None]:
-    if not isinstance(data, list) or len(data) != 2 or data[0] is None:
-        raise RunFileError("the run file's 'prefill' must hold the target's snapshot and the proposer's (or null)")
-    target = _snapshot_from(data[0], "target's prefill")
-    return target, None if data[1] is None else _snapshot_from(data[1], "proposer's prefill")
-
-
-def _token_texts_from(data: Any) -> dict[int, str]:
-    if not isinstance(data, dict):
-        raise RunFileError("the run file's 'token_texts' is not a table of token id -> text")
-    try:
-        return {int(k): str(v) for k, v in data.items()}
-    except ValueError:
-        raise RunFileError("the run file's 'token_texts' has a key that is not a token id") from None
-
-
-def _prompt_ids(data: Any) -> tuple[int, ...]:
-    if not isinstance(data, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in data):
-        raise RunFileError("the run file's 'prompt_ids' is not a list of token ids")
-    if not data:
-        raise RunFileError("this run file has an empty prompt")
-    return tuple(data)
-
-
-def _int_field(obj: Mapping[str, Any], name: str, default: int) -> int:
-    value = obj.get(name, default)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise RunFileError(f"the run file's {name!r} must be a positive whole number, got {value!r}")
-    return value
+def _first_context(items: list[Any]) -> int:
+    """The context the first of a list of cycles started from, as far as the raw file says (the
+    schema then checks every position against it and the cycles' own tokens)."""
+    first = items[0] if items and isinstance(items[0], dict) else {}
+    n = first.get("context_len")
+    return n if isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= MAX_POSITIONS else 0
 
 
 # ---------------------------------------------------------------- the older export
@@ -309,11 +292,14 @@ def _int_field(obj: Mapping[str, Any], name: str, default: int) -> int:
 def _from_old_export(items: list[Any]) -> RunRecord:
     """A RunRecord from a bare list of traces (traces_to_json / `walk --json`): the prompt from the
     first cycle's target snapshots, the prefill from its "start" snapshot, the token texts the traces carry."""
-    traces = _traces_from(items)
-    first = traces[0]
-    if not first.snapshots:
+    if not items:
+        raise RunFileError("this file holds no cycles: there is nothing to show")
+    valid = validate_cycles(items, _first_context(items))
+    if not valid[0].get("snapshots"):
         raise RunFileError("these cycles were recorded without cache snapshots (instrument off), so the prompt and the "
                            "prefill cannot be rebuilt from them")
+    traces = _traces_from(valid)
+    first = traces[0]
     prompt_ids = _prompt_from(first)
     start = first.snapshot("start")
     notes = ["rebuilt from an older export (a list of cycles): the prompt and the prefill come from the first "

@@ -281,6 +281,8 @@ class CycleTrace:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CycleTrace:
+        """The trace from `to_dict()`'s form, as this process made it: unchecked. Data from outside
+        (a file) goes through `runfile.load_run` / `runfile.traces_from_json`, which validate it."""
         return record_from_dict(cls, data)
 
 
@@ -295,7 +297,8 @@ def _nested(cls: type) -> dict[str, type]:
 
 
 def record_from_dict(cls: type, data: dict[str, Any]) -> Any:
-    """A trace record of class `cls` from its `dataclasses.asdict` form (keys it does not know are ignored)."""
+    """A trace record of class `cls` from its `dataclasses.asdict` form (keys it does not know are ignored).
+    It checks nothing: give it this process's own dicts or data `run_schema` has validated."""
     nested = _nested(cls)
     return cls(**{f.name: _value(nested.get(f.name), data[f.name]) for f in dataclasses.fields(cls) if f.name in data})
 
@@ -312,6 +315,3 @@ def _value(record: type | None, value: Any) -> Any:
 def traces_to_json(traces: list[CycleTrace]) -> str:
     return json.dumps([t.to_dict() for t in traces])
 
-
-def traces_from_json(text: str) -> list[CycleTrace]:
-    return [CycleTrace.from_dict(d) for d in json.loads(text)]

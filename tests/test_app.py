@@ -490,7 +490,8 @@ def test_only_the_open_tab_is_rendered():
 
 
 def test_export_helpers_make_json_and_standalone_html():
-    from specviz.trace import traces_from_json, traces_to_json
+    from specviz.runfile import traces_from_json
+    from specviz.trace import traces_to_json
     from specviz.ui.tab_export import figures_html
 
     at = open_app()

@@ -212,7 +212,7 @@ def test_no_cycles():
 
 
 def test_too_large():
-    bad(b" " * (MAX_RUN_BYTES + 1), "at most 64 MB")
+    bad(b" " * (MAX_RUN_BYTES + 1), "at most 8 MB")
 
 
 def test_bad_values():

@@ -20,7 +20,7 @@ from ..config import LAYOUTS, POLICIES
 from ..errors import SpecvizError
 from ..proposers import registry
 from ..replay import replay_run
-from ..runfile import RunRecord, load_run, record_run
+from ..runfile import MAX_RUN_BYTES, RunFileError, RunRecord, load_run, record_run
 from ..scenarios import Scenario, load_scenarios
 from ..viz.stage_data import Timeline
 from . import sidebar
@@ -73,7 +73,10 @@ def on_open_file() -> None:
         return
     ws = workspace()
     try:
-        record = load_run(upload.getvalue())
+        if upload.size > MAX_RUN_BYTES:  # refused before it is read or parsed (the browser checks it too)
+            raise RunFileError(f"this file is {upload.size / 2**20:.1f} MB; a run file may be at most "
+                               f"{MAX_RUN_BYTES // 2**20} MB")
+        record = load_run(upload.getvalue())  # validated whole (specviz.run_schema) before it becomes a run
     except SpecvizError as exc:
         ws.error = f"Could not open {upload.name}: {exc}"
         return
@@ -120,6 +123,7 @@ def run_list(run: Run | None) -> None:
         st.button("Start a live run from the sidebar's settings", key="live_again", on_click=on_live_again)
     st.file_uploader(
         "Open a run file (JSON) — no model needed", type=["json"], key="run_file", on_change=on_open_file,
+        max_upload_size=MAX_RUN_BYTES // 2**20,
         help="A run exported from the Export tab (or traces from `python -m specviz walk --json`). "
         "Every view works without loading a model.",
     )  # fmt: skip
