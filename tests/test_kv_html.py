@@ -18,7 +18,8 @@ from specviz.proposers import registry
 from specviz.trace import CYCLE_PHASES, CycleTrace, PhaseSnapshot
 from specviz.viz.cache_words import memory_text, no_cache_html, panel_title
 from specviz.viz.kv_html import FREE_LIST_SHOWN, FREE_LIST_TAIL, kv_stage_html
-from specviz.viz.style import KIND_COLORS, PHASE_TITLES, SLOT_COLORS, esc_attr, show_token
+from specviz.viz.markup import esc as esc_attr
+from specviz.viz.style import KIND_COLORS, PHASE_TITLES, SLOT_COLORS, show_token
 
 CELL = re.compile(r"<div class='svkv-cell ([^']*)'([^>]*) title='slot (\d+)")
 ROW = (r"<div class='svkv-row(?: svkv-ctx)?' data-row='(\d+)'[^>]*>(.*?)</div>"

@@ -22,8 +22,9 @@ from ..timeline import VERDICT_GLYPHS
 from ..timeline import phase_index as _step
 from ..trace import CacheSnapshot, CycleTrace, DraftStep, PhaseSnapshot, TokenProb
 from .cache_words import events_text, memory_text, no_cache_html, panel_title
+from .markup import esc
 from .stage_js import read_static
-from .style import KIND_COLORS, PHASE_TITLES, SLOT_COLORS, SLOT_TEXT_COLORS, esc_attr, fmt_p, show_token
+from .style import KIND_COLORS, PHASE_TITLES, SLOT_COLORS, SLOT_TEXT_COLORS, fmt_p, show_token
 
 TokenText = Callable[[int], str]
 CONTIGUOUS_ROW = 16  # slots per drawn row of a contiguous buffer
@@ -57,7 +58,7 @@ def kv_stage_html(now: PhaseSnapshot, before: PhaseSnapshot | None, token_text: 
     title = PHASE_TITLES.get(phase, phase)
     cycle = f"Cycle {trace.cycle + 1} · " if trace is not None else ""
     min_w = max(TAG_EM + p.width * MIN_CELL_EM for p in panels)
-    body = [f"<div class='svkv-caches' style='--minw:{min_w:.1f}em'>"]
+    body = [f"<div class='svkv-caches' style='--minw:{esc(f'{min_w:.1f}')}em'>"]
     body += [_cache_html(p, token_text, rows_cap, lecture) for p in panels]
     if now.draft is None:
         body.append(f"<div class='svkv-nocache'>{no_cache_html(proposer)}</div>")
@@ -69,16 +70,16 @@ def kv_stage_html(now: PhaseSnapshot, before: PhaseSnapshot | None, token_text: 
     tree_phase = trace is not None and trace.tree is not None and _step("draft") <= _step(phase) < _step("rollback")
     mode = (" svkv-lecture" + (" svkv-fold" if tree_phase else "")) if lecture else ""
     return "".join([
-        f"<div class='svkv{mode}' role='figure' aria-label='{esc_attr(label)}'>",
+        f"<div class='svkv{mode}' role='figure' aria-label='{esc(label)}'>",
         f"<style>{_css(len(drafts))}</style>" if inline_css else "",
-        f"<div class='svkv-phase'>{esc_attr(cycle + title)}</div>",
+        f"<div class='svkv-phase'>{esc(cycle + title)}</div>",
         *body,
         _legend_html(),
         # A token tree's cycle is drawn by its own panel (viz/tree_view.py), not as a chain's columns.
         _cycle_html(trace, phase, token_text, lecture) if drafted and trace.tree is None else "",
-        f"<p class='svkv-sr'>{esc_attr(described)}</p>",
+        f"<p class='svkv-sr'>{esc(described)}</p>",
         "<details class='svkv-describe'><summary>Describe this picture</summary>"
-        f"<p>{esc_attr(described)}</p></details>",
+        f"<p>{esc(described)}</p></details>",
         "</div>",
     ])
 
@@ -217,13 +218,13 @@ def _cache_html(cache: _Cache, token_text: TokenText, cap: int, lecture: bool) -
 
     # The cache, its free list and its grid are keyed too: when one of them moves as a whole (the
     # cache above grew a row), it glides as one node and carries its rows and chips (stage.js `flip`).
-    parts = [f"<section class='svkv-cache' data-key='{cache.cid}-cache' aria-label='{esc_attr(cache.title)}'>",
+    parts = [f"<section class='svkv-cache' data-key='{esc(cache.cid)}-cache' aria-label='{esc(cache.title)}'>",
              _heading(cache, lecture)]
     if snap.layout == "paged":
         parts.append(_free_list_html(cache))
     if len(rows) < n_rows:
         parts.append(_overview_html(now_cells, rows))
-    parts.append(f"<div class='svkv-grid' data-key='{cache.cid}-grid' style='--cols:{width}'>")
+    parts.append(f"<div class='svkv-grid' data-key='{esc(cache.cid)}-grid' style='--cols:{esc(width)}'>")
     last = -1
     for row in rows:
         if row > last + 1:
@@ -252,8 +253,8 @@ def _heading(cache: _Cache, lecture: bool) -> str:
     else:
         split = f"{snap.num_committed} committed + {provisional} provisional" if provisional else "all committed"
     # One line for what the cache holds, one for its bookkeeping: the grid must stay above the fold.
-    lines = [f"<h3 class='svkv-title'>{esc_attr(cache.title)} <span class='svkv-len'>· length {snap.seq_len} "
-             f"({split}){_next_write(snap, cache.width)}</span></h3>"]
+    lines = [f"<h3 class='svkv-title'>{esc(cache.title)} <span class='svkv-len'>· length {esc(snap.seq_len)} "
+             f"({esc(split)}){esc(_next_write(snap, cache.width))}</span></h3>"]
     if not lecture:
         if snap.layout == "paged":
             table = ", ".join(str(b) for b in snap.block_table)
@@ -262,8 +263,8 @@ def _heading(cache: _Cache, lecture: bool) -> str:
             detail = [f"write pointer at slot {snap.seq_len}", f"capacity {snap.capacity}"]
         if memory_text(snap):
             detail.append(memory_text(snap))
-        lines.append(f"<p class='svkv-sub'>{esc_attr(' · '.join(detail))}</p>")
-    lines.append(f"<p class='svkv-ev'>{esc_attr(cache.events)}</p>")
+        lines.append(f"<p class='svkv-sub'>{esc(' · '.join(detail))}</p>")
+    lines.append(f"<p class='svkv-ev'>{esc(cache.events)}</p>")
     return "".join(lines)
 
 
@@ -276,12 +277,12 @@ def _free_list_html(cache: _Cache) -> str:
     """The pool's free list in hand-out order: its head and tail, the middle counted. Chips are keyed
     by block id, so a freed block's chip fades in at the tail and the list glides as it shifts."""
     snap = cache.snap
-    free = [f"<span class='svkv-fb' data-key='{cache.cid}-fb{b}'>{b}</span>" for b in snap.free_blocks]
+    free = [f"<span class='svkv-fb' data-key='{esc(cache.cid)}-fb{esc(b)}'>{esc(b)}</span>" for b in snap.free_blocks]
     skipped = len(free) - FREE_LIST_SHOWN - FREE_LIST_TAIL
     if skipped > 0:
         free[FREE_LIST_SHOWN:-FREE_LIST_TAIL] = [f"<span class='svkv-fb-more'>… {skipped} more …</span>"]
     head = f"free list ({snap.num_free_blocks} of {snap.num_blocks} blocks) →"
-    return (f"<div class='svkv-free' data-key='{cache.cid}-free'><span class='svkv-free-h'>{head}</span>"
+    return (f"<div class='svkv-free' data-key='{esc(cache.cid)}-free'><span class='svkv-free-h'>{esc(head)}</span>"
             f"{''.join(free) or '<span>empty</span>'}</div>")
 
 
@@ -293,7 +294,7 @@ def _overview_html(cells: Sequence[Sequence[_Slot]], shown: Sequence[int]) -> st
         states = {s.state for s in row}
         state = next((s for s in ("provisional", "stale", "committed") if s in states), "free")
         cls = f"svkv-ovc svkv-s-{state}" + (" svkv-ov-shown" if r in shown_set else "")
-        spans.append(f"<span class='{cls}' title='row {r}: {state}'></span>")
+        spans.append(f"<span class='{esc(cls)}' title='row {esc(r)}: {esc(state)}'></span>")
     return f"<div class='svkv-ov' aria-hidden='true'><span>whole cache</span>{''.join(spans)}</div>"
 
 
@@ -307,7 +308,8 @@ def _gap_html(cache: _Cache, cells, start: int, end: int) -> str:
     parts = [_count(committed, "committed position")] if committed or not free else []
     if free:
         parts.append(f"{_count(free, unit)} free" if committed else f"free {unit}{'s' if free > 1 else ''}")
-    return f"<div class='svkv-gap' data-key='{cache.cid}-g{start}'>⋯ {span} hidden: {', '.join(parts)} ⋯</div>"
+    return (f"<div class='svkv-gap' data-key='{esc(cache.cid)}-g{esc(start)}'>⋯ {esc(span)} hidden: "
+            f"{esc(', '.join(parts))} ⋯</div>")
 
 
 def _count(n: int, noun: str) -> str:
@@ -326,8 +328,8 @@ def _row_html(cache: _Cache, row: int, now: Sequence[_Slot], token_text: TokenTe
     role = " data-role='action'" if changed else ""
     # The cells size to what they hold and wrap within the block's line (never cut to fit a column).
     ctx = " svkv-ctx" if context else ""
-    parts = [f"<div class='svkv-row{ctx}' data-row='{row}' data-key='{cache.cid}-r{row}'{role}>"
-             f"<div class='{tag_cls}'>{tag[0]}<br>{tag[1]}</div><div class='svkv-cells'>"]
+    parts = [f"<div class='svkv-row{ctx}' data-row='{esc(row)}' data-key='{esc(cache.cid)}-r{esc(row)}'{role}>"
+             f"<div class='{tag_cls}'>{esc(tag[0])}<br>{esc(tag[1])}</div><div class='svkv-cells'>"]
     for col, cell in enumerate(now):
         parts.append(_cell_html(cache, row * width + col, cell, token_text, pointer == col))
     parts.append("</div></div>")
@@ -336,21 +338,21 @@ def _row_html(cache: _Cache, row: int, now: Sequence[_Slot], token_text: TokenTe
 
 def _cell_html(cache: _Cache, slot: int, cell: _Slot, token_text: TokenText, pointer: bool) -> str:
     d = _draft_index(cache, cell)
-    attrs = f" data-d='{d}' tabindex='0'" if d is not None else ""
+    attrs = f" data-d='{esc(d)}' tabindex='0'" if d is not None else ""
     if cell.state == "free" or cell.tok < 0:
         text, pos, tip = "", "", f"slot {slot}: free"
     else:
         raw = token_text(cell.tok)
-        attrs += f" data-token='{esc_attr(show_token(raw, 10**6))}'"
-        text = esc_attr(show_token(raw, CELL_CHARS))  # whole up to 6 characters, else 5 and "…"
-        pos = str(cell.pos)
+        attrs += f" data-token='{esc(show_token(raw, 10**6))}'"
+        text = esc(show_token(raw, CELL_CHARS))  # whole up to 6 characters, else 5 and "…"
+        pos = esc(cell.pos)
         what = (f"entry {cell.pos}: feature at {cell.pos} + token at {cell.pos + 1}" if cache.entries
                 else f"position {cell.pos}")
         tip = f"slot {slot} · {what} · token {cell.tok} {raw!r} · {cell.state}" + (f" · draft d{d}" if d else "")
-    ptr = f"<span class='svkv-ptr' data-key='{cache.cid}-ptr' aria-hidden='true'></span>" if pointer else ""
+    ptr = f"<span class='svkv-ptr' data-key='{esc(cache.cid)}-ptr' aria-hidden='true'></span>" if pointer else ""
     return (
-        f"<div class='svkv-cell svkv-s-{cell.state}' data-key='{cache.cid}-s{slot}'{attrs} "
-        f"title='{esc_attr(tip)}'>{ptr}"
+        f"<div class='svkv-cell svkv-s-{esc(cell.state)}' data-key='{esc(cache.cid)}-s{esc(slot)}'{attrs} "
+        f"title='{esc(tip)}'>{ptr}"
         f"<span class='svkv-meta'><span class='svkv-pos'>{pos}</span><span class='svkv-glyph'>{GLYPHS[cell.state]}"
         "</span></span>"
         f"<span class='svkv-tok' data-role='token-text'>{text}</span></div>"
@@ -367,10 +369,11 @@ def _matched_html(trace: CycleTrace, token_text: TokenText) -> str:
         return ""
     where = ("the datastore of the target's earlier answers" if m.source == "datastore"
              else "this session's earlier texts")
-    suffix = "".join(f"<mark class='svkv-mtext'>{esc_attr(show_token(token_text(t), 10**6))}</mark>" for t in m.tokens)
+    suffix = "".join(f"<mark class='svkv-mtext'>{esc(show_token(token_text(t), 10**6))}</mark>" for t in m.tokens)
     return (f"<p class='svkv-sub2 svkv-matched' data-role='matched'>Retrieved: the context's last {len(m.tokens)} "
-            f"token(s) {suffix} (positions {m.first}–{m.first + len(m.tokens) - 1}) occur {m.occurrences} time(s) in "
-            f"{where} (first at its position {m.where}); the drafts copy what followed them there.</p>")
+            f"token(s) {suffix} (positions {esc(m.first)}–{esc(m.first + len(m.tokens) - 1)}) occur "
+            f"{esc(m.occurrences)} time(s) in {where} (first at its position {esc(m.where)}); the drafts copy what "
+            "followed them there.</p>")
 
 
 def _cycle_html(trace: CycleTrace, phase: str, token_text: TokenText, lecture: bool = False) -> str:
@@ -378,7 +381,7 @@ def _cycle_html(trace: CycleTrace, phase: str, token_text: TokenText, lecture: b
     if not trace.drafts:
         note = trace.proposer_note or "the proposer proposed nothing: the target took one plain step"
         return (f"<div class='svkv-cycle' data-key='cyc' data-role='drafts'><h3 class='svkv-title'>This cycle</h3>"
-                f"<p>{esc_attr(note)}</p></div>")
+                f"<p>{esc(note)}</p></div>")
     greedy = trace.temperature == 0
     intro = ("temperature 0: q and p are one-hot — q(d) = 1 for every draft (it is the draft's argmax), and a "
              "draft passes iff it is also the target's argmax" if greedy
@@ -392,37 +395,38 @@ def _cycle_html(trace: CycleTrace, phase: str, token_text: TokenText, lecture: b
     n = len(cols)
     return (
         "<div class='svkv-cycle' data-key='cyc' data-role='drafts'><h3 class='svkv-title'>This cycle's drafts</h3>"
-        f"<p class='svkv-sub2'>{esc_attr(intro)}</p>{_matched_html(trace, token_text)}"
+        f"<p class='svkv-sub2'>{esc(intro)}</p>{_matched_html(trace, token_text)}"
         f"<div class='svkv-drafts' style='--n:{n}'>{''.join(cols)}</div></div>"
     )
 
 
 def _bar(d: int, label: str, value: float, kind: str, marker: float | None = None) -> str:
     width = max(0.0, min(1.0, value)) * 100
-    mark = f"<span class='svkv-u' style='left:{marker * 100:.1f}%'></span>" if marker is not None else ""
+    mark = f"<span class='svkv-u' style='left:{esc(f'{marker * 100:.1f}')}%'></span>" if marker is not None else ""
     return (
-        f"<div class='svkv-barrow' data-d='{d}'><span class='svkv-barlabel'>{label}</span>"
-        f"<span class='svkv-bar svkv-bar-{kind}' data-d='{d}'><span style='width:{width:.1f}%'></span>{mark}</span>"
+        f"<div class='svkv-barrow' data-d='{esc(d)}'><span class='svkv-barlabel'>{esc(label)}</span>"
+        f"<span class='svkv-bar svkv-bar-{esc(kind)}' data-d='{esc(d)}'><span style='width:{esc(f'{width:.1f}')}%'>"
+        f"</span>{mark}</span>"
         "</div>"
     )
 
 
 def _draft_column(d: DraftStep, step: int, greedy: bool) -> str:
     parts = [
-        f"<div class='svkv-draft' data-d='{d.index}' data-key='d{d.index}' tabindex='0'>",
-        f"<div class='svkv-dhead'>d{d.index} <span class='svkv-dpos'>position {d.position}</span></div>",
-        f"<div class='svkv-dtok'>{esc_attr(show_token(d.text, 10**6))}</div>",
+        f"<div class='svkv-draft' data-d='{esc(d.index)}' data-key='d{esc(d.index)}' tabindex='0'>",
+        f"<div class='svkv-dhead'>d{esc(d.index)} <span class='svkv-dpos'>position {esc(d.position)}</span></div>",
+        f"<div class='svkv-dtok'>{esc(show_token(d.text, 10**6))}</div>",
     ]
     if d.source:  # a merged proposer: who proposed it
-        parts.append(f"<div class='svkv-dsrc' data-role='draft-source'>from {d.source}</div>")
+        parts.append(f"<div class='svkv-dsrc' data-role='draft-source'>from {esc(d.source)}</div>")
     if greedy:
-        parts.append(f"<div class='svkv-barrow' data-d='{d.index}'>q(d) = 1 (one-hot)</div>")
+        parts.append(f"<div class='svkv-barrow' data-d='{esc(d.index)}'>q(d) = 1 (one-hot)</div>")
     else:
         parts.append(_bar(d.index, f"q(d) = {fmt_p(d.draft_prob)}", d.draft_prob, "q"))
     if step >= _step("verify"):
         if greedy:
             top = "the target's argmax" if d.target_prob >= 1 else "not the target's argmax"
-            parts.append(f"<div class='svkv-barrow' data-d='{d.index}'>p: {top}</div>")
+            parts.append(f"<div class='svkv-barrow' data-d='{esc(d.index)}'>p: {top}</div>")
         else:
             parts.append(_bar(d.index, f"p(d) = {fmt_p(d.target_prob)}", d.target_prob, "p"))
     if step >= _step("accept"):
@@ -434,15 +438,15 @@ def _draft_column(d: DraftStep, step: int, greedy: bool) -> str:
 def _acceptance(d: DraftStep, greedy: bool) -> str:
     glyph = VERDICT_GLYPHS[d.verdict]
     forced = " (forced: what-if)" if d.forced else ""
-    verdict = (f"<div class='svkv-verdict svkv-v-{d.verdict}' data-d='{d.index}' data-role='verdict'>"
-               f"<span class='svkv-vglyph'>{glyph}</span> {d.verdict}{esc_attr(forced)}</div>")
+    verdict = (f"<div class='svkv-verdict svkv-v-{esc(d.verdict)}' data-d='{esc(d.index)}' data-role='verdict'>"
+               f"<span class='svkv-vglyph'>{esc(glyph)}</span> {esc(d.verdict)}{esc(forced)}</div>")
     if d.verdict == "untested":
         return verdict + "<div class='svkv-barrow'>not tested: an earlier draft was rejected</div>"
     if greedy:
         return verdict
     test = f"u = {fmt_p(d.u)} {'≤' if d.verdict == 'accepted' else '>'} {fmt_p(d.ratio)}" if d.u is not None else ""
     return _bar(d.index, f"min(1, p/q) = {fmt_p(d.ratio)}", d.ratio, "a", d.u) + (
-        f"<div class='svkv-barrow'>{test}</div>" if test else "") + verdict
+        f"<div class='svkv-barrow'>{esc(test)}</div>" if test else "") + verdict
 
 
 def _result_column(trace: CycleTrace) -> str:
@@ -457,10 +461,10 @@ def _result_column(trace: CycleTrace) -> str:
             for t, tp in _top([tops], TokenProb(token.token_id, 0.0, token.text))]
     bars = _mini(rows, token.token_id)
     return (
-        f"<div class='svkv-draft svkv-result svkv-k-{token.kind}' data-key='res'>"
-        f"<div class='svkv-dhead'>{token.kind} <span class='svkv-dpos'>position {token.position}</span></div>"
-        f"<div class='svkv-dtok'>{esc_attr(show_token(token.text, 10**6))}</div>"
-        f"<div class='svkv-barrow'>{esc_attr(where)}</div>{bars}</div>"
+        f"<div class='svkv-draft svkv-result svkv-k-{esc(token.kind)}' data-key='res'>"
+        f"<div class='svkv-dhead'>{esc(token.kind)} <span class='svkv-dpos'>position {esc(token.position)}</span></div>"
+        f"<div class='svkv-dtok'>{esc(show_token(token.text, 10**6))}</div>"
+        f"<div class='svkv-barrow'>{esc(where)}</div>{bars}</div>"
     )
 
 
@@ -488,10 +492,10 @@ def _mini(rows: Sequence[tuple[int, TokenProb, Sequence[tuple[str, float]]]], ch
     for tid, tp, bars in rows:
         tip = ", ".join(f"{k} = {fmt_p(v)}" for k, v in bars)
         cls = " svkv-mchosen" if tid == chosen else ""
-        spans = "".join(f"<span class='svkv-mbar svkv-mbar-{k}' style='width:{100 * v / top:.1f}%'></span>"
-                        for k, v in bars)
-        cells.append(f"<span class='svkv-mtok{cls}' title='{esc_attr(tip)}'>{esc_attr(show_token(tp.text, 6))}</span>"
-                     f"<span class='svkv-mbars' title='{esc_attr(tip)}'>{spans}</span>")
+        spans = "".join(f"<span class='svkv-mbar svkv-mbar-{esc(k)}' style='width:{esc(f'{100 * v / top:.1f}')}%'>"
+                        "</span>" for k, v in bars)
+        cells.append(f"<span class='svkv-mtok{cls}' title='{esc(tip)}'>{esc(show_token(tp.text, 6))}</span>"
+                     f"<span class='svkv-mbars' title='{esc(tip)}'>{spans}</span>")
     return f"<div class='svkv-mini'>{''.join(cells)}</div>"
 
 
@@ -504,7 +508,7 @@ def _pq_column(trace: CycleTrace) -> str:
             for t, tp in _top([d.target_top, d.draft_top], TokenProb(d.token_id, 0.0, d.text))]
     return (
         "<div class='svkv-draft svkv-result svkv-pq' data-key='res'>"
-        f"<div class='svkv-dhead'>p vs q <span class='svkv-dpos'>at d{d.index}</span></div>"
+        f"<div class='svkv-dhead'>p vs q <span class='svkv-dpos'>at d{esc(d.index)}</span></div>"
         "<div class='svkv-barrow'><span class='svkv-mkey svkv-mbar-q'></span>q "
         "<span class='svkv-mkey svkv-mbar-p'></span>p</div>"
         f"{_mini(rows, d.token_id)}</div>"

@@ -23,7 +23,7 @@ from __future__ import annotations
 from ..runfile import RunRecord
 from . import stage_data, stage_js
 from .kv_html import stylesheet
-from .style import esc_attr
+from .markup import esc
 
 
 def timeline(record: RunRecord) -> stage_data.Timeline:
@@ -40,10 +40,10 @@ def run_html(record: RunRecord) -> str:
     sections = []
     for s in steps.values():  # the prefill, then each phase of each cycle
         title = "prefill" if s["cycle"] is None else f"cycle {s['cycle'] + 1} · {s['phase']}"
-        sections.append(f"<section class='step' data-title='{esc_attr(title)}'>"
+        sections.append(f"<section class='step' data-title='{esc(title)}'>"
                         f"<div class='status'>{s['status']}</div><div class='kv'>{s['kv'][0]}</div>"
                         f"<div class='story' data-role='narrative'>{s['story']}</div></section>")
-    title = esc_attr(record.title or "specviz run")
+    title = esc(record.title or "specviz run")
     script = (stage_js.core_js() + stage_js.read_static("standalone.js")).replace("</script", "<\\/script")
     return (
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
@@ -52,7 +52,7 @@ def run_html(record: RunRecord) -> str:
         "<header><button id='back' aria-label='Back one step'>← Back</button>"
         "<button id='next' class='primary' aria-label='Next step'>Next →</button>"
         f"<span id='counter' aria-live='polite'></span><span style='margin-left:auto'>{title} · "
-        f"{esc_attr(record.pair)}</span></header>"
+        f"{esc(record.pair)}</span></header>"
         "<main><div id='stage'></div>"
         "<p class='nojs-note'>Scripts are off: every step of the run follows, one after the other.</p>"
         f"<div class='steps'>{''.join(sections)}</div></main>"

@@ -7,9 +7,9 @@ picture".
 
 from __future__ import annotations
 
-import html
-
 import plotly.graph_objects as go
+
+from .markup import label as esc  # plotly's labels: the one escaping path (viz/markup.py)
 
 # Cache slot states (CacheSnapshot.slot_state).
 SLOT_COLORS: dict[str, str] = {
@@ -64,17 +64,6 @@ def show_token(text: str, limit: int = 12) -> str:
     """
     shown = text.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥").replace("\r", "") or "∅"
     return shown if len(shown) <= limit else shown[: limit - 1] + "…"
-
-
-def esc(text: str) -> str:
-    """Escape `<`, `>` and `&` for plotly labels (plotly renders a subset of HTML, but shows
-    `&quot;` literally, so quotes are left alone)."""
-    return html.escape(text, quote=False)
-
-
-def esc_attr(text: str) -> str:
-    """Escape for an HTML attribute value or text in the token strip (quotes included)."""
-    return html.escape(text, quote=True)
 
 
 def base_layout(title: str, height: int, subtitle: str = "") -> dict:

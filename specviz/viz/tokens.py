@@ -31,7 +31,8 @@ from dataclasses import dataclass, replace
 from ..timeline import reached
 from ..tokenbytes import character_spans, label_bytes
 from ..trace import CycleTrace
-from .style import KIND_COLORS, esc_attr, show_token
+from .markup import esc
+from .style import KIND_COLORS, show_token
 
 TokenText = Callable[[int], str]
 
@@ -148,7 +149,7 @@ def strip_html(chips: Sequence[Chip], head: int = 16, tail: int = 48) -> str:
     if num_prompt > head + tail + FOLD_SLACK:  # the prompt's chips come first (`strip_chips`)
         chip_html[head : num_prompt - tail] = [_details(chip_html[head : num_prompt - tail])]
     parts += [*chip_html, "</div>"]
-    items = [_swatch(f";border-radius:2px;background:{KIND_COLORS[k]}") + esc_attr(name) for k, name in _LEGEND]
+    items = [_swatch(f";border-radius:2px;background:{KIND_COLORS[k]}") + esc(name) for k, name in _LEGEND]
     if any(c.forced for c in chips):
         items.append(_swatch(FORCED_STYLE) + "what-if (forced) cycle")
     if any(c.character for c in chips):
@@ -185,7 +186,7 @@ def _details(hidden: Sequence[str]) -> str:
 
 def _chip_html(c: Chip) -> str:
     color = KIND_COLORS.get(c.kind, "#e5e7eb")
-    text = esc_attr(show_token(c.text, 40))
+    text = esc(show_token(c.text, 40))
     if c.kind == "prompt":
         text = text.replace("↵", "↵<br>")
     # pre-wrap, not pre: a chip keeps its own spacing, and the <wbr> after it lets a line break there
@@ -195,7 +196,7 @@ def _chip_html(c: Chip) -> str:
         style += FORCED_STYLE
     if c.character:
         style += ";border-bottom:2px dotted #6b7280"  # the pieces of one character, visibly together
-    chip = f"<span title='{esc_attr(c.tooltip)}' style='{style}'>{text}</span>"
+    chip = f"<span title='{esc(c.tooltip)}' style='{esc(style)}'>{text}</span>"
     if c.character_end:
-        chip += f"<span style='font-size:10px;color:#6b7280;margin-right:2px'>={esc_attr(c.character)}</span>"
+        chip += f"<span style='font-size:10px;color:#6b7280;margin-right:2px'>={esc(c.character)}</span>"
     return chip + "<wbr>"

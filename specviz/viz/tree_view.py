@@ -15,7 +15,8 @@ from collections.abc import Callable
 from ..timeline import VERDICT_GLYPHS
 from ..timeline import phase_index as _step
 from ..trace import CycleTrace, TreeNode, TreeTrace
-from .style import PHASE_TITLES, esc_attr, fmt_p, show_token
+from .markup import esc
+from .style import PHASE_TITLES, fmt_p, show_token
 
 TokenText = Callable[[int], str]
 MASK_MAX_NODES = 32  # mask rows/columns drawn; a bigger tree shows its first nodes and says so
@@ -31,11 +32,11 @@ def tree_panel_html(trace: CycleTrace | None, phase: str, token_text: TokenText,
         return ""
     step = _step(phase)
     tree = trace.tree
-    key = f"tv{trace.cycle}"
+    key = esc(f"tv{trace.cycle}")  # escaped once: every node's data-key starts with it
     if not tree.nodes:  # nothing proposed (prompt lookup without a match): a plain target step
         note = trace.proposer_note or "the proposer proposed nothing"
         return (f"<div class='svtree' role='note' data-role='tree' data-key='{key}'><p class='svtree-note'>"
-                f"No token tree this cycle: {esc_attr(note.rstrip('.'))}.</p></div>")
+                f"No token tree this cycle: {esc(note.rstrip('.'))}.</p></div>")
     body = []
     if "tree" in parts:
         body.append(_tree_html(trace, step, token_text, key, lecture))
@@ -47,10 +48,11 @@ def tree_panel_html(trace: CycleTrace | None, phase: str, token_text: TokenText,
              f"width {tree.width}, depth {max((n.depth for n in tree.nodes), default=0)}")
     # The phase names the layout: lecture mode arranges the sections around what the phase teaches.
     return (
-        f"<div class='svtree svtree-p-{phase}{' svtree-lecture' if lecture else ''}' role='figure' data-role='tree' "
-        f"data-key='{key}' aria-label='{esc_attr(label)}'>"
+        f"<div class='svtree svtree-p-{esc(phase)}{' svtree-lecture' if lecture else ''}' role='figure' "
+        "data-role='tree' "
+        f"data-key='{key}' aria-label='{esc(label)}'>"
         + "".join(body)
-        + f"<p class='svtree-sr'>{esc_attr(describe(trace, phase, token_text))}</p></div>"
+        + f"<p class='svtree-sr'>{esc(describe(trace, phase, token_text))}</p></div>"
     )
 
 
@@ -85,8 +87,8 @@ def _rule(node: TreeNode, greedy: bool) -> str:
 def _token(text: str) -> str:
     """A token as a node or an entry shows it (rule 1 of the stage: whole up to 6 characters), with
     its whole display form in `data-token`."""
-    return (f"<span class='svtree-tok' data-token='{esc_attr(show_token(text, 10**6))}'>"
-            f"{esc_attr(show_token(text, TOKEN_CHARS))}</span>")
+    return (f"<span class='svtree-tok' data-token='{esc(show_token(text, 10**6))}'>"
+            f"{esc(show_token(text, TOKEN_CHARS))}</span>")
 
 
 def rows(tree: TreeTrace, tail_parent: int | None = None) -> tuple[dict[int, int], int | None, int]:
@@ -122,14 +124,14 @@ def _tree_html(trace: CycleTrace, step: int, token_text: TokenText, key: str, le
     cols = max(depth, tail_depth if tail else 0) + 1
     grid_row, tail_row, n_rows = rows(tree, (tree.path[-1] if tree.path else 0) if tail else None)
     L = tree.root_position
-    heads = [f"<div class='svtree-dcol' style='grid-column:{d + 1}'>{f'depth {d}' if d else 'root'}<br>"
-             f"<span>position {L + d}</span></div>" for d in range(cols)]
+    heads = [f"<div class='svtree-dcol' style='grid-column:{esc(d + 1)}'>{f'depth {esc(d)}' if d else 'root'}<br>"
+             f"<span>position {esc(L + d)}</span></div>" for d in range(cols)]
     on_path = set(tree.path) if step >= _step("accept") else set()
     parents = {n.parent for n in tree.nodes}
     kids = " svtree-kids" if tree.nodes else ""
     cells = [
         f"<div class='svtree-node svtree-root{kids}' style='grid-row:2;grid-column:1' data-n='0' tabindex='0' "
-        f"data-key='{key}-t0' title='root: x_n, the newest committed token (position {L})'>"
+        f"data-key='{key}-t0' title='root: x_n, the newest committed token (position {esc(L)})'>"
         f"{_token(token_text(root_token(trace)))}<span class='svtree-sub'>x_n</span></div>"
     ]
     for node in tree.nodes:
@@ -140,10 +142,10 @@ def _tree_html(trace: CycleTrace, step: int, token_text: TokenText, key: str, le
         where = "from p′ (every child rejected)" if tail.kind == "corrected" else "from the leaf's p (bonus)"
         up = tail_row - grid_row[tree.path[-1] if tree.path else 0]
         cells.append(
-            f"<div class='svtree-node svtree-tail svtree-k-{tail.kind}' style='grid-row:{tail_row + 2};"
-            f"grid-column:{tail_depth + 1};--up:{up}' data-key='{key}-tail' data-role='tree-tail' "
-            f"title='{esc_attr(tail.kind + ' token at position ' + str(tail.position) + ', ' + where)}'>"
-            f"{_token(tail.text)}<span class='svtree-sub'>{tail.kind}</span></div>"
+            f"<div class='svtree-node svtree-tail svtree-k-{esc(tail.kind)}' style='grid-row:{esc(tail_row + 2)};"
+            f"grid-column:{esc(tail_depth + 1)};--up:{esc(up)}' data-key='{key}-tail' data-role='tree-tail' "
+            f"title='{esc(f'{tail.kind} token at position {tail.position}, {where}')}'>"
+            f"{_token(tail.text)}<span class='svtree-sub'>{esc(tail.kind)}</span></div>"
         )
     if greedy:
         rule = ("T = 0: at each node the child equal to the target's argmax is accepted; where none is, the argmax "
@@ -158,10 +160,10 @@ def _tree_html(trace: CycleTrace, step: int, token_text: TokenText, key: str, le
     summary = _summary(trace, step)
     return (
         "<section class='svtree-sec svtree-treesec' aria-label='The token tree'>"
-        f"<h3 class='svtree-title'>Token tree · width {tree.width}, {len(tree.nodes)} nodes</h3>"
-        f"<p class='svtree-note'>{esc_attr(intro)}{'. ' + esc_attr(rule) if step >= _step('accept') else ''}</p>"
-        f"<div class='svtree-grid' style='--cols:{cols};--rows:{n_rows}'>{''.join(heads + cells)}</div>"
-        + (f"<p class='svtree-note svtree-path' data-role='tree-path'>{esc_attr(summary)}</p>" if summary else "")
+        f"<h3 class='svtree-title'>Token tree · width {esc(tree.width)}, {len(tree.nodes)} nodes</h3>"
+        f"<p class='svtree-note'>{esc(intro)}{'. ' + esc(rule) if step >= _step('accept') else ''}</p>"
+        f"<div class='svtree-grid' style='--cols:{esc(cols)};--rows:{esc(n_rows)}'>{''.join(heads + cells)}</div>"
+        + (f"<p class='svtree-note svtree-path' data-role='tree-path'>{esc(summary)}</p>" if summary else "")
         + "</section>"
     )
 
@@ -180,7 +182,7 @@ def _node_html(node: TreeNode, step: int, greedy: bool, on_path: bool, kids: boo
         lines = lines[:0 if lecture else 1] + [f"p {fmt_p(node.target_prob)}"]
     verdict = ""
     if step >= _step("accept"):
-        classes.append(f"svtree-v-{node.verdict}")
+        classes.append(f"svtree-v-{esc(node.verdict)}")
         if on_path:
             classes.append("svtree-win")
         verdict = f"<span class='svtree-verdict' data-role='tree-verdict'>{VERDICT_GLYPHS[node.verdict]}</span>"
@@ -194,13 +196,13 @@ def _node_html(node: TreeNode, step: int, greedy: bool, on_path: bool, kids: boo
     if source:
         tip += f"; proposed by {'the feature head and retrieval' if source == 'both' else source}"
     mark = SOURCE_MARKS.get(source)
-    mark = f"<span class='svtree-src' data-role='tree-source'>{mark}</span>" if mark else ""
+    mark = f"<span class='svtree-src' data-role='tree-source'>{esc(mark)}</span>" if mark else ""
     return (
-        f"<div class='{' '.join(classes)}' style='grid-row:{row};grid-column:{node.depth + 1};"
-        f"--up:{up}' data-n='{node.index}' data-key='{key}-t{node.index}' tabindex='0' "
-        f"data-role='tree-node' title='{esc_attr(tip)}'>"
-        f"<span class='svtree-id'>{node.index}</span>{mark}{_token(node.text)}{verdict}"
-        f"<span class='svtree-sub'>{esc_attr(' · '.join(lines))}</span></div>"
+        f"<div class='{' '.join(classes)}' style='grid-row:{esc(row)};grid-column:{esc(node.depth + 1)};"
+        f"--up:{esc(up)}' data-n='{esc(node.index)}' data-key='{key}-t{esc(node.index)}' tabindex='0' "
+        f"data-role='tree-node' title='{esc(tip)}'>"
+        f"<span class='svtree-id'>{esc(node.index)}</span>{mark}{_token(node.text)}{verdict}"
+        f"<span class='svtree-sub'>{esc(' · '.join(lines))}</span></div>"
     )
 
 
@@ -244,21 +246,21 @@ def _mask_html(trace: CycleTrace, step: int, token_text: TokenText, key: str) ->
     win = set(tree.path) | {0} if step >= _step("accept") else set()
     L = tree.root_position
     head = ["<div class='svtree-mh svtree-corner'>query ↓ key →</div>",
-            f"<div class='svtree-mh svtree-mprefix' title='the committed prefix: positions 0–{L - 1}'>"
-            f"prefix<br>0–{max(L - 1, 0)}</div>"]
+            f"<div class='svtree-mh svtree-mprefix' title='the committed prefix: positions 0–{esc(L - 1)}'>"
+            f"prefix<br>0–{esc(max(L - 1, 0))}</div>"]
     # A key column is named by its node number (the row labels and the tree carry the tokens).
-    head += [f"<div class='svtree-mh' data-n='{j}' title='key: node {j} {esc_attr(labels[j])}'>{j}</div>"
+    head += [f"<div class='svtree-mh' data-n='{esc(j)}' title='key: node {esc(j)} {esc(labels[j])}'>{esc(j)}</div>"
              for j in ids]
     rows = []
     for i in ids:
         seen = ancestors(tree, i) if i else {0}
         cls = " svtree-mwin" if i in win else ""
-        row = [f"<div class='svtree-mh svtree-mrow{cls}' data-n='{i}'>{i} {esc_attr(labels[i])}</div>",
+        row = [f"<div class='svtree-mh svtree-mrow{cls}' data-n='{esc(i)}'>{esc(i)} {esc(labels[i])}</div>",
                "<div class='svtree-m svtree-m1 svtree-mprefix' title='the whole prefix: allowed'>■</div>"]
         for j in ids:
             allowed = j in seen
             row.append(f"<div class='svtree-m{' svtree-m1' if allowed else ''}{cls}' "
-                       f"title='node {i} {'sees' if allowed else 'does not see'} node {j}'>"
+                       f"title='node {esc(i)} {'sees' if allowed else 'does not see'} node {esc(j)}'>"
                        f"{'■' if allowed else ''}</div>")
         rows.append("".join(row))
     more = (f"<p class='svtree-note'>The first {shown} of {len(tree.nodes)} nodes are drawn; every row follows "
@@ -268,7 +270,7 @@ def _mask_html(trace: CycleTrace, step: int, token_text: TokenText, key: str) ->
         "<h3 class='svtree-title'>Tree attention mask · ■ may attend</h3>"
         "<p class='svtree-note'>■ = may attend (an additive 0), empty = masked (the dtype's minimum). Each node "
         "sees the whole prefix, its ancestors and itself — never a sibling or a cousin.</p>"
-        f"<div class='svtree-mask' style='--cols:{shown + 1}'>{''.join(head)}{''.join(rows)}</div>{more}</section>"
+        f"<div class='svtree-mask' style='--cols:{esc(shown + 1)}'>{''.join(head)}{''.join(rows)}</div>{more}</section>"
     )
 
 
@@ -300,10 +302,10 @@ def _cache_html(trace: CycleTrace, step: int, token_text: TokenText, key: str) -
     for c in range(n_cols):
         line, col = divmod(c, per_line)
         new_block = paged and (c == 0 or col == 0 or slots[c] // page != slots[c - 1] // page)
-        block = f"<br>block {slots[c] // page}" if new_block else ""
+        block = f"<br>block {esc(slots[c] // page)}" if new_block else ""
         edge = " svtree-bedge" if paged and c and slots[c] // page != slots[c - 1] // page else ""
-        heads.append(f"<div class='svtree-ch{edge}' style='{_kv_at(c, per_line, 1)}'>entry {L + c}<br>"
-                     f"<span>slot {slots[c]}{block}</span></div>")
+        heads.append(f"<div class='svtree-ch{edge}' style='{_kv_at(c, per_line, 1)}'>entry {esc(L + c)}<br>"
+                     f"<span>slot {esc(slots[c])}{block}</span></div>")
     cells = [_kv_cell(key, 0, 0, "root", token_text(root_token(trace)), L, per_line, committed=compacted)]
     if not compacted:
         for node in tree.nodes:
@@ -317,9 +319,9 @@ def _cache_html(trace: CycleTrace, step: int, token_text: TokenText, key: str) -
         for c in range(len(kept) + 1, n_cols):
             state = "freed" if paged and slots[c] // page in freed else "stale"
             cells.append(
-                f"<div class='svtree-kv svtree-kv-{state}' style='{_kv_at(c, per_line, 2)}' data-col='{c}' "
-                f"data-key='{key}-x{c}' "
-                f"data-role='tree-{state}' title='entry {L + c}: {state}'>"
+                f"<div class='svtree-kv svtree-kv-{state}' style='{_kv_at(c, per_line, 2)}' data-col='{esc(c)}' "
+                f"data-key='{key}-x{esc(c)}' "
+                f"data-role='tree-{state}' title='entry {esc(L + c)}: {state}'>"
                 f"<span class='svtree-tok'>{'✕' if state == 'stale' else ''}</span>"
                 f"<span class='svtree-sub'>{state}</span></div>"
             )
@@ -338,32 +340,32 @@ def _cache_html(trace: CycleTrace, step: int, token_text: TokenText, key: str) -
         note += f" Block(s) {', '.join(map(str, sorted(freed)))} went back to the pool."
     title = "Target cache: the compaction" if compacted else "Target cache during verify: one entry per node"
     return (
-        f"<section class='svtree-sec' aria-label='{esc_attr(title)}' data-role='tree-kv' data-key='{key}-kvsec'>"
-        f"<h3 class='svtree-title'>{esc_attr(title)}</h3>"
-        f"<div class='svtree-kvgrid' style='--cols:{per_line}'>{''.join(heads)}{''.join(cells)}</div>"
-        f"<p class='svtree-note' data-role='tree-kvnote'>{esc_attr(note)}</p></section>"
+        f"<section class='svtree-sec' aria-label='{esc(title)}' data-role='tree-kv' data-key='{key}-kvsec'>"
+        f"<h3 class='svtree-title'>{esc(title)}</h3>"
+        f"<div class='svtree-kvgrid' style='--cols:{esc(per_line)}'>{''.join(heads)}{''.join(cells)}</div>"
+        f"<p class='svtree-note' data-role='tree-kvnote'>{esc(note)}</p></section>"
     )
 
 
 def _kv_at(c: int, per_line: int, part: int) -> str:
     """Where entry L+`c`'s header (`part` 1) or cell (2) goes in the wrapped grid of verify entries."""
     line, col = divmod(c, per_line)
-    return f"grid-row:{2 * line + part};grid-column:{col + 1}"
+    return esc(f"grid-row:{2 * line + part};grid-column:{col + 1}")
 
 
 def _kv_cell(key: str, node: int, col: int, state: str, text: str, position: int, per_line: int, *,
              committed: bool = False, came_from: int | None = None) -> str:
     """Node `node`'s K/V in entry root+`col`: the key is the node's, so a move is the same DOM node."""
-    cls = f"svtree-kv svtree-kv-{state}" + (" svtree-kv-committed" if committed else "")
+    cls = esc(f"svtree-kv svtree-kv-{state}" + (" svtree-kv-committed" if committed else ""))
     role = " data-role='tree-move'" if came_from is not None else ""
     label = "root" if node == 0 else f"node {node}"
     tip = f"{label}: position {position}" + (f", moved here from entry {came_from}" if came_from is not None else "")
     return (
-        f"<div class='{cls}' style='{_kv_at(col, per_line, 2)}' data-col='{col}' data-key='{key}-n{node}' "
-        f"data-n='{node}'{role} "
-        f"tabindex='0' title='{esc_attr(tip)}'>{_token(text)}"
-        f"<span class='svtree-sub'>{esc_attr(f'pos {position} · #{node}')}</span>"
-        + (f"<span class='svtree-sub svtree-from'>← entry {came_from}</span>" if came_from is not None else "")
+        f"<div class='{cls}' style='{_kv_at(col, per_line, 2)}' data-col='{esc(col)}' data-key='{key}-n{esc(node)}' "
+        f"data-n='{esc(node)}'{role} "
+        f"tabindex='0' title='{esc(tip)}'>{_token(text)}"
+        f"<span class='svtree-sub'>{esc(f'pos {position} · #{node}')}</span>"
+        + (f"<span class='svtree-sub svtree-from'>← entry {esc(came_from)}</span>" if came_from is not None else "")
         + "</div>"
     )
 
