@@ -59,15 +59,21 @@ MYTHS_INTRO = "The classic walkthrough of the cache bookkeeping gets these wrong
 
 # The stage must sit above the fold at 1440x900: Streamlit's default top padding (6 rem) is halved.
 # In lecture mode (no caption above the buttons) the buttons sit in Streamlit's header band: the
-# header lets clicks through but for its own buttons, and the main column keeps narrow margins (the
-# stage collapses the sidebar there: docs/design.md §3, "One screen in lecture mode").
-# The container of everything above the stage (`HEAD`) adds no box of its own (no gap when empty).
+# header and everything in it let clicks through (its toolbar sets `pointer-events: auto` on itself,
+# so the header's own `none` is not enough: it took the stage buttons' clicks), but for the toggle
+# that brings the sidebar back; its Deploy button and ⋮ menu are not for a projector. The main
+# column keeps narrow margins (the stage collapses the sidebar there: docs/design.md §3, "One
+# screen in lecture mode"). The container of everything above the stage (`HEAD`) adds no box of its
+# own (no gap when empty).
 HEAD = "page_head"
 _HEAD_CSS = f"div:has(> .st-key-{HEAD}), .st-key-{HEAD} {{ display: contents; }}"  # and Streamlit's wrapper
 COMPACT_PAGE = f"<style>.stMainBlockContainer {{ padding-top: 2.5rem; }} {_HEAD_CSS}</style>"
+_BAND = "header[data-testid='stHeader']"
 LECTURE_PAGE = ("<style>.stMainBlockContainer { padding: .5rem 3rem 1rem; } "
-                "header[data-testid='stHeader'] { background: transparent; pointer-events: none; } "
-                f"header[data-testid='stHeader'] button {{ pointer-events: auto; }} {_HEAD_CSS}</style>")
+                f"{_BAND} {{ background: transparent; }} {_BAND}, {_BAND} * {{ pointer-events: none; }} "
+                f"{_BAND} [data-testid='stExpandSidebarButton'] {{ pointer-events: auto; }} "
+                f"{_BAND} :is([data-testid='stAppDeployButton'], [data-testid='stMainMenu']) {{ display: none; }} "
+                f"{_HEAD_CSS}</style>")
 
 
 def more_views(run: Run, cycle: int | None, phase: str) -> None:

@@ -155,17 +155,35 @@ def _set_number(page, label: str, value: str) -> None:
     assert box.input_value() == value, (label, box.input_value())
 
 
+HIT_JS = """([x, y, sel]) => { const e = document.elementFromPoint(x, y), b = document.querySelector(sel);
+  return {inside: !!e && !!b && b.contains(e),
+          hit: e ? e.tagName + '.' + e.className + (e.closest('header') ? ' (header)' : '') : null}; }"""
+
+
+def _mouse_click(page, selector: str) -> None:
+    """Click like a person: the mouse at the centre of what `selector` names, which must be what the
+    page hit-tests there (a click dispatched inside the page skips hit-testing, and once hid that
+    Streamlit's header took every click on the stage's buttons)."""
+    box = page.locator(selector).first.bounding_box()
+    assert box is not None, selector
+    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+    hit = page.evaluate(HIT_JS, [x, y, selector])
+    assert hit["inside"], (selector, hit)
+    page.mouse.click(x, y)
+
+
 def _step(page, step: int) -> None:
-    page.keyboard.press("ArrowRight")
+    """Next phase, by a mouse click on the page's button (a lecturer with a mouse)."""
+    _mouse_click(page, ".st-key-next_phase button")
     page.wait_for_function(f"() => {{ const s = window.__specvizStage.state; return s.cur === {step} && !s.waiting; }}",
                            timeout=300_000, polling=100)
     _settle(page)
 
 
 def _sidebar(page, open_it: bool) -> None:
-    """Streamlit's own toggle (lecture mode folded the sidebar away)."""
+    """Streamlit's own toggle (lecture mode folded the sidebar away), clicked by the mouse."""
     button = "[data-testid='stExpandSidebarButton']" if open_it else "button[aria-label='Collapse sidebar']"
-    page.evaluate(f"document.querySelector(\"{button}\").click()")
+    page.locator(button).first.click()
     page.wait_for_function(f"() => document.querySelector(\"section[data-testid='stSidebar']\")"
                            f".getAttribute('data-collapsed') === '{str(not open_it).lower()}'",
                            timeout=30_000, polling=100)
@@ -335,4 +353,102 @@ def test_a_128_node_tree_stays_in_its_panel_with_the_mask_beside_it(server: str,
             page.screenshot(path=str(OUT / f"lecture-{width}x{height}-tree128-verify.png"))
     assert seen_nodes > 64, seen_nodes  # the budget was really used: a big tree, not the default one
     page.close()
+    assert not errors, errors
+
+
+# ---------------------------------------------------------------- the stage the room sees (issue 35, part 0)
+
+BUTTONS = ("next_phase", "next_cycle", "back", "play", "reset")
+MIN_NARRATIVE_PX = {1080: 24.0, 720: 18.0}
+MIN_TREE_NODE_PX = {1080: 18.0, 720: 14.0}
+
+# Computed sizes, as the browser applies them (a stylesheet's rule can lose to Streamlit's own `p`
+# rule, as the narrative's did), and what the room can see of the narrative and the heading.
+ROOM_JS = r"""() => {
+  const stage = document.querySelector('.svs'), px = e => parseFloat(getComputedStyle(e).fontSize);
+  const shown = e => { const r = e.getBoundingClientRect(); return r.width > 0 && r.height > 0; };
+  const min = (sel, root = stage) => { const all = [...root.querySelectorAll(sel)].filter(shown).map(px);
+    return all.length ? Math.min(...all) : null; };
+  const story = stage.querySelector('[data-role=narrative]'), heading = stage.querySelector('[data-role=phase]');
+  const r = heading && heading.getBoundingClientRect();
+  return {title: stage.dataset.title, vw: innerWidth, vh: innerHeight,
+    narrativePx: min(':scope p, :scope li', story), statusPx: min('.svs-status p'),
+    treeNodePx: min('[data-role=tree-node] .svtree-tok'),
+    scroll: [story.scrollHeight, story.clientHeight],
+    heading: heading && shown(heading) ? {box: [r.top, r.bottom, r.left, r.right], text: heading.textContent} : null};
+}"""
+
+
+def _lecture_page(browser, server: str, width: int, height: int, errors: list[str], tree_width: str | None = None):
+    """A fresh page at width x height with lecture mode on (switched on by a mouse click on its toggle)."""
+    page = browser.new_page(viewport={"width": width, "height": height})
+    page.set_default_timeout(300_000)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(server, wait_until="domcontentloaded")
+    page.locator(".st-key-next_phase button").first.wait_for(timeout=300_000)
+    _settle(page)
+    if tree_width:
+        _set_number(page, "Tree width (1 = chain)", tree_width)
+    _rerun(page, lambda: page.get_by_text("Lecture mode").first.click())
+    page.wait_for_function("() => !!document.querySelector('.svs .svkv.svkv-lecture') && document.querySelector("
+                           "\"section[data-testid='stSidebar']\").getAttribute('data-collapsed') === 'true'",
+                           timeout=300_000, polling=100)
+    _settle(page)
+    return page
+
+
+@pytest.mark.parametrize("width, height", SIZES)
+def test_a_mouse_click_on_the_stage_buttons_reaches_them(server: str, browser, width: int, height: int) -> None:
+    """In lecture mode the buttons sit in Streamlit's header band: at the centre of each, the page's
+    hit test finds the button (not the header), the sidebar's toggle stays reachable, the Deploy
+    button and the ⋮ menu are gone, and a real mouse click on Next phase (and Playwright's actionable
+    click, which refuses a covered element) advances the stage."""
+    errors: list[str] = []
+    page = _lecture_page(browser, server, width, height, errors)
+    for key in BUTTONS:
+        sel = f".st-key-{key} button"
+        box = page.locator(sel).first.bounding_box()
+        hit = page.evaluate(HIT_JS, [box["x"] + box["width"] / 2, box["y"] + box["height"] / 2, sel])
+        assert hit["inside"], (key, hit)
+    toggle = "[data-testid='stExpandSidebarButton']"
+    box = page.locator(toggle).bounding_box()
+    assert page.evaluate(HIT_JS, [box["x"] + box["width"] / 2, box["y"] + box["height"] / 2, toggle])["inside"]
+    for hidden in ("stAppDeployButton", "stMainMenu"):
+        assert page.locator(f"[data-testid='{hidden}']").is_hidden(), hidden
+    start = page.evaluate("window.__specvizStage.state.cur")
+    _step(page, start + 1)  # page.mouse at the button's centre
+    page.locator(".st-key-next_phase button").first.click(timeout=30_000)
+    page.wait_for_function(f"() => window.__specvizStage.state.cur === {start + 2}", timeout=300_000, polling=100)
+    page.close()
+    assert not errors, errors
+
+
+@pytest.mark.parametrize("shape", ["chain", "tree"])
+def test_type_scales_and_the_narrative_fits_at_every_phase(server: str, browser, shape: str) -> None:
+    """One cycle in lecture mode, every phase at 1920x1080 and 1280x720: the narrative's computed type
+    ≥ 24 px / ≥ 18 px (and the status line's as its box says), a token tree's node text ≥ 18 / 14 px,
+    the narrative whole in its box (its closing lesson not scrolled out of sight), and the phase
+    heading inside the viewport."""
+    errors: list[str] = []
+    page = _lecture_page(browser, server, *SIZES[0], errors, tree_width="3" if shape == "tree" else None)
+    start, bad, seen = page.evaluate("window.__specvizStage.state.cur"), [], {}
+    for n, phase in enumerate(PHASES):
+        _step(page, start + 1 + n)
+        for width, height in SIZES:
+            page.set_viewport_size({"width": width, "height": height})
+            _settle(page)
+            m = page.evaluate(ROOM_JS)
+            where = f"{width}x{height} {m['title']}"
+            sizes = {k: m[k] for k in ("narrativePx", "statusPx", "treeNodePx")}
+            seen.setdefault(f"{width}x{height}", []).append(sizes)
+            if m["narrativePx"] is None or m["narrativePx"] < MIN_NARRATIVE_PX[height]:
+                bad.append(f"{where}: narrative {m['narrativePx']} px")
+            if m["statusPx"] is None or m["statusPx"] < (18 if height == 1080 else 15):
+                bad.append(f"{where}: status line {m['statusPx']} px")
+            if shape == "tree" and phase != "rollback" and (m["treeNodePx"] or 0) < MIN_TREE_NODE_PX[height]:
+                bad.append(f"{where}: tree node text {m['treeNodePx']} px")
+        page.set_viewport_size({"width": SIZES[0][0], "height": SIZES[0][1]})
+    (OUT / f"lecture-type-{shape}.json").write_text(json.dumps(seen, indent=1), encoding="utf-8")
+    page.close()
+    assert not bad, "\n".join(bad)
     assert not errors, errors
