@@ -38,7 +38,8 @@ def update_json(path: Path, name: str, result: dict[str, Any]) -> None:
 
 
 # benchmarks with their own command and section
-SEPARATE = ("load", "browser_latency", "verify_cost", "tree_overhead", "quality", "quality_speed", "invariant")
+SEPARATE = ("load", "browser_latency", "verify_cost", "verify_kernels", "step_profile", "tree_overhead", "quality",
+            "quality_speed", "invariant")
 
 
 def read(out_dir: Path, exclude: set[str]) -> dict[str, tuple[str, Any]]:

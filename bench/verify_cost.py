@@ -2,7 +2,8 @@
 
 `python -m bench.verify_cost [--threads 1,2] [--dtypes float32,bfloat16] [--ns 1,2,4,8,16,32]
 [--past 120] [--reps 25] [--budget-s 300] [--shape default|smollm2-135m|smollm2-1.7b|tiny]
-[--device cpu|cuda] [--note TEXT] [--json FILE] [--into DIR]`
+[--device cpu|cuda] [--kernels selected|reference|reference,selected] [--note TEXT] [--json FILE]
+[--into DIR]`
 
 Speculative decoding pays for its drafts in the verify pass: the target scores N new tokens (x_n
 and the drafts, a chain or a tree of them) in one forward. The textbook speedup assumes that pass
@@ -25,6 +26,12 @@ that pass:
   at least `--min-reps`) once `--budget-s` is spent per thread count; medians and minima. The
   cache is truncated back to `past` after every pass (the rollback of a real cycle).
 
+`--kernels` picks the matrix kernels the target runs (`specviz.kernels`): `selected` (the model
+as the app runs it: the fastest exact kernel per layer and row count, timed at load), `reference`
+(plain `nn.Linear`, `SPECVIZ_KERNELS=reference`), or both, each a target of its own, interleaved in
+the same rounds; with both, the report is the per-kernel table (section `verify_kernels`), the CPU
+named by its model and vector ISA, and the largest logit difference between the two kernels.
+
 Reported per thread count: ms, **v(N) = ms / ms(1 token, float32)** (what a bfloat16 tree costs
 in float32 plain steps) and **v_same(N) = ms / ms(1 token, same dtype)**. Before timing, `check`
 asserts that the mask really is applied: a chain-shaped additive mask gives the logits of the
@@ -38,9 +45,12 @@ and DIR/gpu.json instead, after `python -m bench.gpu` has written them (scripts/
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
+import statistics
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,10 +61,12 @@ from .common import Log, cpu_name, dtype_names, median, summary
 from .gpu import Clock
 
 NAME = "verify_cost"
+KERNELS_NAME = "verify_kernels"  # the report's section when both kernels are timed
 NS = (1, 2, 4, 8, 12, 16, 24, 32)
 CHAIN_NS = (2, 8, 32)  # also timed without a mask: what the causal path of a chain costs
 DTYPES = ("float32", "bfloat16")
 SHAPES = ("default", "smollm2-135m", "smollm2-1.7b", "tiny")
+KERNELS = ("reference", "selected")
 
 
 # --------------------------------------------------------------------------- the tree and its mask
@@ -125,18 +137,40 @@ def check(model: Any, cache: Any, tokens: list[int], n: int = 7, tol: float = 1e
 # --------------------------------------------------------------------------- models
 
 
-def load_target(shape: str, dtype: str, device: torch.device) -> tuple[Any, str]:
-    """(target model, its name): the embedded default target, or random weights of a shape."""
-    if shape == "default":
-        from specviz import load_default_pair
+def load_target(shape: str, dtype: str, device: torch.device, kernels: str = "selected") -> tuple[Any, str]:
+    """(target model, its name): the embedded default target, or random weights of a shape, running
+    `kernels` ("selected": chosen at load as the app does; "reference": plain nn.Linear)."""
+    from specviz import kernels as kernel_choice
+    from specviz.models import cache_dir
 
-        pair = load_default_pair(device=device, dtype=dtype)
-        return pair.target, pair.target_name
-    from .gpu import DRAFT_SHAPE, TARGET_SHAPE, TINY_TARGET, build_model
+    with _kernel_mode(kernels):
+        if shape == "default":
+            from specviz import load_default_pair
 
-    dims = {"smollm2-135m": DRAFT_SHAPE, "smollm2-1.7b": TARGET_SHAPE, "tiny": TINY_TARGET}[shape]
-    model = build_model(dims, device, getattr(torch, dtype), 2048, seed=0)
-    return model, f"random weights shaped like {shape}"
+            pair = load_default_pair(device=device, dtype=dtype)
+            return pair.target, pair.target_name
+        from .gpu import DRAFT_SHAPE, TARGET_SHAPE, TINY_TARGET, build_model
+
+        dims = {"smollm2-135m": DRAFT_SHAPE, "smollm2-1.7b": TARGET_SHAPE, "tiny": TINY_TARGET}[shape]
+        model = build_model(dims, device, getattr(torch, dtype), 2048, seed=0)
+        kernel_choice.install([("target", model, True)], cache_dir() / "kernels.json")
+        return model, f"random weights shaped like {shape}"
+
+
+@contextlib.contextmanager
+def _kernel_mode(kernels: str) -> Iterator[None]:
+    """`SPECVIZ_KERNELS` set to `kernels` while a target loads (the loader reads it)."""
+    from specviz.kernels import MODE_ENV
+
+    before = os.environ.get(MODE_ENV)
+    os.environ[MODE_ENV] = kernels
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(MODE_ENV, None)
+        else:
+            os.environ[MODE_ENV] = before
 
 
 def past_tokens(model: Any, past: int, shape: str) -> list[int]:
@@ -204,58 +238,89 @@ def time_all(benches: dict[str, Bench], ns: tuple[int, ...], chain_ns: tuple[int
     for d in benches:
         log(f"  {d}, {done} rounds, ms (tree mask): " + ", ".join(f"{n}: {median(v):.1f}" for n, v in tree[d].items()))
     return {d: {"rounds": done, "tree_ms": {n: summary(v) for n, v in tree[d].items()},
-                "causal_ms": {n: summary(v) for n, v in chain[d].items()}} for d in benches}
+                "causal_ms": {n: summary(v) for n, v in chain[d].items()}, "tree_raw": tree[d]} for d in benches}
 
 
 def run(shape: str, dtypes: tuple[str, ...], threads: tuple[int, ...], ns: tuple[int, ...], past: int, reps: int,
         device: torch.device, log: Any = print, *, chain_ns: tuple[int, ...] = CHAIN_NS, min_reps: int = 5,
-        budget_s: float = 300.0) -> dict[str, Any]:
+        budget_s: float = 300.0, kernels: tuple[str, ...] = ("selected",)) -> dict[str, Any]:
+    from specviz.kernels import machine
+
     ns = tuple(sorted({1, *ns}))
     chain_ns = tuple(n for n in chain_ns if n in ns and n > 1)
     result: dict[str, Any] = {
         "shape": shape, "device": str(device), "past": past, "ns": list(ns), "chain_ns": list(chain_ns),
         "reps": reps, "min_reps": min_reps, "budget_s": budget_s, "dtypes": list(dtypes), "threads": list(threads),
-        "cores": os.cpu_count(), "loadavg_start": os.getloadavg(), "machine": platform.platform(), "cpu": cpu_name(),
-        "torch": torch.__version__, "by": {},
+        "kernels": list(kernels), "cores": os.cpu_count(), "loadavg_start": os.getloadavg(),
+        "machine": platform.platform(), "cpu": cpu_name(), "torch": torch.__version__,
+        "by": {}, "kernel_memory": {}, "kernel_logit_diff": {},
     }
     t_start = time.perf_counter()
+    if device.type == "cpu":  # kernels are chosen at load for the thread count then in force
+        torch.set_num_threads(threads[0])
+    result["cpu_isa"] = machine()[0]
     benches: dict[str, Bench] = {}
     for dtype in dtypes:
-        model, name = load_target(shape, dtype, device)
-        result["target"] = name
-        tokens = past_tokens(model, past, shape)
-        if dtype == "float32":
-            from specviz.kv import create_cache
+        for kernel in kernels:
+            model, name = load_target(shape, dtype, device, kernel)
+            result["target"] = name
+            result["kernel_memory"][f"{dtype}/{kernel}"] = getattr(model, "specviz_kernels", None)
+            tokens = past_tokens(model, past, shape)
+            if dtype == "float32":
+                from specviz.kv import create_cache
 
-            probe = create_cache(model, "contiguous", max_len=past + 16, initial_len=past + 16)
-            tree_forward(model, probe, tokens[:past], None)
-            result["mask_check_max_diff"] = check(model, probe, tokens[past:])
-        benches[dtype] = Bench(model, tokens, past, ns, device)
+                probe = create_cache(model, "contiguous", max_len=past + 16, initial_len=past + 16)
+                tree_forward(model, probe, tokens[:past], None)
+                result.setdefault("mask_check_max_diff", {})[kernel] = check(model, probe, tokens[past:])
+            benches[f"{dtype}/{kernel}"] = Bench(model, tokens, past, ns, device)
+        if len(kernels) > 1:
+            result["kernel_logit_diff"][dtype] = logit_diff(benches[f"{dtype}/{kernels[0]}"],
+                                                            benches[f"{dtype}/{kernels[1]}"], ns)
     for n_threads in threads if device.type == "cpu" else (0,):
         if device.type == "cpu":
             torch.set_num_threads(n_threads)
-        log(f"verify cost: {', '.join(dtypes)}, {n_threads or 'GPU'} thread(s), past {past}, N = {list(ns)}")
-        for dtype, timed in time_all(benches, ns, chain_ns, reps, min_reps, budget_s, log).items():
-            result["by"][f"{dtype}/{n_threads}"] = timed
+        log(f"verify cost: {', '.join(benches)}, {n_threads or 'GPU'} thread(s), past {past}, N = {list(ns)}")
+        for variant, timed in time_all(benches, ns, chain_ns, reps, min_reps, budget_s, log).items():
+            result["by"][f"{variant}/{n_threads}"] = timed
     result["loadavg_end"] = os.getloadavg()
     result["seconds"] = round(time.perf_counter() - t_start, 1)
     result["rows"] = rows(result)
     return result
 
 
+def logit_diff(a: Bench, b: Bench, ns: tuple[int, ...]) -> dict[str, Any]:
+    """The largest |Δlogit| between two kernels' passes over the same tokens (each N under its tree
+    mask), and at how many positions their argmax differs (a near-tie flipped by rounding)."""
+    worst, flips, positions = 0.0, 0, 0
+    with torch.inference_mode():
+        for n in ns:
+            parents = heap_parents(n) if n > 1 else None
+            la = tree_forward(a.model, a.cache, a.new[:n], parents, a.masks[n]).float()
+            lb = tree_forward(b.model, b.cache, b.new[:n], parents, b.masks[n]).float()
+            a.cache.truncate(a.past, "rollback")
+            b.cache.truncate(b.past, "rollback")
+            worst = max(worst, (la - lb).abs().max().item())
+            flips += int((la.argmax(-1) != lb.argmax(-1)).sum())
+            positions += n
+    return {"max_abs": worst, "argmax_flips": flips, "positions": positions}
+
+
 def rows(result: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per (threads, dtype, N): ms, v(N) against float32's one-token step, v_same(N)."""
+    """One row per (threads, dtype, kernel, N): ms, v(N) against the one-token float32 step (of the
+    reference kernel where it was timed, else of the same kernel), v_same(N) against the same
+    dtype and kernel's one-token step."""
     out = []
     for key, timed in result["by"].items():
-        dtype, n_threads = key.split("/")
-        base32 = result["by"].get(f"float32/{n_threads}", timed)["tree_ms"][1]["median"]
+        dtype, kernel, n_threads = key.split("/")
+        base32 = result["by"].get(f"float32/reference/{n_threads}") or result["by"].get(f"float32/{kernel}/{n_threads}")
+        base32_ms = (base32 or timed)["tree_ms"][1]["median"]
         base = timed["tree_ms"][1]["median"]
         for n in result["ns"]:
             ms = timed["tree_ms"][n]["median"]
             causal = timed["causal_ms"].get(n, {}).get("median")
-            out.append({"threads": int(n_threads), "dtype": dtype, "n": n, "ms": ms, "causal_ms": causal,
-                        "min_ms": timed["tree_ms"][n]["min"], "rounds": timed["rounds"],
-                        "v": ms / base32, "v_same": ms / base})
+            out.append({"threads": int(n_threads), "dtype": dtype, "kernel": kernel, "n": n, "ms": ms,
+                        "causal_ms": causal, "min_ms": timed["tree_ms"][n]["min"], "rounds": timed["rounds"],
+                        "v": ms / base32_ms, "v_same": ms / base})
     return out
 
 
@@ -311,12 +376,65 @@ def _reading(rows_: list[dict[str, Any]], dtypes: list[str], ns: list[int]) -> s
     return f"From 1 to {top} new tokens a pass grows: " + "; ".join(parts) + "."
 
 
+def kernels_markdown(result: dict[str, Any], note: str = "") -> str:
+    """The per-kernel v(N) table: reference and selected kernels side by side, per dtype."""
+    load = ", ".join(f"{x:.1f}" for x in result["loadavg_start"])
+    end = ", ".join(f"{x:.1f}" for x in result["loadavg_end"])
+    diffs = "; ".join(f"{d}: max |Δlogit| {v['max_abs']:.1e}, argmax differs at {v['argmax_flips']} of "
+                      f"{v['positions']} positions" for d, v in result["kernel_logit_diff"].items())
+    memory = "; ".join(f"{key}: {m['packed_bytes'] / 2**20:.0f} MiB packed, {m['dropped_bytes'] / 2**20:.0f} MiB "
+                       f"of plain weights dropped, {m['extra_bytes'] / 2**20:+.0f} MiB net"
+                       for key, m in result["kernel_memory"].items() if m and key.endswith("/selected"))
+    lines = [
+        "## Verify cost per kernel: reference (`nn.Linear`) against the kernels chosen at load",
+        "",
+        f"`python -m bench.verify_cost --kernels reference,selected --threads {','.join(map(str, result['threads']))} "
+        f"--ns {','.join(map(str, result['ns']))} --reps {result['reps']}` — {result['target']}, "
+        f"CPU **{result['cpu']}** ({result['cores']} cores; {result['cpu_isa']}); a contiguous cache of "
+        f"{result['past']} past positions, "
+        "N new tokens under the tree mask as the engine's verify runs them (N = 1: a plain step). Each round "
+        "times every N with every kernel and dtype back to back. *ms*: median (quartiles); **v(N)** = ms ÷ the "
+        "same kernel's one-token ms (what the cost law uses); *sel ÷ ref*: the median over rounds of the "
+        "same-round ratio selected ÷ reference (N = 1: plain decoding). "
+        f"Logits, selected against reference: {diffs}. Memory: {memory}. Load average {load} at the start, "
+        f"{end} at the end. {note}".rstrip(),
+        "",
+    ]
+    for n_threads in sorted({r["threads"] for r in result["rows"]}):
+        lines += _kernel_table(result, n_threads)
+    return "\n".join(lines)
+
+
+def _kernel_table(result: dict[str, Any], n_threads: int) -> list[str]:
+    mine = [r for r in result["rows"] if r["threads"] == n_threads]
+    dtypes = [d for d in result["dtypes"] if any(r["dtype"] == d for r in mine)]
+    label = f"{n_threads} thread{'s' if n_threads != 1 else ''}" if n_threads else "GPU"
+    head = "| N | " + " | ".join(f"{d} reference ms | selected ms | v(N) ref | v(N) sel | sel ÷ ref" for d in dtypes)
+    lines = [f"**{label}** ({mine[0]['rounds']} rounds)", "", head + " |", "|---|" + "---|" * (5 * len(dtypes))]
+    for n in result["ns"]:
+        cells = []
+        for d in dtypes:
+            ref, sel = (next(r for r in mine if (r["dtype"], r["kernel"], r["n"]) == (d, k, n)) for k in KERNELS)
+            raw = {k: result["by"][f"{d}/{k}/{n_threads}"]["tree_raw"][n] for k in KERNELS}
+            paired = median([b / a for a, b in zip(raw["reference"], raw["selected"])])
+            cells.append(f"{_ms(raw['reference'])} | {_ms(raw['selected'])} | {ref['v_same']:.2f} | "
+                         f"{sel['v_same']:.2f} | {paired:.2f}")
+        lines.append(f"| {n} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
+def _ms(values: list[float]) -> str:
+    q1, q2, q3 = statistics.quantiles(values, n=4) if len(values) > 1 else (values[0],) * 3
+    return f"{q2:.1f} ({q1:.0f}–{q3:.0f})"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.verify_cost", description=__doc__.split("\n\n")[0])
     ap.add_argument("--shape", default="default", choices=SHAPES,
                     help="the embedded default target (needs its package), or random weights of a shape")
     ap.add_argument("--device", default=None, help="cpu (default) or cuda")
     ap.add_argument("--dtypes", default=",".join(DTYPES))
+    ap.add_argument("--kernels", default="selected", help="selected, reference, or both (reference,selected)")
     ap.add_argument("--threads", default="1,2", help="CPU thread counts (ignored on a GPU)")
     ap.add_argument("--ns", default=",".join(map(str, NS)), help="new tokens per pass")
     ap.add_argument("--past", type=int, default=120, help="positions already in the cache")
@@ -334,10 +452,16 @@ def main(argv: list[str] | None = None) -> int:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("bench.verify_cost: --device cuda, but torch sees no CUDA device")
     dtypes = dtype_names(args.dtypes, "bench.verify_cost", DTYPES)
+    kernels = tuple(k for k in KERNELS if k in {x.strip() for x in args.kernels.split(",")})
+    if not kernels:
+        raise SystemExit(f"bench.verify_cost: --kernels takes {', '.join(KERNELS)} or both, got {args.kernels!r}")
     result = run(args.shape, dtypes, _ints(args.threads), _ints(args.ns), args.past, args.reps, device, Log(),
-                 chain_ns=_ints(args.chain_ns), min_reps=args.min_reps, budget_s=args.budget_s)
+                 chain_ns=_ints(args.chain_ns), min_reps=args.min_reps, budget_s=args.budget_s, kernels=kernels)
     report = args.report or ("gpu" if device.type == "cuda" else "benchmarks")
-    separate.publish(NAME, markdown(result, args.note), result, args.json, args.into, report)
+    if len(kernels) > 1:
+        separate.publish(KERNELS_NAME, kernels_markdown(result, args.note), result, args.json, args.into, report)
+    else:
+        separate.publish(NAME, markdown(result, args.note), result, args.json, args.into, report)
     return 0
 
 

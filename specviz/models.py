@@ -430,7 +430,7 @@ def load_pair(target: str | os.PathLike[str], draft: str | os.PathLike[str], dev
     draft_dir = resolve_model_dir(draft, progress)
     pair = _load_pair_dirs(target_dir, draft_dir, str(target), str(draft), device, dtype, draft_device, draft_dtype,
                            progress)
-    return attach_feature_head(pair, feature_head)
+    return install_kernels(attach_feature_head(pair, feature_head), progress)
 
 
 def _check_dtypes(*dtypes: Any) -> None:
@@ -484,4 +484,15 @@ def load_default_pair(device: torch.device | str | None = None, dtype: torch.dty
                            draft_device, draft_dtype, progress)
     head_dir = default_feature_head_dir()
     pair = attach_feature_head(pair, head_dir if (head_dir / "config.json").is_file() else None)
+    pair = install_kernels(pair, progress)
     return dataclasses.replace(pair, retrieval_store=default_store())  # shared, read-only
+
+
+def install_kernels(pair: ModelPair, progress: Progress | None = None) -> ModelPair:
+    """The pair with the fastest exact kernel for each linear layer and row count (`specviz.kernels`),
+    timed once per machine and cached beside the converted models; `SPECVIZ_KERNELS=reference`
+    keeps plain nn.Linear. In place: every caller of these models (HF `generate` too) gets them."""
+    from . import kernels
+
+    kernels.install_pair(pair, cache_dir() / "kernels.json", progress)
+    return pair

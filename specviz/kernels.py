@@ -1,0 +1,513 @@
+"""Kernels chosen at load: the fastest exact matrix product for each linear layer and row count.
+
+Almost all of a decoding step on a CPU is ``nn.Linear``: one pass streams every weight once, so a
+one-token step is bound by memory bandwidth and a verify pass over N tokens *should* cost little
+more (the same bytes, N times the arithmetic). Whether it does depends on the kernel behind
+``F.linear``. For float32 that is MKL: one row goes to its matrix-vector kernel, two or more to
+``sgemm``, whose blocking is tuned for large matrices and, on some CPUs (AMD ones, where MKL's
+CPU check keeps it off its fastest paths), costs for 2 rows what two 1-row products cost. oneDNN
+(``torch.ops.mkldnn._linear_pointwise``) computes the same product with kernels made for small
+batches; it is fastest when the weight is **prepacked** once (``_reorder_linear_weight``): copied
+into the blocked layout its kernel reads, so no call pays for the reordering. A packed weight is a
+second copy, so where it serves one row as fast as the plain weight the plain one is dropped
+(``weight`` is then rebuilt on demand from the packed copy: exactly, by ``to_dense``).
+
+Which kernel wins depends on the CPU, the dtype, the shape and the row count, so nothing here is
+assumed: for each distinct linear shape (in, out, dtype, bias) of the pair and each row bucket,
+every available candidate is timed on the model's own weights, interleaved, and the fastest is
+used for that row count (`Plan`). Candidates must compute the same product: a candidate whose
+output differs from ``F.linear`` by more than float rounding is never used. The timings are cached
+per machine (CPU model, ISA flags, threads, torch version) in the user cache; ``SPECVIZ_KERNELS=
+reference`` keeps plain ``nn.Linear`` everywhere. The dispatch lives on the modules themselves
+(`SelectedLinear`), so every caller of the model (both decoders, HF ``generate``) gets it, and a
+product's rounding depends only on its row count: exactness stays relative to the model as run
+(docs/design.md §1, §3 "Kernels").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+MODE_ENV = "SPECVIZ_KERNELS"  # "reference": plain nn.Linear; unset or "selected": timed at load
+VERSION = 1  # bump when candidates or the timing method change: cached timings are measured again
+# Row counts timed; a count between two buckets uses the larger bucket's kernel (unpadded), and a
+# count above the last (a prefill) the last bucket's. 1 = a plain step; 2..9 = chains of up to 8
+# drafts (7 takes 8's); 13, 17, 25, 33 = token trees of 12..32 nodes (their buckets 16, 24, 32); 64 = prefills.
+BUCKETS = (1, 2, 3, 4, 5, 6, 8, 9, 12, 16, 24, 32, 64)
+# Linears with fewer weights keep nn.Linear: their product takes a few microseconds, about what the
+# dispatch itself costs, and timing noise would exceed any difference (the tiny test models).
+MIN_WEIGHTS = 2**15
+ONE_ROW_SLACK = 1.03  # a packed weight "serves one row as fast" within this factor of the best plain kernel
+COLD_BYTES = 48 << 20  # a shape is timed over up to this many bytes of its layers (past the caches)
+ROUNDS = 5  # timing rounds per shape (medians; every candidate and bucket once per round)
+MARGIN = 0.05  # another kernel replaces F.linear at a row count only when this much faster
+EXTRA_BYTES_SHARE = 0.05  # packed copies kept beside their plain weight: at most this share of a model's bytes
+
+Progress = Callable[[str, "float | None"], None]
+
+
+# ---------------------------------------------------------------- candidates
+
+
+def _reference(module: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    return F.linear(x, module.weight, module.bias)
+
+
+def _onednn(module: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    return torch.ops.mkldnn._linear_pointwise(x, module.weight, module.bias, "none", [], "")
+
+
+def _onednn_packed(module: Any, x: torch.Tensor) -> torch.Tensor:
+    return torch.ops.mkldnn._linear_pointwise(x, module.packed, module.bias, "none", [], "")
+
+
+# name -> (kernel, reads the packed copy). "reference" is F.linear (MKL for float32 on x86); "onednn"
+# hands the plain weight to oneDNN (it reorders per call); "onednn_packed" reads the prepacked copy.
+CANDIDATES: dict[str, tuple[Callable[[Any, torch.Tensor], torch.Tensor], bool]] = {
+    "reference": (_reference, False),
+    "onednn": (_onednn, False),
+    "onednn_packed": (_onednn_packed, True),
+}
+
+
+def pack(weight: torch.Tensor, batch_hint: int = 4) -> torch.Tensor:
+    """The weight reordered once into oneDNN's blocked layout (an opaque mkldnn tensor)."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), batch_hint)
+
+
+def onednn_available(dtype: torch.dtype) -> bool:
+    """Whether this torch build and CPU run oneDNN's linear in `dtype` (probed once per dtype)."""
+    if dtype not in _PROBED:
+        _PROBED[dtype] = _probe(dtype)
+    return _PROBED[dtype]
+
+
+_PROBED: dict[torch.dtype, bool] = {}
+
+
+def _probe(dtype: torch.dtype) -> bool:
+    if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")):
+        return False
+    try:
+        probe = nn.Linear(64, 48).to(dtype)
+        probe.packed = pack(probe.weight)
+        x = torch.randn(3, 64).to(dtype)
+        want = F.linear(x, probe.weight, probe.bias).float()
+        return all(torch.allclose(fn(probe, x).float(), want, rtol=1e-2, atol=1e-2) for fn, _ in CANDIDATES.values())
+    except (RuntimeError, AttributeError, NotImplementedError):
+        return False
+
+
+def rounding_bound(weight: torch.Tensor, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """The largest difference two correct kernels may show for x @ W.T + b, elementwise. Each sums
+    the n = in_features + 1 terms in its own order, accumulating in float32 (bfloat16 kernels do
+    too), with error at most n·u·Σ|terms| (u = float32's unit roundoff; Higham, Accuracy and
+    Stability, §3.1), then rounds once to the output dtype (u_out·|y|); two of them differ by at
+    most twice that (plus 1 % for second-order terms)."""
+    u_acc = torch.finfo(torch.float32).eps / 2
+    u_out = torch.finfo(weight.dtype).eps / 2
+    n = weight.shape[1] + 1
+    magnitude = x.abs().float() @ weight.abs().float().T  # [rows, out]
+    if bias is not None:
+        magnitude = magnitude + bias.abs().float()
+    return 2.02 * (n * u_acc + u_out) * magnitude + 1e-30
+
+
+# ---------------------------------------------------------------- the dispatching module
+
+
+class SelectedLinear(nn.Linear):
+    """An ``nn.Linear`` that runs each row count with the kernel its `Plan` chose. Installed by
+    swapping an existing module's class (its hooks, names and bias stay); ``restore`` undoes it.
+
+    ``kernels`` maps a row count (index) to its kernel; counts past the end use the last. With
+    its plain weight dropped, ``weight`` is rebuilt from the packed copy on each read (exact, a
+    copy: for export and state dicts, not for the hot path) and ``state_dict`` carries it."""
+
+    packed: torch.Tensor | None
+    kernels: tuple[Callable[[Any, torch.Tensor], torch.Tensor], ...]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.requires_grad and torch.is_grad_enabled():  # training: autograd needs the plain path
+            return F.linear(x, self.weight, self.bias)
+        rows = x.numel() // self.in_features
+        kernels = self.kernels
+        kernel = kernels[rows] if rows < len(kernels) else kernels[-1]
+        if x.dim() == 2:
+            return kernel(self, x)
+        return kernel(self, x.reshape(rows, self.in_features)).reshape(*x.shape[:-1], self.out_features)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "weight" and "weight" not in self._parameters and self.__dict__.get("packed") is not None:
+            return self.__dict__["packed"].to_dense()
+        return super().__getattr__(name)
+
+    def _save_to_state_dict(self, destination: dict, prefix: str, keep_vars: bool) -> None:
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        if "weight" not in self._parameters:
+            destination[prefix + "weight"] = self.weight
+
+
+# ---------------------------------------------------------------- timing
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What a linear's timing depends on: one entry of the cache per machine."""
+
+    in_features: int
+    out_features: int
+    dtype: str
+    bias: bool
+
+    @property
+    def key(self) -> str:
+        return f"{self.in_features}x{self.out_features}/{self.dtype}/{'bias' if self.bias else 'nobias'}"
+
+    @property
+    def bytes(self) -> int:
+        return self.in_features * self.out_features * torch.empty((), dtype=getattr(torch, self.dtype)).element_size()
+
+
+def shape_of(module: nn.Linear) -> Shape:
+    weight = module.weight
+    return Shape(
+        module.in_features, module.out_features, str(weight.dtype).removeprefix("torch."), module.bias is not None
+    )
+
+
+def _time_once(kernel: Callable, modules: list[Any], x: torch.Tensor) -> float:
+    t0 = time.perf_counter()
+    for module in modules:
+        kernel(module, x)
+    return (time.perf_counter() - t0) / len(modules) * 1e6  # µs per product
+
+
+def time_shape(
+    modules: list[nn.Linear], names: Iterable[str], buckets: tuple[int, ...] = BUCKETS, rounds: int = ROUNDS
+) -> dict[str, dict[int, float]]:
+    """Median µs per product of each candidate at each bucket, over `modules` (layers of one shape,
+    as many as `COLD_BYTES` allows, so their weights come from memory as in a real pass). Every
+    round times every bucket and candidate back to back, in an order that alternates, so a slow
+    moment of a shared machine slows all alike. Candidates that disagree with F.linear beyond
+    rounding are left out."""
+    shape = shape_of(modules[0])
+    modules = modules[: max(1, COLD_BYTES // max(1, shape.bytes))]
+    names = list(names)
+    gen = torch.Generator().manual_seed(0)
+    inputs = {m: torch.randn(m, shape.in_features, generator=gen).to(modules[0].weight.dtype) for m in buckets}
+    names = [n for n in names if _agrees(n, modules[0], inputs[max(buckets)])]
+    samples: dict[str, dict[int, list[float]]] = {n: {m: [] for m in buckets} for n in names}
+    with torch.inference_mode():
+        for n in names:  # warm-up: oneDNN builds its primitives on first use
+            for m in buckets:
+                CANDIDATES[n][0](modules[0], inputs[m])
+        for r in range(rounds):
+            order = names if r % 2 == 0 else names[::-1]
+            for m in buckets if r % 2 == 0 else buckets[::-1]:
+                for n in order:
+                    samples[n][m].append(_time_once(CANDIDATES[n][0], modules, inputs[m]))
+    return {n: {m: statistics.median(v) for m, v in by.items()} for n, by in samples.items()}
+
+
+def _agrees(name: str, module: Any, x: torch.Tensor) -> bool:
+    with torch.inference_mode():
+        want = F.linear(x, module.weight, module.bias).float()
+        try:
+            got = CANDIDATES[name][0](module, x).float()
+        except (RuntimeError, NotImplementedError):
+            return False
+    return bool(((got - want).abs() <= rounding_bound(module.weight, x, module.bias)).all())
+
+
+# ---------------------------------------------------------------- choosing
+
+
+def decide(timings: dict[str, dict[int, float]], can_drop: bool, may_keep_both: bool) -> tuple[str, dict[int, str]]:
+    """(storage, bucket -> candidate) for one linear from its shape's timings. Storage "packed"
+    (the plain weight dropped) where the packed copy serves one row within `ONE_ROW_SLACK` of the
+    best plain kernel and nothing else reads the plain weight; "both" where a packed copy wins
+    elsewhere and the memory budget allows a second copy; else "plain". Within a storage, each
+    bucket takes its fastest kernel."""
+    plain = {n: t for n, t in timings.items() if not CANDIDATES[n][1]}
+    packed = {n: t for n, t in timings.items() if CANDIDATES[n][1]}
+    if packed and can_drop and _best(packed, 1) <= ONE_ROW_SLACK * _best(plain, 1):
+        return "packed", _fastest(packed)
+    if packed and may_keep_both:
+        both = _fastest(timings)
+        if any(CANDIDATES[n][1] and timings[n][m] < 0.9 * _best(plain, m) for m, n in both.items()):
+            return "both", both
+    return "plain", _fastest(plain)
+
+
+def _best(timings: dict[str, dict[int, float]], bucket: int) -> float:
+    return min(t[bucket] for t in timings.values())
+
+
+def _fastest(timings: dict[str, dict[int, float]]) -> dict[int, str]:
+    """The fastest candidate per bucket; F.linear keeps a bucket unless beaten by `MARGIN` (timing
+    noise must not slow a bucket down, plain decoding above all)."""
+    buckets = next(iter(timings.values())).keys()
+    out = {}
+    for m in buckets:
+        best = min(timings, key=lambda n: timings[n][m])
+        keep = "reference" in timings and timings[best][m] > (1 - MARGIN) * timings["reference"][m]
+        out[m] = "reference" if keep else best
+    return out
+
+
+def dispatch_table(choice: dict[int, str]) -> tuple[Callable[[Any, torch.Tensor], torch.Tensor], ...]:
+    """Kernels indexed by row count 0..max bucket: each count takes the kernel of the smallest
+    bucket that holds it (0 rows: bucket 1's; a count past the last bucket: the last entry's)."""
+    buckets = sorted(choice)
+    return tuple(
+        CANDIDATES[choice[next(b for b in buckets if b >= max(rows, 1))]][0] for rows in range(buckets[-1] + 1)
+    )
+
+
+# ---------------------------------------------------------------- installing
+
+
+def mode() -> str:
+    """ "reference" (plain nn.Linear, `SPECVIZ_KERNELS=reference`) or "selected" (the default)."""
+    from .errors import ConfigError
+
+    value = os.environ.get(MODE_ENV, "").strip().lower() or "selected"
+    if value not in ("reference", "selected"):
+        raise ConfigError(f"{MODE_ENV}={value!r}: choose 'reference' (plain nn.Linear) or 'selected' (timed at load)")
+    return value
+
+
+def eligible(module: nn.Module) -> bool:
+    """A CPU linear of a dtype oneDNN runs here, large enough to be worth choosing for."""
+    if type(module) is not nn.Linear or module.weight.device.type != "cpu":
+        return False
+    return module.in_features * module.out_features >= MIN_WEIGHTS and onednn_available(module.weight.dtype)
+
+
+def install_pair(
+    pair: Any,
+    cache_path: Path | None,
+    progress: Progress | None = None,
+    models: Iterable[tuple[str, Any, bool]] | None = None,
+) -> dict[str, Any]:
+    """Choose and install kernels on the pair's target, draft and feature head (in place). Returns
+    a summary: per model the storage counts and packed/dropped bytes, and the timings' origin."""
+    if models is None:
+        # The feature head keeps its plain weights: its proposer reads `fuse.weight` every step.
+        models = [
+            (role, m, role != "feature_head")
+            for role, m in (("target", pair.target), ("draft", pair.draft), ("feature_head", pair.feature_head))
+            if m is not None
+        ]
+    return install(list(models), cache_path, progress)
+
+
+def install(
+    models: list[tuple[str, nn.Module, bool]], cache_path: Path | None, progress: Progress | None = None
+) -> dict[str, Any]:
+    """`install_pair` for (role, model, may drop plain weights) triples."""
+    summary: dict[str, Any] = {"mode": mode(), "machine": machine()[0], "models": {}}
+    if summary["mode"] == "reference":
+        return summary
+    groups: dict[Shape, list[nn.Linear]] = {}
+    for _, model, _ in models:
+        for module in model.modules():
+            if eligible(module):
+                groups.setdefault(shape_of(module), []).append(module)
+    timings, measured = _timings(groups, cache_path, progress)
+    plans = _plans(models, groups, timings)
+    for role, model, _ in models:
+        counts = {"plain": 0, "packed": 0, "both": 0}
+        packed_bytes = dropped = 0
+        for module in [m for m in model.modules() if id(m) in plans]:
+            storage, choice = plans[id(module)]
+            counts[storage] += 1
+            if storage == "plain" and set(choice.values()) == {"reference"}:
+                continue  # nothing to change: it stays an nn.Linear
+            size = shape_of(module).bytes
+            packed_bytes += size if storage != "plain" else 0
+            dropped += size if storage == "packed" else 0
+            swap(module, storage, choice)
+        summary["models"][role] = {
+            **counts,
+            "packed_bytes": packed_bytes,
+            "dropped_bytes": dropped,
+            "extra_bytes": packed_bytes - dropped,
+        }
+        model.specviz_kernels = summary["models"][role]
+    summary["measured_now"] = measured
+    return summary
+
+
+def _plans(
+    models: list[tuple[str, nn.Module, bool]], groups: dict[Shape, list[nn.Linear]], timings: dict[str, Any]
+) -> dict[int, tuple[str, dict[int, str]]]:
+    """(storage, choice) per module id. Second copies ("both") are granted per shape, all of its
+    layers or none, smallest total first, within `EXTRA_BYTES_SHARE` of the models' bytes."""
+    droppable = {id(m) for _, model, may_drop in models if may_drop for m in model.modules()}
+    for _, model, _ in models:
+        droppable -= {
+            id(m) for m in model.modules() if isinstance(m, nn.Linear) and id(m.weight) in _shared_weights(model)
+        }
+    budget = EXTRA_BYTES_SHARE * sum(_param_bytes(model) for _, model, _ in models)
+    plans: dict[int, tuple[str, dict[int, str]]] = {}
+    wanted = {
+        shape: [decide(timings[shape.key], id(m) in droppable, True) for m in modules]
+        for shape, modules in groups.items()
+    }
+    for shape in sorted(groups, key=lambda s: s.bytes * sum(p[0] == "both" for p in wanted[s])):
+        extra = shape.bytes * sum(storage == "both" for storage, _ in wanted[shape])
+        allowed = extra <= budget
+        budget -= extra if allowed else 0
+        for module, plan in zip(groups[shape], wanted[shape]):
+            keep = allowed or plan[0] != "both"
+            plans[id(module)] = plan if keep else decide(timings[shape.key], id(module) in droppable, False)
+    return plans
+
+
+def _param_bytes(model: nn.Module) -> int:
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def _shared_weights(model: nn.Module) -> set[int]:
+    """ids of parameters reachable under more than one name (tied embeddings and output heads):
+    dropping one would leave the other reading nothing."""
+    seen: dict[int, int] = {}
+    for _, param in model.named_parameters(remove_duplicate=False):
+        seen[id(param)] = seen.get(id(param), 0) + 1
+    return {key for key, count in seen.items() if count > 1}
+
+
+def swap(module: nn.Linear, storage: str, choice: dict[int, str]) -> None:
+    """Make `module` a SelectedLinear running `choice` (bucket -> candidate) on `storage`: "plain"
+    (its weight), "both" (plus a packed copy) or "packed" (the packed copy alone)."""
+    if storage != "plain":
+        module.packed = pack(module.weight)
+    if storage == "packed":
+        del module._parameters["weight"]  # the packed copy holds it now (`SelectedLinear.__getattr__`)
+    module.__class__ = SelectedLinear
+    module.kernels = dispatch_table(choice)
+
+
+def restore(model: nn.Module) -> None:
+    """Undo `install`: every SelectedLinear back to nn.Linear with its plain weight (exact)."""
+    for module in model.modules():
+        if isinstance(module, SelectedLinear):
+            if "weight" not in module._parameters:
+                module._parameters["weight"] = nn.Parameter(module.packed.to_dense(), requires_grad=False)
+            for name in ("packed", "kernels"):
+                module.__dict__.pop(name, None)
+            module.__class__ = nn.Linear
+    model.__dict__.pop("specviz_kernels", None)
+
+
+def selected_kernels(model: nn.Module) -> dict[str, int]:
+    """How many linears of `model` run each candidate, over all buckets (for reports and tests)."""
+    names = {fn: n for n, (fn, _) in CANDIDATES.items()}
+    counts: dict[str, int] = {}
+    for module in model.modules():
+        if isinstance(module, SelectedLinear):
+            for fn in set(module.kernels):
+                counts[names[fn]] = counts.get(names[fn], 0) + 1
+    return counts
+
+
+# ---------------------------------------------------------------- the cache of timings
+
+
+def machine() -> tuple[str, str]:
+    """(description, key) of what kernel timings depend on: the CPU model and its vector ISA, the
+    torch version and its thread count, this module's version."""
+    model, flags = _cpu()
+    isa = [f for f in ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16") if f in flags]
+    parts = [
+        model,
+        " ".join(isa) or platform.machine(),
+        f"torch {torch.__version__}",
+        f"{torch.get_num_threads()} threads",
+        f"v{VERSION}",
+    ]
+    return ", ".join(parts), hashlib.sha1("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def _cpu() -> tuple[str, set[str]]:
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and model == (platform.processor() or platform.machine()):
+                model = value.strip()
+            elif key.strip() == "flags" and not flags:
+                flags = set(value.split())
+    except OSError:
+        pass
+    return model, flags
+
+
+def _timings(
+    groups: dict[Shape, list[nn.Linear]], cache_path: Path | None, progress: Progress | None
+) -> tuple[dict[str, Any], list[str]]:
+    """Timings per shape key: from the cache where this machine measured them, else measured now
+    (with progress) and written back."""
+    description, key = machine()
+    cached = _read(cache_path)
+    entry = cached.get(key, {"machine": description, "shapes": {}})
+    missing = [s for s in groups if s.key not in entry["shapes"]]
+    for i, shape in enumerate(missing):
+        if progress is not None:
+            progress(
+                f"Timing matrix kernels for this CPU (once): {shape.key}, {len(groups[shape])} layers", i / len(missing)
+            )
+        with _packed_for_timing(groups[shape]):
+            timed = time_shape(groups[shape], CANDIDATES)
+        entry["shapes"][shape.key] = {n: {str(m): v for m, v in by.items()} for n, by in timed.items()}
+    if missing and progress is not None:
+        progress(f"Matrix kernels timed for this CPU ({len(missing)} shapes)", 1.0)
+    if missing and cache_path is not None:
+        cached[key] = entry
+        _write(cache_path, cached)
+    shapes = {k: {n: {int(m): v for m, v in by.items()} for n, by in t.items()} for k, t in entry["shapes"].items()}
+    return shapes, [s.key for s in missing]
+
+
+class _packed_for_timing:
+    """Packed copies on the layers `time_shape` will use, for the time of the timing only."""
+
+    def __init__(self, modules: list[nn.Linear]) -> None:
+        self.modules = modules[: max(1, COLD_BYTES // max(1, shape_of(modules[0]).bytes))]
+
+    def __enter__(self) -> None:
+        for module in self.modules:
+            module.packed = pack(module.weight)
+
+    def __exit__(self, *exc: object) -> None:
+        for module in self.modules:
+            module.__dict__.pop("packed", None)
+
+
+def _read(path: Path | None) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text()) if path is not None and path.is_file() else {}
+    except (OSError, ValueError):
+        return {}  # unreadable: measure again and overwrite it
+
+
+def _write(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)  # atomic: a concurrent reader sees the old file or the new one
