@@ -700,9 +700,11 @@ GLUE_JS = """async ([js, data]) => {
   // Streamlit cleans up a call whose module import resolved after newer data had come, while the
   // element stays mounted, then makes the newer call.
   call(data)();
-  const latest = call(data);
-  await new Promise(r => setTimeout(r, 20));
-  host.querySelector('button').click();  // the page's button, answered by the stage
+  window.__svGlue = {parentElement, latest: call(data)};
+}"""
+# After the page's button was clicked (by the mouse: answered by the stage).
+GLUE_AFTER_JS = """async () => {
+  const {parentElement, latest} = window.__svGlue;
   const alive = {stages: parentElement.querySelectorAll('.svs').length, cur: window.__specvizStage.state.cur};
   parentElement.remove();  // unmounted: now the cleanup takes it down
   latest();
@@ -716,8 +718,15 @@ def test_the_component_survives_a_cleanup_while_mounted(browser) -> None:
 
     errors: list[str] = []
     page = browser.new_page()
-    _watch_errors(page, errors, "about:blank")
-    got = page.evaluate(GLUE_JS, [stage_js.app_js(), _payload(1, range(0, 6), view=4)])
+    # A page of an origin of its own (about:blank has no cookies, which the glue may write).
+    page.route("http://specviz.test/", lambda route: route.fulfill(content_type="text/html", body="<body></body>"))
+    page.goto("http://specviz.test/")
+    _watch_errors(page, errors, "http://specviz.test/")
+    page.evaluate(GLUE_JS, [stage_js.app_js(), _payload(1, range(0, 6), view=4)])
+    page.wait_for_function("() => !!document.querySelector('.svs') && window.__specvizStage.state.cur === 4")
+    page.locator(".st-key-next_phase button").click()
+    page.wait_for_function("() => window.__specvizStage.state.cur === 5", timeout=10_000)
+    got = page.evaluate(GLUE_AFTER_JS)
     assert got == {"alive": {"stages": 1, "cur": 5}, "after": 0}, got
     page.close()
     assert not errors, errors
