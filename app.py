@@ -32,7 +32,7 @@ from specviz.config import MAX_K
 from specviz.errors import SpecvizError
 from specviz.prompting import encode_prompt
 from specviz.server import ServerSettings
-from specviz.ui import actions, session, sidebar, stage, stage_component, stage_route
+from specviz.ui import actions, live_panel, live_route, session, sidebar, stage, stage_component, stage_route
 from specviz.ui.runs import runs_panel, take_pending_scenario
 from specviz.ui.state import Run, prefetch, run_to_cycle, start_live_run, sync_config
 from specviz.ui.tab_charts import charts_tab
@@ -214,8 +214,10 @@ def main() -> None:
     limit_notes = sidebar.apply_limits(settings)
     runs_slot = st.sidebar.container()  # filled last: it lists the run this script run shows
     controls = sidebar.sidebar(settings, stage.on_walkthrough)
+    live_panel.panel(session.workspace().run)
     try:
         page(settings, controls, limit_notes)
+        live_panel.results_if_revealed()
     finally:
         with runs_slot:
             runs_panel(session.workspace().run)
@@ -283,4 +285,5 @@ if __name__ == "__main__":  # streamlit runs the script as __main__; importing i
 else:
     # `streamlit run app.py` finds this st.App and serves it: this file as the page, plus the stage's
     # own route (specviz.ui.stage_route: the browser fetches cycles without a script run).
-    app = st.App(__file__, routes=stage_route.routes(), lifespan=stage_route.lifespan)
+    app = st.App(__file__, routes=stage_route.routes() + live_route.routes(stage_route.base_path()),
+                 lifespan=stage_route.lifespan)

@@ -39,6 +39,7 @@ ROOM_IDLE_S = 2 * 3600.0  # a room whose lecturer has not been seen for this lon
 MAX_ROOMS = 64  # per server process
 MAX_STUDENTS = 400  # per room: a large lecture hall
 STUDENT_IDLE_S = 120.0  # a student not seen for this long no longer counts as in the room
+LECTURER_AWAY_S = 10.0  # the lecturer's page checks in every second (its room panel): silent this long, it is away
 
 
 class RoomError(SpecvizError):
@@ -144,6 +145,7 @@ class Room:
     seen: float  # the lecturer's last message (time.monotonic())
     run: int = 0  # the lecturer's run: a new run (a setting changed) bumps it, followers follow
     step: int = 0  # the lecturer's step
+    lecture: bool = False  # the lecturer's stage is in lecture layout: so are the followers'
     version: int = 0  # counts the room's changes: a follower asks "anything after version v?"
     frames: dict[str, Any] = dataclasses.field(default_factory=dict)  # the stage's steps, held once
     students: dict[str, Student] = dataclasses.field(default_factory=dict)
@@ -158,9 +160,11 @@ class Room:
         self.seen = now
 
     def move(self, key: str, run: int, step: int, frames: dict[str, Any] | None = None,
-             now: float | None = None) -> int:
+             now: float | None = None, lecture: bool | None = None) -> int:
         """The lecturer is at `step` of `run` (with the stage data for it, if new); the new version."""
         with self.lock:
+            if lecture is not None:
+                self.lecture = bool(lecture)
             self._lecturer(key, _now(now))
             if run < 0 or step < 0:
                 raise RoomError("a run and a step are counted from 0")
@@ -190,7 +194,8 @@ class Room:
             return poll
 
     def glance(self, key: str, now: float | None = None) -> dict[str, Any]:
-        """The room at a glance, for the lecturer's screen: who is here, who follows, answers in."""
+        """The room at a glance, for the lecturer's screen: who is here, who follows, answers in (the
+        lecturer's page asks every second: it is how the room knows the lecturer is there)."""
         now = _now(now)
         with self.lock:
             self._lecturer(key, now)
@@ -221,12 +226,14 @@ class Room:
 
     def here(self, student: str, step: int | None, following: bool, now: float | None = None) -> dict[str, Any]:
         """A student's page says where it is; the answer is what it needs to follow the room."""
+        now = _now(now)
         with self.lock:
             s = self._student(student)
-            s.seen, s.step, s.following = _now(now), step, bool(following)
+            s.seen, s.step, s.following = now, step, bool(following)
             poll = self.polls[-1].view(student=student) if self.polls else None
             return {"run": self.run, "step": self.step, "version": self.version, "poll": poll,
-                    "behind": None if step is None or following else self.step - step}
+                    "behind": None if step is None or following else self.step - step,
+                    "lecturer_away": now - self.seen > LECTURER_AWAY_S}
 
     def answer(self, student: str, number: int, option: int, now: float | None = None) -> dict[str, Any]:
         """A student's answer to an open poll (replacing their earlier one); refused after the reveal."""

@@ -75,7 +75,8 @@ def test_followers_see_the_lecturers_step_and_how_far_behind_they_are():
     room = Rooms().create(now=0.0)
     a, b = room.join(now=0.0), room.join(now=0.0)
     v = room.move(room.lecturer_key, 0, 7, frames={"7": {"title": "Cycle 2 · verify"}}, now=1.0)
-    assert room.here(a, 7, True, now=1.5) == {"run": 0, "step": 7, "version": v, "poll": None, "behind": None}
+    assert room.here(a, 7, True, now=1.5) == {"run": 0, "step": 7, "version": v, "poll": None, "behind": None,
+                                              "lecturer_away": False}
     assert room.here(b, 4, False, now=1.5)["behind"] == 3  # branched: three steps back
     assert room.glance(room.lecturer_key, now=2.0) | {"poll": None} == {
         "code": room.code, "joined": 2, "following": 1, "branched": 1, "poll": None}

@@ -306,7 +306,7 @@ def stage() -> None:
     view = PageView(
         lecture=lecture, max_rows=LECTURE_ROWS if lecture else STAGE_ROWS, proposer_label=proposer_label(run),
         suffix=status_suffix(run), compare=compare_timeline(run, compare) if compare else None,
-        quiz=bool(ss.get("quiz")), tabs=stage_component.tabs_follow(),
+        quiz=bool(ss.get("quiz")), tabs=stage_component.tabs_follow(), live=ws.live is not None,
     )  # fmt: skip
     # The quiz sits beside the stage, where its question is seen with the verdicts it asks about.
     # (Switching the quiz on moves the stage into a column: mounted afresh once, then it stays there.)

@@ -39,7 +39,7 @@ from ..gate import ServerBusyError
 from ..proposers import registry
 from ..timeline import at
 from ..viz import stage_data
-from . import state
+from . import live, state
 from .actions import act, background_slot, quiet_slot, wake_shown, wanting
 from .state import PREFETCH_DEPTH, Run, Slot, Workspace
 
@@ -146,11 +146,12 @@ class PageView:
     compare: stage_data.Timeline | None = dataclasses.field(compare=False)
     quiz: bool
     tabs: bool  # the tabs under "More views" are open (`stage_component.tabs_follow`)
+    live: bool = False  # a live lecture is on: its room follows every step (`ui/live.py`)
 
     @property
     def follow(self) -> bool:
-        """Something below the picture follows every step (the quiz, an open tab)."""
-        return self.quiz or self.tabs
+        """Something follows every step: the quiz, an open tab, a live lecture's room."""
+        return self.quiz or self.tabs or self.live
 
 
 @dataclasses.dataclass(eq=False)
@@ -318,9 +319,9 @@ def payload(ch: Channel, *, route: str | None = None, page: bool = False, served
         run = ws.run
         tl = timeline(ch, run)
         steps = stage_data.window(run.view, tl, PREFETCH_DEPTH)
-        packed = stage_data.pack(
-            stage_data.steps_payload(tl, steps, lecture=view.lecture, max_rows=view.max_rows, compare=view.compare),
-            have=ch.have, shown=run.view, deflate=deflate)
+        whole = stage_data.steps_payload(tl, steps, lecture=view.lecture, max_rows=view.max_rows, compare=view.compare)
+        packed = stage_data.pack(whole, have=ch.have, shown=run.view, deflate=deflate)
+    live.publish(ws, run.id, run.view, whole, view.lecture)  # a live lecture's room follows (ui/live.py)
     data = {
         "run": run.id, "seq": seq, "version": version, "view": run.view, "answered": answered, **packed,
         "more": can_grow(run), "end": end_text(run), "follow": view.follow, "lecture": view.lecture,

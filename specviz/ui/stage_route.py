@@ -62,14 +62,20 @@ def serving() -> bool:
     return _served is not None
 
 
+def base_path() -> str:
+    """The server's `baseUrlPath`, without slashes ('' for none): st.App mounts its routes under it."""
+    from streamlit import config
+
+    return (config.get_option("server.baseUrlPath") or "").strip("/")
+
+
 def routes() -> list[Any]:
     """The route, for `st.App(..., routes=routes(), lifespan=lifespan)`. Under the server's
     `baseUrlPath` when one is set (st.App mounts its own routes there, not the app's)."""
     from starlette.routing import Route
-    from streamlit import config
 
     global _path
-    base = (config.get_option("server.baseUrlPath") or "").strip("/")
+    base = base_path()
     _path = f"/{base}{PATH}" if base else PATH
     return [Route(_path, _endpoint, methods=["POST"])]
 

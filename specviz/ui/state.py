@@ -360,7 +360,10 @@ class Workspace:
     # The page's address names the workspace (`Kept`): a reload, which starts a new session, finds it.
     token: str = field(default_factory=lambda: secrets.token_urlsafe(16))
     owner: str | None = None  # the session that shows it (a reloaded page's new session takes it over)
+    client: str | None = None  # the browser's address as the server saw it (`Kept.admit`)
+    uploads: int = 0  # run files this page opened (a classroom server caps them: `ServerSettings.check_upload`)
     widgets: dict = field(default_factory=dict)  # the owner's page settings at its last script run
+    live: Any = None  # the live lecture this session gives (`ui/live.Lecture`), or None
 
     def new_id(self) -> int:
         self.next_id += 1
@@ -399,11 +402,13 @@ class Kept(dict[str, Workspace]):
         super().__init__()
         self.keep, self.keep_s = keep, keep_s
         self._lock = threading.Lock()
+        self._live: weakref.WeakValueDictionary[int, Workspace] = weakref.WeakValueDictionary()
 
-    def add(self, ws: Workspace, owner: str | None) -> None:
+    def add(self, ws: Workspace, owner: str | None, client: str | None = None) -> None:
         with self._lock:
-            ws.owner, ws.last_active = owner, ws.last_active or time.monotonic()
+            ws.owner, ws.client, ws.last_active = owner, client, ws.last_active or time.monotonic()
             self[ws.token] = ws
+            self._live[id(ws)] = ws
             now = time.monotonic()
             for token in [t for t, w in self.items() if w.last_active and now - w.last_active > self.keep_s]:
                 del self[token]

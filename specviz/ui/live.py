@@ -1,0 +1,73 @@
+"""A live lecture seen from the lecturer's session: the server's rooms, and the lecturer's steps
+published to the room (no Streamlit).
+
+The lecturer's decoder computes every cycle once; each payload the lecturer's stage is sent (a
+script run's or the stage route's, `stage_protocol.payload`) also *publishes* its whole steps to
+the room (`publish`), so the room holds the stage's data for the steps around the lecturer's and
+every follower's page is fed from there (`live_route`): students never decode. While a lecture is
+live the lecturer's stage tells the server every step it shows (`PageView.follow`), so the room
+moves with each click.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+from ..room import Room, Rooms
+
+MAX_FRAMES = 400  # steps of the lecturer's run a room holds (80 cycles): a student may go back through them
+
+
+@dataclasses.dataclass(eq=False)
+class Lecture:
+    """The lecturer's hold on a room: the room and the key that moves it (kept in the workspace,
+    never sent to a page but the lecturer's)."""
+
+    room: Room
+    key: str
+
+
+@functools.cache
+def rooms() -> Rooms:
+    """This server process's rooms (one table for every session)."""
+    return Rooms()
+
+
+def start(ws: Any) -> Lecture:
+    """A new room for the workspace's lecturer (the one it has, if it is still live)."""
+    lecture = getattr(ws, "live", None)
+    if lecture is not None:
+        try:
+            if rooms().find(lecture.room.code) is lecture.room:
+                return lecture
+        except Exception:  # expired: a new one
+            pass
+    room = rooms().create()
+    ws.live = Lecture(room, room.lecturer_key)
+    return ws.live
+
+
+def end(ws: Any) -> None:
+    """The lecture is over for this workspace (the room expires on its own once nobody moves it)."""
+    ws.live = None
+
+
+def publish(ws: Any, run_id: int, view: int, steps: dict[str, dict[str, Any]], lecture: bool = False) -> None:
+    """The lecturer shows `view` of run `run_id`: the room follows, with the stage data of `steps`
+    (whole steps, keyed by their index as a string)."""
+    lecture = getattr(ws, "live", None)
+    if lecture is None:
+        return
+    room = lecture.room
+    # Only the steps up to the lecturer's: a step ahead (the cycle computed in advance) would show a
+    # follower the verdicts before the class has predicted them.
+    frames = {k: v for k, v in steps.items() if int(k) <= view and (room.run != run_id or room.frames.get(k) is not v)}
+    if room.run == run_id and room.step == view and room.lecture == lecture and not frames:
+        return  # nothing new: no version bump, followers' long polls keep waiting
+    room.move(lecture.key, run_id, view, frames, lecture=lecture)
+    if len(room.frames) > MAX_FRAMES:
+        with room.lock:
+            for k in sorted(room.frames, key=int)[: len(room.frames) - MAX_FRAMES]:
+                del room.frames[k]

@@ -1,0 +1,135 @@
+"""A live lecture's routes for students: the follower's page and the three calls it makes.
+
+    GET  /api/specviz/live            the join page: type the room's code
+    GET  /api/specviz/live/<code>     the follower's page (the stage fed by the room: viz/follower.py)
+    POST /api/specviz/live/<code>     {"do": "join"}                          -> {"student": key}
+                                      {"do": "here", "student", "step", "following", "since", "have"}
+                                                                               -> the room's step data
+                                      {"do": "answer", "student", "poll", "option"} -> the poll as you see it
+
+`here` is a long poll: answered at once when the room changed since the follower's `since`
+(its version), else held (asynchronously: no worker thread waits) until it changes or
+`HOLD_S` passes. One poll per page in flight, answered from memory: a room of a hundred costs the
+server a hundred idle coroutines. Measured against Server-Sent Events, the poll needs no new
+dependency and survives the same proxies as the rest of the page (docs/design.md §3, "A live
+lecture"). The lecturer's own calls are the lecturer's Streamlit session (`live`, `live_panel`).
+
+Everything here is refused before it is spent on: bodies over `MAX_BODY`, JSON that is not an
+object of the expected fields (400), a code that is unknown (404) or ended (410), a key that is
+not a student of the room (403), an answer after the reveal (409), a full room (429).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from ..room import Room, RoomError, normalise_code
+from ..viz import follower, stage_data
+from . import live
+from .stage_route import _body, _finite, _no_constant, _Refused
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
+    from starlette.responses import Response
+
+PATH = "/api/specviz/live"
+HOLD_S = 15.0  # a long poll is answered after this long even when nothing changed
+TICK_S = 0.05  # how often a held poll looks at its room's version (a lecturer's click reaches followers in this)
+MAX_HAVE = 512
+
+
+def routes(base: str = "") -> list[Any]:
+    from starlette.routing import Route
+
+    path = f"/{base}{PATH}" if base else PATH
+    return [Route(path, _join_page, methods=["GET"]), Route(path + "/{code}", _page, methods=["GET"]),
+            Route(path + "/{code}", _call, methods=["POST"])]
+
+
+async def _join_page(request: Request) -> Response:
+    """The join form; submitted (`?code=...`), it goes to the room's page."""
+    from starlette.responses import HTMLResponse, RedirectResponse
+
+    path = str(request.url.path)
+    code = normalise_code(request.query_params.get("code", ""))
+    if code:
+        return RedirectResponse(f"{path.rstrip('/')}/{quote(code)}", status_code=303)
+    return HTMLResponse(follower.join_html(path), headers=_no_store())
+
+
+async def _page(request: Request) -> Response:
+    from starlette.responses import HTMLResponse
+
+    code = request.path_params["code"]
+    try:
+        room = live.rooms().find(code)
+    except RoomError as no:
+        return HTMLResponse(follower.join_html(_join_path(request), str(no)), status_code=no.status,
+                            headers=_no_store())
+    return HTMLResponse(follower.page_html(room.code, str(request.url.path)), headers=_no_store())
+
+
+async def _call(request: Request) -> Response:
+    from starlette.responses import JSONResponse
+
+    try:
+        message = _message(await _body(request))
+        room = live.rooms().find(request.path_params["code"])
+        do = message.get("do")
+        if do == "join":
+            return JSONResponse({"student": room.join(), "code": room.code})
+        if do == "here":
+            return JSONResponse(await _here(room, message))
+        if do == "answer":
+            return JSONResponse(room.answer(str(message.get("student")), message.get("poll"), message.get("option")))
+        raise _Refused(400, "'do' is one of join, here, answer")
+    except _Refused as no:
+        return JSONResponse({"error": no.error}, status_code=no.status)
+    except RoomError as no:
+        return JSONResponse({"error": str(no)}, status_code=no.status)
+
+
+def _message(body: bytes) -> dict[str, Any]:
+    try:
+        message = json.loads(body, parse_constant=_no_constant, parse_float=_finite)
+    except (ValueError, RecursionError):
+        raise _Refused(400, "not a live-lecture message (JSON with finite numbers)") from None
+    if not isinstance(message, dict):
+        raise _Refused(400, "not a live-lecture message (a JSON object)")
+    return message
+
+
+async def _here(room: Room, message: dict[str, Any]) -> dict[str, Any]:
+    """Where the student is, said; the room's state once it is newer than the student's `since`."""
+    step, since, have = message.get("step"), message.get("since", -1), message.get("have", [])
+    if not (step is None or _count(step)) or not _count(since, low=-1) or not isinstance(have, list):
+        raise _Refused(400, "'step' and 'since' are counts, 'have' a list of step signatures")
+    have = {h for h in have[:MAX_HAVE] if _count(h)}
+    student = str(message.get("student"))
+    room.here(student, step, message.get("following") is not False)  # 403 for a stranger, at once
+    waited = 0.0
+    while room.version <= since and waited < HOLD_S:
+        await asyncio.sleep(TICK_S)
+        waited += TICK_S
+    seen = room.here(student, step, message.get("following") is not False)
+    with room.lock:
+        frames, lecture = dict(room.frames), room.lecture
+    packed = stage_data.pack(frames, have=have, shown=room.step, deflate=False) if frames else {
+        "steps": {}, "bodies": {}}
+    return {**seen, **packed, "code": room.code, "lecture": lecture, "waiting": not frames}
+
+
+def _count(value: Any, low: int = 0) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value < 2**31
+
+
+def _join_path(request: Request) -> str:
+    path = str(request.url.path)
+    return path[: path.rfind("/")]
+
+
+def _no_store() -> dict[str, str]:
+    return {"Cache-Control": "no-store"}  # a room's page is live: never a cached copy
