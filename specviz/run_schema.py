@@ -313,6 +313,24 @@ class ConfigModel(_Model):
     forced_outcomes: tuple[tuple[DraftIndex, Flag], ...] = Field(default=(), max_length=MAX_DRAFTS)
 
 
+class CostLawModel(_Model):
+    """The recording machine's cost law (`specviz.costlaw.CostLaw`): v(N) at increasing N from 1."""
+
+    ns: tuple[Annotated[int, Strict(), Field(ge=1, le=MAX_TREE_NODES + 1)], ...] = Field(
+        min_length=1, max_length=MAX_TREE_NODES + 1
+    )
+    verify: tuple[Amount, ...] = Field(min_length=1, max_length=MAX_TREE_NODES + 1)
+    step_ms: Amount
+    draft_cost: dict[Proposer, Amount] = Field(default_factory=dict)
+    machine: Text = ""
+
+    @model_validator(mode="after")
+    def _curve(self) -> CostLawModel:
+        if len(self.ns) != len(self.verify) or list(self.ns) != sorted(set(self.ns)) or self.ns[0] != 1:
+            raise ValueError("ns must rise from 1, with one v(N) for each")
+        return self
+
+
 class RunFileModel(_Model):
     """A run file's fields (format and version are checked first, by `runfile`, for their own messages)."""
 
@@ -329,6 +347,7 @@ class RunFileModel(_Model):
     prefill: tuple[CacheSnapshotModel, CacheSnapshotModel | None]
     traces: tuple[CycleTraceModel, ...] = Field(min_length=1, max_length=MAX_POSITIONS)
     baseline_ms_per_token: Amount | None = None
+    cost_law: CostLawModel | None = None
     token_texts: dict[Annotated[str, Field(pattern=r"^\d{1,10}$")], Text] = Field(max_length=MAX_POSITIONS)
 
 

@@ -244,3 +244,23 @@ def test_a_plain_step_chosen_by_auto_says_why(pair):
     text = phase_markdown(traces[0], "draft")
     assert "Auto chose a plain step" in text and "pays only if accepted over" in text
     assert "chose **a plain step**" in phase_markdown(traces[0], "start")
+
+
+def test_a_run_file_carries_the_recording_machines_law():
+    """A replay elsewhere draws the law of the machine that recorded the run; older files have none."""
+    import dataclasses
+
+    from test_runfile import a_record
+
+    from specviz.errors import RunFileError
+    from specviz.runfile import load_run
+
+    record = dataclasses.replace(a_record(), cost_law=law(0.25, 0.1))
+    again = load_run(record.to_json())
+    assert again.cost_law == record.cost_law and again == record
+    old = json.loads(record.to_json())
+    del old["cost_law"]
+    assert load_run(json.dumps(old)).cost_law is None
+    old["cost_law"] = {**record.cost_law.to_dict(), "ns": [2, 1, 3, 4, 5, 6, 7, 8, 9]}
+    with pytest.raises(RunFileError, match="cost_law"):
+        load_run(json.dumps(old))
