@@ -116,9 +116,15 @@ class _Model(BaseModel):
 class CacheEventModel(_Model):
     kind: EventKind
     phase: Phase
-    start: MaybeSlot = -1  # positions, rows or block counts, by kind: under the cap
+    start: MaybeSlot = -1  # positions (append, truncate, pointer, move) or storage sizes (grow), by kind
     end: MaybeSlot = -1
     blocks: tuple[Count, ...] = Field(default=(), max_length=MAX_POSITIONS)
+
+    @model_validator(mode="after")
+    def _positions(self, info: ValidationInfo) -> CacheEventModel:
+        if self.kind in ("append", "truncate", "pointer", "move"):  # the views walk start..end
+            _within_run(max(self.start, self.end), info)
+        return self
 
 
 class CacheSnapshotModel(_Model):

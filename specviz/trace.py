@@ -108,13 +108,20 @@ class CacheSnapshot:
         """Bytes of positions 0..seq_len-1, the only ones ever read."""
         return self.seq_len * self.bytes_per_slot
 
+    @functools.cached_property
+    def logical_blocks(self) -> dict[int, int]:
+        """Physical block id -> its (first) logical index in the block table: one lookup per slot, not
+        a search of the table (a view classifies every slot it draws)."""
+        return {block: i for i, block in reversed(list(enumerate(self.block_table)))}
+
     def slot_state(self, slot: int) -> SlotState:
         """committed / provisional / stale (written, but past the valid length) / free."""
         pos = self.slot_positions[slot] if slot < len(self.slot_positions) else -1
         here = slot  # the position this slot stands for now (paged: through the block table; -1: a free block)
         if self.layout == "paged":
             block, offset = divmod(slot, self.page_size)
-            here = self.block_table.index(block) * self.page_size + offset if block in self.block_table else -1
+            logical = self.logical_blocks.get(block)
+            here = -1 if logical is None else logical * self.page_size + offset
         if pos < 0 or pos != here:  # never written (since its block was (re)assigned)
             return "free"
         if pos < self.num_committed:

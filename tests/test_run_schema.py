@@ -17,7 +17,6 @@ import pytest
 from hostile_runs import leaf_paths, tiny_record, where, with_value
 
 from specviz import trace as records
-from specviz.runfile import MAX_RUN_BYTES, RunFileError, load_run, traces_from_json
 from specviz.run_schema import (
     MAX_POSITIONS,
     SHOWN_CHARS,
@@ -32,6 +31,7 @@ from specviz.run_schema import (
     TreeNodeModel,
     TreeTraceModel,
 )
+from specviz.runfile import MAX_RUN_BYTES, RunFileError, load_run, traces_from_json
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 ATTACK = "x'><img src=x onerror=alert(document.cookie)>" * 3
@@ -145,6 +145,8 @@ def test_sizes_are_bounded_by_the_run_and_by_a_hard_cap():
     refused(with_value(data, ("config", "max_new_tokens"), 10**9), "config.max_new_tokens")
     refused(with_value(data, ("cache_reach",), 100_000), "cache_reach: 100000 is more than its settings reach")
     refused(with_value(data, ("traces", 0, "rejected_at"), 9), "rejected_at")
+    assert data["traces"][0]["target_events"][0]["kind"] == "append"  # its positions are walked by the narrative
+    refused(with_value(data, ("traces", 0, "target_events", 0, "end"), 100_000), "traces[0].target_events[0]: 100000")
 
 
 def test_a_billion_position_snapshot_in_a_small_file_is_refused():

@@ -13,6 +13,7 @@ Its words are viz/cache_words.py, its palette viz/style.py, its stylesheet stati
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -29,6 +30,9 @@ from .style import KIND_COLORS, PHASE_TITLES, SLOT_COLORS, SLOT_TEXT_COLORS, fmt
 TokenText = Callable[[int], str]
 CONTIGUOUS_ROW = 16  # slots per drawn row of a contiguous buffer
 MAX_ROWS, MAX_ROWS_LECTURE = 20, 12  # rows per cache before the view windows around the action
+# Drawing is bounded by what is shown, not by what a snapshot claims: at most this many rows where
+# something happens (a 128-node tree at page size 1 changes 129), and an overview of at most this many cells.
+HOT_ROWS_MAX, OVERVIEW_MAX = 160, 256
 FREE_LIST_SHOWN, FREE_LIST_TAIL = 16, 6  # free-list entries drawn from its head and its tail; the rest are counted
 MIN_CELL_EM = 3.0  # the narrowest legible cell (in em of the cell text) for the side-by-side decision
 TAG_EM = 6.5
@@ -134,6 +138,27 @@ def _slot(snap: CacheSnapshot, slot: int) -> _Slot:
     return _Slot(state, pos, tok)
 
 
+class _Cells:
+    """A snapshot's cells, row by row, computed when a row is asked for. A row past the slots the
+    snapshot lists is free whatever it claims (its length, its capacity): it costs nothing."""
+
+    def __init__(self, snap: CacheSnapshot, width: int) -> None:
+        self.snap, self.width, self.memo = snap, width, {}
+        self.listed = -(-len(snap.slot_positions) // width)  # rows that may hold a written slot
+        self.free = [_Slot("free", -1, -1)] * width
+
+    def __getitem__(self, row: int) -> list[_Slot]:
+        if row >= self.listed:
+            return self.free
+        if row not in self.memo:
+            self.memo[row] = [_slot(self.snap, row * self.width + c) for c in range(self.width)]
+        return self.memo[row]
+
+    def rows_of_note(self) -> set[int]:
+        """The rows that may differ from a free row: those holding listed slots, and the blocks of a table."""
+        return set(range(self.listed)) | set(self.snap.block_table if self.snap.layout == "paged" else ())
+
+
 def _n_rows(snaps: Sequence[CacheSnapshot], width: int) -> int:
     """Rows worth drawing: every block (row) ever touched, and every block in a table."""
     if snaps[0].layout == "paged":
@@ -146,7 +171,8 @@ def _n_rows(snaps: Sequence[CacheSnapshot], width: int) -> int:
 def _tag(snap: CacheSnapshot, row: int, width: int) -> tuple[str, str]:
     """The row's two-line tag: physical block and its logical index, or the buffer's slot range."""
     if snap.layout == "paged":
-        logical = f"logical {snap.block_table.index(row)}" if row in snap.block_table else "free"
+        index = snap.logical_blocks.get(row)
+        logical = "free" if index is None else f"logical {index}"
         return f"block {row}", logical
     return "slots", f"{row * width}–{row * width + width - 1}"
 
@@ -177,16 +203,22 @@ def _recency(snap: CacheSnapshot, row: int) -> int:
     """How late in the sequence a row's positions come (a block outside the table: never)."""
     if snap.layout != "paged":
         return row
-    return snap.block_table.index(row) if row in snap.block_table else -1
+    return snap.logical_blocks.get(row, -1)
 
 
-def _window(cache: _Cache, n_rows: int, hot: set[int], cap: int) -> list[int]:
+def _window(cache: _Cache, n_rows: int, hot: set[int], cap: int, first: set[int]) -> list[int]:
     """The rows to draw: all of them if they fit, else the rows where something happens (`hot`)
-    plus the newest committed ones, in physical order."""
+    plus the newest committed ones, in physical order. Never more than HOT_ROWS_MAX + `cap` rows,
+    whatever a snapshot holds: `first` (the pointer's rows, the rows this phase changed) and then
+    the newest hot rows are kept."""
     if n_rows <= cap:
         return list(range(n_rows))
     snap = cache.snap
-    newest = list(reversed(snap.block_table)) if snap.layout == "paged" else list(range(n_rows - 1, -1, -1))
+    if len(hot) > HOT_ROWS_MAX:
+        rest = sorted(hot - first, key=lambda r: _recency(snap, r), reverse=True)
+        hot = set(sorted(first & hot, key=lambda r: _recency(snap, r), reverse=True)[:HOT_ROWS_MAX])
+        hot |= set(rest[: HOT_ROWS_MAX - len(hot)])
+    newest = reversed(snap.block_table) if snap.layout == "paged" else range(n_rows - 1, -1, -1)
     shown = set(hot)
     for row in newest:
         if len(shown) >= cap:
@@ -198,19 +230,22 @@ def _window(cache: _Cache, n_rows: int, hot: set[int], cap: int) -> list[int]:
 def _cache_html(cache: _Cache, token_text: TokenText, cap: int, lecture: bool) -> str:
     snap, before, width = cache.snap, cache.before, cache.width
     n_rows = _n_rows([snap] + ([before] if before else []), width)
-    now_cells = [[_slot(snap, r * width + c) for c in range(width)] for r in range(n_rows)]
-    was_cells = [[_slot(before, r * width + c) for c in range(width)] for r in range(n_rows)] if before else None
+    now_cells = _Cells(snap, width)
+    was_cells = _Cells(before, width) if before else None
     ptr, was_ptr = _pointer(snap, width), (_pointer(before, width) if before else None)
-    hot = {r for r in range(n_rows) if any(s.state in ("provisional", "stale") for s in now_cells[r])}
+    pointers = {p[0] for p in (ptr, was_ptr) if p is not None and p[0] < n_rows}
+    # Only rows that hold something, or whose tag a block table sets, can differ from a free row:
+    # the work is bounded by what the snapshots list, not by the sizes they claim.
+    rows_of_note = sorted({r for c in (now_cells, was_cells) if c for r in c.rows_of_note() if r < n_rows} | pointers)
+    hot = {r for r in rows_of_note if any(s.state in ("provisional", "stale") for s in now_cells[r])}
     changed: set[int] = set()  # rows this phase changed: data-role="action" (what a test looks for)
     if was_cells is not None:
-        changed |= {r for r in range(n_rows) if _row_changed(now_cells[r], was_cells[r])}
-        changed |= {r for r in range(n_rows) if _tag(snap, r, width) != _tag(before, r, width)}
+        changed |= {r for r in rows_of_note if _row_changed(now_cells[r], was_cells[r])}
+        changed |= {r for r in rows_of_note if _tag(snap, r, width) != _tag(before, r, width)}
         if ptr != was_ptr:
-            changed |= {p[0] for p in (ptr, was_ptr) if p is not None}
-    hot |= changed
-    hot |= {p[0] for p in (ptr, was_ptr) if p is not None}
-    rows = _window(cache, n_rows, hot, cap)
+            changed |= pointers
+    hot |= changed | pointers
+    rows = _window(cache, n_rows, hot, cap, first=changed | pointers)
     # A short lecture screen keeps two rows: the rows where something happens, topped up with the
     # newest row of context (a block of 16 readable tokens may take two lines at 1280x720).
     context = sorted((r for r in rows if r not in hot), key=lambda r: _recency(snap, r))
@@ -223,19 +258,19 @@ def _cache_html(cache: _Cache, token_text: TokenText, cap: int, lecture: bool) -
     if snap.layout == "paged":
         parts.append(_free_list_html(cache))
     if len(rows) < n_rows:
-        parts.append(_overview_html(now_cells, rows))
+        parts.append(_overview_html(now_cells, n_rows, rows_of_note, rows))
     parts.append(f"<div class='svkv-grid' data-key='{esc(cache.cid)}-grid' style='--cols:{esc(width)}'>")
     last = -1
     for row in rows:
         if row > last + 1:
-            parts.append(_gap_html(cache, now_cells, last + 1, row))
+            parts.append(_gap_html(cache, now_cells, rows_of_note, last + 1, row))
         parts.append(
             _row_html(cache, row, now_cells[row], token_text, ptr[1] if ptr and ptr[0] == row else None,
                       row in changed, context=row in context)
         )
         last = row
     if last < n_rows - 1:
-        parts.append(_gap_html(cache, now_cells, last + 1, n_rows))
+        parts.append(_gap_html(cache, now_cells, rows_of_note, last + 1, n_rows))
     parts.append("</div></section>")
     return "".join(parts)
 
@@ -286,23 +321,31 @@ def _free_list_html(cache: _Cache) -> str:
             f"{''.join(free) or '<span>empty</span>'}</div>")
 
 
-def _overview_html(cells: Sequence[Sequence[_Slot]], shown: Sequence[int]) -> str:
-    """One tiny cell per row, in the state that matters most in it; the drawn rows outlined."""
+def _overview_html(cells: _Cells, n_rows: int, of_note: Sequence[int], shown: Sequence[int]) -> str:
+    """One tiny cell per row (per OVERVIEW_MAX-th of the cache, for a longer one), in the state that
+    matters most in it; the drawn rows outlined."""
+    per = -(-n_rows // OVERVIEW_MAX)  # rows per tiny cell
+    rank = {"free": 0, "committed": 1, "stale": 2, "provisional": 3}
+    states = ["free"] * -(-n_rows // per)
+    for r in of_note:  # every other row is free
+        row_state = max((s.state for s in cells[r]), key=rank.__getitem__)
+        states[r // per] = max(states[r // per], row_state, key=rank.__getitem__)
+    drawn = {r // per for r in shown}
     spans = []
-    shown_set = set(shown)
-    for r, row in enumerate(cells):
-        states = {s.state for s in row}
-        state = next((s for s in ("provisional", "stale", "committed") if s in states), "free")
-        cls = f"svkv-ovc svkv-s-{state}" + (" svkv-ov-shown" if r in shown_set else "")
-        spans.append(f"<span class='{esc(cls)}' title='row {esc(r)}: {esc(state)}'></span>")
+    for i, state in enumerate(states):
+        cls = f"svkv-ovc svkv-s-{state}" + (" svkv-ov-shown" if i in drawn else "")
+        where = f"row {i}" if per == 1 else f"rows {i * per}–{min(n_rows, (i + 1) * per) - 1}"
+        spans.append(f"<span class='{esc(cls)}' title='{esc(where)}: {esc(state)}'></span>")
     return f"<div class='svkv-ov' aria-hidden='true'><span>whole cache</span>{''.join(spans)}</div>"
 
 
-def _gap_html(cache: _Cache, cells, start: int, end: int) -> str:
-    """One line standing for rows start..end-1, which are not drawn."""
+def _gap_html(cache: _Cache, cells: _Cells, of_note: Sequence[int], start: int, end: int) -> str:
+    """One line standing for rows start..end-1, which are not drawn (only the rows of note among them
+    can hold anything: `of_note`, sorted)."""
     snap = cache.snap
-    committed = sum(s.state == "committed" for row in cells[start:end] for s in row)
-    free = sum(all(s.state == "free" for s in row) for row in cells[start:end])
+    inside = [cells[r] for r in of_note[bisect_left(of_note, start) : bisect_left(of_note, end)]]
+    committed = sum(s.state == "committed" for row in inside for s in row)
+    free = (end - start) - sum(not all(s.state == "free" for s in row) for row in inside)
     unit = "block" if snap.layout == "paged" else "row"
     span = f"{unit}s {start}–{end - 1}" if end - start > 1 else f"{unit} {start}"
     parts = [_count(committed, "committed position")] if committed or not free else []
@@ -544,10 +587,12 @@ def _legend_html() -> str:
 def _describe(panels: Sequence[_Cache], no_proposer_cache: bool) -> str:
     out = []
     for p in panels:
-        n_rows = _n_rows([p.snap], p.width)
+        n_slots = _n_rows([p.snap], p.width) * p.width
+        listed = min(n_slots, len(p.snap.slot_positions))  # the slots past these are free
         counts = {s: 0 for s in STATE_ORDER}
-        for slot in range(n_rows * p.width):
+        for slot in range(listed):
             counts[_slot(p.snap, slot).state] += 1
+        counts["free"] += n_slots - listed
         text = (f"{p.title} ({p.snap.layout}): length {p.snap.seq_len}; " + ", ".join(
             f"{counts[s]} {s}" for s in STATE_ORDER) + " slots")
         if p.snap.layout == "paged":
