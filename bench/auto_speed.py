@@ -1,0 +1,234 @@
+"""Auto against plain decoding and every proposer, on the natural and the grounded prompt sets.
+
+`python -m bench.auto_speed [--natural 12] [--grounded 30] [--max-new 48] [--temps 0,1] [--threads 1]
+[--out /tmp/auto_speed.jsonl] [--into docs]`
+
+Per (set, temperature, prompt), interleaved in one run with the order rotating per prompt, each
+system decodes `--max-new` tokens through the real decoders: plain decoding twice (the target's
+own `generate` and specviz's `AutoregressiveDecoder`: the faster of the two on that prompt is the
+baseline, "plain at its fastest"), every proposer of the table at a fixed K, the best tree shape
+of the quality benchmark, and `k="auto"` (this machine's cost law, `specviz.costlaw`) with the
+feature head, prompt lookup and retrieval. Reported: tokens/s pooled, and per prompt the ratio to
+the baseline, its median and minimum, over the whole set and (grounded) over the prompts whose
+answer copies the input. Each sample is appended to `--out` as it is measured, so a run that is
+stopped resumes where it was (`--fresh` starts over). The bounds of issue 34 are checked at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from specviz import DecodeConfig
+
+from . import separate
+from .common import Log, cpu_name, csv, encode, prompt_rows
+from .systems import SEED, ar, hf, spec
+
+NAME = "auto_speed"
+FIXED_K = 4
+TREE = {"k": 4, "tree_width": 4, "tree_nodes": 16}  # the quality benchmark's best tree on this CPU
+AUTO_PROPOSERS = ("feature", "lookup", "retrieval")
+BASELINES = ("plain_hf", "plain_ar")
+# At T = 1 (a shorter run): the baselines, the two cheapest fixed chains and auto.
+T1_SYSTEMS = (*BASELINES, f"feature_k{FIXED_K}", f"lookup_k{FIXED_K}", "feature_auto", "lookup_auto", "retrieval_auto")
+
+
+def systems(pair: Any, temperature: float, max_new: int, proposers: tuple[str, ...]) -> dict[str, Any]:
+    """Name -> runner(prompt ids) for one temperature."""
+    def cfg(proposer: str, **shape: Any) -> DecodeConfig:
+        return DecodeConfig(proposer=proposer, temperature=temperature, max_new_tokens=max_new,
+                            cache_layout="contiguous", instrument=False, seed=SEED, **shape)
+
+    out = {"plain_hf": hf(pair, temperature, max_new), "plain_ar": ar(pair, temperature, max_new)}
+    for p in proposers:
+        out[f"{p}_k{FIXED_K}"] = spec(pair, cfg(p, k=FIXED_K))
+    if "feature" in proposers:
+        out["feature_tree4x4x16"] = spec(pair, cfg("feature", **TREE))
+    for p in AUTO_PROPOSERS:
+        if p in proposers:
+            out[f"{p}_auto"] = spec(pair, cfg(p, k="auto"), keep_traces=True)
+    return out if temperature == 0 else {n: r for n, r in out.items() if n in T1_SYSTEMS}
+
+
+def plan(args: argparse.Namespace) -> list[tuple[str, float, int, dict[str, Any]]]:
+    """(set, temperature, prompt index, row) in run order: T = 1 runs on the first half of each set."""
+    cells = []
+    for t in (float(x) for x in csv(args.temps)):
+        for set_name, n in (("natural", args.natural), ("grounded", args.grounded)):
+            rows = prompt_rows(set_name, n if t == 0 else min(n, args.t1_prompts))
+            cells += [(set_name, t, i, row) for i, row in enumerate(rows)]
+    return cells
+
+
+def measure(pair: Any, args: argparse.Namespace, log: Log) -> list[dict[str, Any]]:
+    """Every (cell, system), skipping those already in `--out`; returns all samples."""
+    path = Path(args.out)
+    done = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    seen = {(d["set"], d["T"], d["id"], d["system"]) for d in done}  # by prompt id: a resumed run may pick fewer
+    proposers = tuple(e.name for e in __import__("specviz").proposers.registry.available(pair))
+    runners = {t: systems(pair, t, args.max_new, proposers) for t in {c[1] for c in plan(args)}}
+    turn = 0
+    with path.open("a") as out:
+        for set_name, t, i, row in plan(args):
+            names = list(runners[t])
+            order = names[turn % len(names):] + names[: turn % len(names)]
+            turn += 1
+            ids = encode(pair.tokenizer, row.get("messages") or row["prompt"])
+            for name in order:
+                if (set_name, t, row["id"], name) in seen:
+                    continue
+                t0 = time.perf_counter()
+                tokens, extra = runners[t][name](ids)
+                sample = {"set": set_name, "T": t, "prompt": i, "id": row["id"], "copies": row.get("copies", False),
+                          "system": name, "seconds": time.perf_counter() - t0, "tokens": tokens,
+                          "cycles": extra.get("cycles"), "auto_k": _auto_ks(extra),
+                          "tokens_out": extra.get("tokens_out", [])}
+                out.write(json.dumps(sample) + "\n")
+                out.flush()
+                done.append(sample)
+            log(f"{set_name} T={t:g} prompt {i + 1}: {len(order)} systems")
+    return done
+
+
+def _auto_ks(extra: dict[str, Any]) -> list[int] | None:
+    traces = extra.get("traces")
+    return None if traces is None else [t.auto.k for t in traces if t.auto is not None]
+
+
+def analyse(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per (set, T, system): tokens/s pooled, per-prompt ratios to the faster plain decoder."""
+    by_cell: dict[tuple, dict[str, dict[str, Any]]] = {}
+    for s in samples:
+        by_cell.setdefault((s["set"], s["T"], s["id"]), {})[s["system"]] = s
+    rows: dict[tuple, dict[str, Any]] = {}
+    for (set_name, t, _), systems_ in by_cell.items():
+        rates = {n: s["tokens"] / s["seconds"] for n, s in systems_.items() if s["seconds"] > 0}
+        base = max((rates[b] for b in BASELINES if b in rates), default=None)
+        if base is None:
+            continue
+        for name, s in systems_.items():
+            row = rows.setdefault((set_name, t, name), {"tokens": 0, "seconds": 0.0, "ratios": [], "copy_ratios": [],
+                                                       "cycles": 0, "plain_cycles": 0, "auto_cycles": 0})
+            row["tokens"] += s["tokens"]
+            row["seconds"] += s["seconds"]
+            row["ratios"].append(rates[name] / base)
+            if s["copies"]:
+                row["copy_ratios"].append(rates[name] / base)
+            row["cycles"] += s["cycles"] or 0
+            if s["auto_k"] is not None:
+                row["auto_cycles"] += len(s["auto_k"])
+                row["plain_cycles"] += sum(k == 0 for k in s["auto_k"])
+    out = []
+    for (set_name, t, name), r in sorted(rows.items(), key=lambda kv: (kv[0][0] != "natural", kv[0][1], kv[0][2])):
+        ratios, copies = r["ratios"], r["copy_ratios"]
+        out.append({"set": set_name, "T": t, "system": name, "prompts": len(ratios),
+                    "tokens_per_s": r["tokens"] / r["seconds"],
+                    "tokens_per_verify": r["tokens"] / r["cycles"] if r["cycles"] else None,
+                    "median": statistics.median(ratios), "min": min(ratios), "max": max(ratios),
+                    "copies_median": statistics.median(copies) if copies else None,
+                    "copies_min": min(copies) if copies else None,
+                    "plain_share": r["plain_cycles"] / r["auto_cycles"] if r["auto_cycles"] else None})
+    return {"rows": out, "bounds": bounds(out)}
+
+
+def bounds(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Issue 34's bounds at T = 0, each with what was measured."""
+    def get(set_name: str, system: str) -> dict[str, Any] | None:
+        return next((r for r in rows if (r["set"], r["T"], r["system"]) == (set_name, 0.0, system)), None)
+
+    out = []
+    nat = get("natural", "feature_auto")
+    if nat:
+        out.append({"bound": "natural, auto (feature): median >= 1.08x plain", "value": nat["median"],
+                    "met": nat["median"] >= 1.08})
+        out.append({"bound": "natural, auto (feature): every prompt >= 0.97x plain", "value": nat["min"],
+                    "met": nat["min"] >= 0.97})
+    for p in ("lookup", "retrieval"):
+        g = get("grounded", f"{p}_auto")
+        if g:
+            out.append({"bound": f"grounded, auto ({p}): median >= 1.2x plain", "value": g["median"],
+                        "met": g["median"] >= 1.2})
+            if g["copies_min"] is not None:
+                out.append({"bound": f"grounded, auto ({p}): >= 2x on prompts whose answer copies the input "
+                            "(worst such prompt; median beside it)", "value": g["copies_min"],
+                            "median": g["copies_median"], "met": g["copies_min"] >= 2})
+        n = get("natural", f"{p}_auto")
+        if n:
+            out.append({"bound": f"natural, auto ({p}): every prompt >= 0.97x plain", "value": n["min"],
+                        "met": n["min"] >= 0.97})
+    return out
+
+
+def markdown(result: dict[str, Any]) -> str:
+    law = result.get("law", {})
+    lines = [f"### Auto against plain decoding and every proposer, natural and grounded sets ({NAME})", "",
+             f"`{result['command']}` on {result['cpu']} ({result['threads']} thread(s), torch {torch.__version__}, "
+             f"float32), {result['max_new']} new tokens, one interleaved run ({result['minutes']:.0f} min); the "
+             "baseline per prompt is the faster of the target's `generate` and specviz's plain decoder. "
+             f"{result.get('note', '')}", "",
+             f"This machine's law (measured at load): one plain step {law.get('step_ms', 0):.1f} ms; v(N) for N = "
+             + ", ".join(f"{n}: {v:.2f}" for n, v in zip(law.get("ns", ()), law.get("verify", ()), strict=False))
+             + "; draft cost c per draft: " + ", ".join(f"{k} {v:.3f}" for k, v in law.get("draft_cost", {}).items())
+             + ".", "",
+             "| set | T | system | prompts | tokens/s | tokens/verify | × plain, median | min | max | copying prompts: "
+             "median | min | auto's plain steps |", "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    f = lambda v, spec=".2f": "—" if v is None else format(v, spec)  # noqa: E731
+    for r in result["rows"]:
+        lines.append(f"| {r['set']} | {r['T']:g} | {r['system']} | {r['prompts']} | {r['tokens_per_s']:.1f} | "
+                     f"{f(r['tokens_per_verify'])} | {r['median']:.2f} | {r['min']:.2f} | {r['max']:.2f} | "
+                     f"{f(r['copies_median'])} | {f(r['copies_min'])} | {f(r['plain_share'], '.0%')} |")
+    lines += ["", "| bound (T = 0) | measured | met |", "|---|---:|---|"]
+    for b in result["bounds"]:
+        extra = f" (median {b['median']:.2f})" if "median" in b else ""
+        lines.append(f"| {b['bound']} | {b['value']:.2f}{extra} | {'yes' if b['met'] else '**no**'} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.auto_speed", description=__doc__.splitlines()[0])
+    ap.add_argument("--natural", type=int, default=12)
+    ap.add_argument("--grounded", type=int, default=30)
+    ap.add_argument("--max-new", type=int, default=48)
+    ap.add_argument("--temps", default="0,1")
+    ap.add_argument("--t1-prompts", type=int, default=4, help="prompts of each set at T > 0")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", default="/tmp/auto_speed.jsonl")
+    ap.add_argument("--fresh", action="store_true")
+    ap.add_argument("--note", default="")
+    ap.add_argument("--into", type=Path, default=None)
+    ap.add_argument("--report-only", action="store_true", help="analyse what --out holds, measure nothing")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    if args.fresh and os.path.exists(args.out):
+        os.remove(args.out)
+    import specviz
+    from specviz import costlaw
+
+    log = Log()
+    log("loading the default pair (and measuring its cost law on first load)")
+    pair = specviz.load_default_pair(dtype="float32")
+    start = time.perf_counter()
+    if args.report_only:
+        samples = [json.loads(line) for line in Path(args.out).read_text().splitlines()]
+    else:
+        samples = measure(pair, args, log)
+    result = analyse(samples)
+    result.update(command="python -m bench.auto_speed " + " ".join(argv or []), cpu=cpu_name(), threads=args.threads,
+                  max_new=args.max_new, minutes=(time.perf_counter() - start) / 60, note=args.note,
+                  law=costlaw.law_for(pair).to_dict(), kernels=os.environ.get("SPECVIZ_KERNELS", "chosen at load"))
+    print(markdown(result))
+    if args.into is not None:
+        separate.write_section(args.into, NAME, markdown(result), result)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
