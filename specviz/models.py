@@ -430,7 +430,7 @@ def load_pair(target: str | os.PathLike[str], draft: str | os.PathLike[str], dev
     draft_dir = resolve_model_dir(draft, progress)
     pair = _load_pair_dirs(target_dir, draft_dir, str(target), str(draft), device, dtype, draft_device, draft_dtype,
                            progress)
-    return install_kernels(attach_feature_head(pair, feature_head), progress)
+    return with_cost_law(install_kernels(attach_feature_head(pair, feature_head), progress), progress)
 
 
 def _check_dtypes(*dtypes: Any) -> None:
@@ -485,7 +485,16 @@ def load_default_pair(device: torch.device | str | None = None, dtype: torch.dty
     head_dir = default_feature_head_dir()
     pair = attach_feature_head(pair, head_dir if (head_dir / "config.json").is_file() else None)
     pair = install_kernels(pair, progress)
-    return dataclasses.replace(pair, retrieval_store=default_store())  # shared, read-only
+    return with_cost_law(dataclasses.replace(pair, retrieval_store=default_store()), progress)  # store: shared
+
+
+def with_cost_law(pair: ModelPair, progress: Progress | None = None) -> ModelPair:
+    """The pair, its cost law measured on the models as they run (after the kernels; cached per
+    machine, `specviz.costlaw.law_for`): what k="auto" decides by."""
+    from .costlaw import law_for
+
+    law_for(pair, progress)
+    return pair
 
 
 def install_kernels(pair: ModelPair, progress: Progress | None = None) -> ModelPair:
