@@ -21,7 +21,8 @@ ENV PYTHONUNBUFFERED=1 \
     SPECVIZ_CACHE_DIR=/app/.cache/specviz \
     STREAMLIT_SERVER_HEADLESS=true \
     STREAMLIT_SERVER_PORT=8501 \
-    STREAMLIT_BROWSER_GATHER_USAGE_STATS=false
+    STREAMLIT_BROWSER_GATHER_USAGE_STATS=false \
+    STREAMLIT_CLIENT_SHOW_ERROR_DETAILS=none
 
 RUN useradd --create-home --uid 1000 specviz && mkdir /app && chown specviz:specviz /app
 WORKDIR /app

@@ -201,12 +201,16 @@ def main() -> None:
     except SpecvizError as exc:  # a typo in a server setting must not open a locked-down server
         st.error(f"This server's specviz settings are invalid: {exc}", icon=":material/error:")
         return
+    if settings.classroom:  # a traceback names the server's paths: students see the error's words only
+        st.set_option("client.showErrorDetails", "none")
     session.configure_threads(settings)
-    ws = session.open_workspace()  # first: a reloaded page's settings come back before the widgets are drawn
+    ws = session.open_workspace(settings)  # first: a reloaded page's settings come back before the widgets are drawn
+    if ws is None:  # a classroom server at its bound on open pages: it said so
+        return
     sidebar.init_state()
     registry = parking.shared_registry()
     registry.touch(ws)
-    released = registry.sweep(settings.idle_seconds, actions.park_idle)  # sessions idle too long free their caches
+    released = registry.sweep(settings.idle_seconds, session.release_idle)  # sessions idle too long free their caches
     heap.settle_once()  # Streamlit's collection after each run walks only what runs made (specviz.heap)
     heap.settle_if_sessions_left(len(registry), released)
     if ws.whatif_spent:  # before the toggle is drawn: its value can only change now

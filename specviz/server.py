@@ -2,7 +2,9 @@
 docs/design.md §3). No Streamlit import: the app reads them on every script run.
 
 **Classroom lockdown** (off by default): only the built-in pairs (no hub id or local path reaches
-`load_pair`), and caps on the prompt, `max_new_tokens`, K and the lab's N. **Sharing the machine**:
+`load_pair`), caps on the prompt, `max_new_tokens`, K, the tree's width and node budget and the
+lab's N, one precision (each precision is another copy of the pair in memory), run files opened per
+page, pages open at once (in all and per browser address). **Sharing the machine**:
 `max_decoding` (`specviz.gate`), `busy_timeout`, `idle_seconds` (`specviz.parking`), torch's threads.
 `SPECVIZ_<FIELD>` variables win over the `[specviz]` table of `$SPECVIZ_SETTINGS` (else
 `.streamlit/specviz.toml`), over the defaults below. A value that cannot be parsed is a
@@ -19,7 +21,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from .config import MAX_TREE_NODES, MAX_TREE_WIDTH
 from .errors import ConfigError, PromptError
+from .precision import DEFAULT_DTYPE, DTYPES
 
 SETTINGS_ENV = "SPECVIZ_SETTINGS"
 SETTINGS_FILE = Path(".streamlit") / "specviz.toml"
@@ -36,6 +40,12 @@ class Limits:
     lab_n: int
     prompt_chars: int | None
     prompt_tokens: int | None
+    tree_width: int = MAX_TREE_WIDTH
+    tree_nodes: int = MAX_TREE_NODES
+    dtypes: tuple[str, ...] = DTYPES  # precisions offered (each is another copy of the pair)
+    uploads: int | None = None  # run files one page may open
+    sessions: int | None = None  # pages open at once, in all ...
+    sessions_per_client: int | None = None  # ... and from one browser address
 
 
 # The app's own widget bounds on a personal machine.
@@ -54,6 +64,13 @@ class ServerSettings:
     max_new_tokens: int = 256
     max_k: int = 8
     max_lab_n: int = 200
+    max_tree_width: int = 4  # a 4-wide tree of 32 nodes verifies 33 positions in one pass
+    max_tree_nodes: int = 32
+    allow_bfloat16: bool = False  # a second precision loads a second copy of each pair
+    max_uploads: int = 10  # run files opened per page
+    max_sessions: int = 100  # pages open at once (each holds a decoder and its caches)
+    max_sessions_per_client: int = 40  # from one address: a class behind one NAT shares one
+    restore_sessions: int = 64  # pages whose runs a reload brings back (the least recently active dropped)
     max_decoding: int = dataclasses.field(default_factory=_cores)
     busy_timeout: float = 120.0  # seconds a step waits for a decoding slot before "try again"
     idle_seconds: float = 900.0  # release an idle session's caches after this long (0 = never)
@@ -90,7 +107,10 @@ class ServerSettings:
             return PERSONAL
         return Limits(k=min(PERSONAL.k, self.max_k), max_new_tokens=min(PERSONAL.max_new_tokens, self.max_new_tokens),
                       lab_n=min(PERSONAL.lab_n, self.max_lab_n), prompt_chars=self.max_prompt_chars,
-                      prompt_tokens=self.max_prompt_tokens)
+                      prompt_tokens=self.max_prompt_tokens, tree_width=min(MAX_TREE_WIDTH, self.max_tree_width),
+                      tree_nodes=min(MAX_TREE_NODES, self.max_tree_nodes),
+                      dtypes=DTYPES if self.allow_bfloat16 else (DEFAULT_DTYPE,), uploads=self.max_uploads,
+                      sessions=self.max_sessions, sessions_per_client=self.max_sessions_per_client)
 
     def allowed_pairs(self, kinds: Iterable[str]) -> list[str]:
         return [k for k in kinds if not self.classroom or k in CLASSROOM_PAIRS]
@@ -108,18 +128,33 @@ class ServerSettings:
         size = f"The prompt is {len(ids):,} tokens long (with the chat template, if on)"
         _check_prompt(len(ids), self.limits.prompt_tokens, size)
 
-    def check_config(self, k: int, max_new_tokens: int) -> None:
+    def check_config(self, k: int, max_new_tokens: int, tree_width: int = 1, tree_nodes: int = 1,
+                     dtype: str = DEFAULT_DTYPE) -> None:
         """Defense in depth behind the widgets' bounds: a value past a cap never reaches a decoder."""
-        _check_cap(f"K = {k}", k, self.limits.k)
-        _check_cap(f"Max new tokens = {max_new_tokens}", max_new_tokens, self.limits.max_new_tokens)
+        lim = self.limits
+        _check_cap(f"K = {k}", k, lim.k)
+        _check_cap(f"Max new tokens = {max_new_tokens}", max_new_tokens, lim.max_new_tokens)
+        _check_cap(f"Tree width = {tree_width}", tree_width, lim.tree_width)
+        _check_cap(f"Tree nodes = {tree_nodes}", tree_nodes, lim.tree_nodes)
+        if dtype not in lim.dtypes:
+            raise ConfigError(f"Precision {dtype} is off on this classroom server (each precision is another copy of "
+                              f"the models in memory): use {', '.join(lim.dtypes)}.")
+
+    def check_upload(self, opened: int) -> None:
+        """Before a page opens one more run file (`opened` so far)."""
+        if self.limits.uploads is not None and opened >= self.limits.uploads:
+            raise ConfigError(f"This page has opened {opened} run files, the most this classroom server allows "
+                              f"({self.limits.uploads}): reload the page to open more.")
 
     def check_lab_n(self, n: int) -> None:
         _check_cap(f"N = {n}", n, self.limits.lab_n, " samples")
 
     def clamp(self, values: Mapping[str, int]) -> dict[str, int]:
-        """Of {"k", "max_new_tokens", "lab_n"} values, those above the limits, lowered to them."""
+        """Of {"k", "max_new_tokens", "lab_n", "tree_width", "tree_nodes"} values, those above the limits,
+        lowered to them."""
         lim = self.limits
-        caps = {"k": lim.k, "max_new_tokens": lim.max_new_tokens, "lab_n": lim.lab_n}
+        caps = {"k": lim.k, "max_new_tokens": lim.max_new_tokens, "lab_n": lim.lab_n, "tree_width": lim.tree_width,
+                "tree_nodes": lim.tree_nodes}
         return {name: caps[name] for name, value in values.items() if name in caps and value > caps[name]}
 
     def sidebar_markdown(self) -> str:
@@ -127,8 +162,10 @@ class ServerSettings:
         lim = self.limits
         return ("**Classroom server.** Custom model pairs and local paths are disabled (only the default pair and "
                 f"the tiny random pair); prompts up to {lim.prompt_chars:,} characters and {lim.prompt_tokens:,} "
-                f"tokens; at most {lim.max_new_tokens:,} new tokens, K ≤ {lim.k}, exactness lab N ≤ {lim.lab_n:,}. "
-                f"At most {self.max_decoding} session(s) decode at once; the others wait their turn.")
+                f"tokens; at most {lim.max_new_tokens:,} new tokens, K ≤ {lim.k}, tree width ≤ {lim.tree_width} and "
+                f"≤ {lim.tree_nodes} nodes, exactness lab N ≤ {lim.lab_n:,}, precision {' or '.join(lim.dtypes)}, "
+                f"{lim.uploads} run files per page. At most {self.max_decoding} session(s) decode at once; the "
+                "others wait their turn.")
 
     def threads_per_step(self, cores: int | None = None) -> int:
         """Torch threads for each decoding step: the cores shared among the decoding slots."""

@@ -284,35 +284,43 @@ def test_play_advances_and_pause_stops():
     assert workspace(at).playing is False
 
 
-def test_a_reloaded_page_comes_back_to_the_run_and_step_it_showed():
-    """F5 ends the browser's session and opens a new one: the page's address names the workspace, and
-    the new session takes it over (its runs, the step shown, the sidebar as it was) instead of
-    prefilling afresh. An address opened while its own page is still connected gets a workspace of
-    its own (specviz.ui.state.Kept)."""
+def test_a_reloaded_page_comes_back_to_the_run_and_step_it_showed(monkeypatch):
+    """F5 ends the browser's session and opens a new one: the page left its workspace's secret in a
+    short-lived cookie as it went (never in its address), and the new session takes the workspace over
+    (its runs, the step shown, the sidebar as it was) instead of prefilling afresh, under a new secret.
+    The old secret, an old address's `?session=`, or no secret open a workspace of their own."""
+    from specviz.ui import session
+
     at = open_app(tab=None)
     at.slider(key="k").set_value(3).run()
     click(at, "next_cycle", 2)
     click(at, "back")
     before = shown(at)
-    token = at.query_params["session"]
-    assert token == workspace(at).token
+    token = workspace(at).token
+    assert "session" not in at.query_params and stage_payload(at)["resume"] == token
+    monkeypatch.setattr(session, "_resume_token", lambda: token)  # the cookie the reload came with
     again = AppTest.from_file(APP, default_timeout=TIMEOUT)
-    again.query_params["session"] = token
     again.run()
     assert_clean(again)
     assert workspace(again) is workspace(at) and shown(again).id == before.id
+    assert workspace(again).token != token and stage_payload(again)["resume"] == workspace(again).token
     assert shown(again).view == before.view == 9 and len(shown(again).traces) == 2
     assert again.slider(key="k").value == 3 and again.radio(key="pair_kind").value == "tiny"
     assert phase_shown(again) == (1, "resolve") and stage_payload(again)["view"] == 9
     click(again, "next_phase")  # and it steps on from there
     assert shown(again).view == 10
-    stranger = AppTest.from_file(APP, default_timeout=TIMEOUT)
-    stranger.query_params["session"] = "no-such-session"
+    stranger = AppTest.from_file(APP, default_timeout=TIMEOUT)  # the old secret once more: it opened once
     stranger.session_state["pair_kind"] = "tiny"
     stranger.run()
     assert_clean(stranger)
     assert workspace(stranger) is not workspace(at) and shown(stranger).view == 0
-    assert stranger.query_params["session"] == workspace(stranger).token
+    monkeypatch.setattr(session, "_resume_token", lambda: None)
+    old_address = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    old_address.query_params["session"] = workspace(again).token  # where the token once was: names nothing
+    old_address.session_state["pair_kind"] = "tiny"
+    old_address.run()
+    assert_clean(old_address)
+    assert workspace(old_address) is not workspace(at) and "session" not in old_address.query_params
 
 
 def test_reset_restarts_from_the_prompt():

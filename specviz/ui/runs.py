@@ -22,6 +22,7 @@ from ..proposers import registry
 from ..replay import replay_run
 from ..runfile import MAX_RUN_BYTES, RunFileError, RunRecord, load_run, record_run
 from ..scenarios import Scenario, load_scenarios
+from ..server import ServerSettings
 from ..viz.stage_data import Timeline
 from . import sidebar
 from .session import request_full_run, workspace
@@ -73,6 +74,8 @@ def on_open_file() -> None:
         return
     ws = workspace()
     try:
+        ServerSettings.load().check_upload(ws.uploads)  # a classroom's count of run files per page
+        ws.uploads += 1
         if upload.size > MAX_RUN_BYTES:  # refused before it is read or parsed (the browser checks it too)
             raise RunFileError(f"this file is {upload.size / 2**20:.1f} MB; a run file may be at most "
                                f"{MAX_RUN_BYTES // 2**20} MB")

@@ -3,6 +3,14 @@
 The session's own `Workspace` cell (a reload's, taken over), a request to draw the whole page, a
 decoding slot that shows the place in the queue while it waits, and the model pairs, loaded once
 per process (a `st.cache_resource` store) and shared read-only by every session.
+
+**One session per browser.** A workspace is bound to the Streamlit session that shows it (its
+`owner`). A reload (F5) starts a new session, which takes the workspace over only with its secret
+token: the page writes it into a short-lived cookie as it goes (`stage_app.js`, pagehide) and
+nothing else carries it (not the page's address: a shared, bookmarked or projected address hands
+nothing over), and only once the old session is disconnected. The token changes at every takeover,
+and a session whose workspace was taken over gets a new one (a dropped connection that comes back
+never drives the same run as another page: docs/design.md §3, "A reload comes back where it was").
 """
 
 from __future__ import annotations
@@ -23,7 +31,8 @@ from ..server import ServerSettings
 from . import actions
 from .state import KEPT, Run, Workspace
 
-RELOAD_PARAM = "session"  # the page address's parameter naming the session's workspace (`open_workspace`)
+RESUME_COOKIE = "specviz_resume"  # the workspace's token, written by the page as it goes (`open_workspace`)
+OLD_PARAM = "session"  # where the token once was (the page's address): removed, never read
 HANDOVER_WAIT_S = 1.0  # a reload's new session waits this long for the old one to be disconnected
 
 
@@ -41,25 +50,52 @@ def workspace() -> Workspace:
     return ws if ws is not None else st.session_state.setdefault("_workspace", Workspace())
 
 
-def open_workspace() -> Workspace:
+def open_workspace(settings: ServerSettings | None = None) -> Workspace | None:
     """This session's workspace, before the sidebar's widgets are drawn: at its first script run the
-    one the page's address names once that session has ended (a reload), with the page's settings as
-    they were; else a new one, which the address then names."""
+    one the reload cookie names once that session has ended (a reload), with the page's settings as
+    they were; else a new one (None when `settings` caps this server's sessions and it is full:
+    `KEPT.admit`). A workspace another session has taken over since is left to it."""
     ss = st.session_state
+    me = _session_id()
     ws = ss.get("_workspace")
+    if ws is not None and ws.owner not in (None, me):  # its browser's reload took it: this page starts afresh
+        ws = None
+        ss.pop("_stage_channel", None)  # stage_component.CHANNEL: the old channel speaks for the old workspace
     if ws is None:
-        me = _session_id()
-        token = st.query_params.get(RELOAD_PARAM)
+        if settings is not None:
+            KEPT.keep = settings.restore_sessions
+        token = _resume_token()
         ws = _handed_over(token, me) if token else None
         if ws is not None:
             ss.update(ws.widgets)
         else:
+            lim = settings.limits if settings is not None else None
+            if lim is not None and (full := KEPT.admit(lim.sessions, lim.sessions_per_client, _client(), connected)):
+                st.error(full, icon=":material/group:")
+                return None
+            if token and token not in KEPT:  # a reload whose runs were let go (the restore list's bound, 3 h)
+                st.toast(f"Your earlier runs could not be brought back: this server keeps those of the "
+                         f"{KEPT.keep} most recently active pages, for up to 3 hours.", icon=":material/history:")
             ws = Workspace()
-            KEPT.add(ws, me)
+            KEPT.add(ws, me, _client())
         ss._workspace = ws
-    if st.query_params.get(RELOAD_PARAM) != ws.token:
-        st.query_params[RELOAD_PARAM] = ws.token
+    if OLD_PARAM in st.query_params:  # an old address: it names nothing any more
+        del st.query_params[OLD_PARAM]
     return ws
+
+
+def _resume_token() -> str | None:
+    """The token the page left in its cookie as it went (a reload), if any."""
+    value = st.context.cookies.get(RESUME_COOKIE)
+    return value if isinstance(value, str) and 8 <= len(value) <= 64 else None
+
+
+def _client() -> str | None:
+    """The browser's address as the server sees it (a classroom behind one NAT shares one)."""
+    try:
+        return st.context.ip_address
+    except Exception:  # noqa: BLE001 - AppTest has no client
+        return None
 
 
 def _handed_over(token: str, me: str | None) -> Workspace | None:
@@ -67,7 +103,7 @@ def _handed_over(token: str, me: str | None) -> Workspace | None:
     goes a moment after the new one may have started); None if it stays connected or there is none."""
     deadline = time.monotonic() + HANDOVER_WAIT_S
     while token in KEPT:
-        ws = KEPT.claim(token, me, _connected)
+        ws = KEPT.claim(token, me, connected)
         if ws is not None or time.monotonic() > deadline:
             return ws
         time.sleep(0.1)
@@ -81,11 +117,19 @@ def _session_id() -> str | None:
     return ctx.session_id if ctx is not None else None
 
 
-def _connected(session_id: str) -> bool:
+def connected(session_id: str | None) -> bool:
     """Whether a session has a browser connected (AppTest runs no server: none is)."""
     from streamlit.runtime import Runtime
 
-    return Runtime.exists() and Runtime.instance().is_active_session(session_id)
+    return session_id is not None and Runtime.exists() and Runtime.instance().is_active_session(session_id)
+
+
+def release_idle(ws: Workspace) -> bool:
+    """The idle sweep's release (`parking`): a session that was playing when its browser went (a
+    closed tab) stops playing, so its decoder is released like any idle one's."""
+    if ws.playing and not connected(ws.owner):
+        ws.playing = False
+    return actions.park_idle(ws)
 
 
 def request_full_run() -> None:

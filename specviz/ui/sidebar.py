@@ -16,10 +16,10 @@ from typing import Any
 
 import streamlit as st
 
-from ..config import AUTO, LAYOUTS, MAX_TREE_NODES, MAX_TREE_WIDTH, POLICIES, DecodeConfig
+from ..config import AUTO, LAYOUTS, POLICIES, DecodeConfig
 from ..errors import SpecvizError
 from ..models import preferred_proposer
-from ..precision import DEFAULT_DTYPE, DTYPES, INVARIANT_TOLERANCE
+from ..precision import DEFAULT_DTYPE, INVARIANT_TOLERANCE
 from ..proposers import registry
 from ..server import ServerSettings
 
@@ -142,12 +142,17 @@ def apply_limits(settings: ServerSettings) -> list[str]:
         server_pair = os.environ.get("SPECVIZ_PAIR", "default")
         ss.pair_kind = server_pair if server_pair in allowed else "default"
         notes.append("Custom model pairs are disabled on this classroom server: the server's own pair is used.")
-    keys = {"k": ("k", "K"), "max_new_tokens": ("max_new", "Max new tokens"), "lab_n": ("lab_n", "The lab's N")}
+    keys = {"k": ("k", "K"), "max_new_tokens": ("max_new", "Max new tokens"), "lab_n": ("lab_n", "The lab's N"),
+            "tree_width": ("tree_width", "Tree width"), "tree_nodes": ("tree_nodes", "Tree nodes")}
     current = {name: int(ss.get(key, 0) or 0) for name, (key, _) in keys.items()}
     for name, cap in settings.clamp(current).items():
         key, label = keys[name]
         ss[key] = cap
         notes.append(f"{label} lowered from {current[name]} to {cap}: the limit on this classroom server.")
+    if ss.get("dtype", DEFAULT_DTYPE) not in (dtypes := settings.limits.dtypes):
+        notes.append(f"Precision {ss.dtype} is off on this classroom server (each precision is another copy of the "
+                     f"models in memory): {dtypes[0]} is used.")
+        ss.dtype = dtypes[0]
     return notes
 
 
@@ -166,7 +171,7 @@ def _sidebar(settings: ServerSettings, on_walkthrough: Any) -> Controls:
         _header(settings)
         kind, target, draft = _pair_controls(settings)
         dtype = st.radio(
-            "Precision — changing it starts a new run", DTYPES, key="dtype", horizontal=True,
+            "Precision — changing it starts a new run", settings.limits.dtypes, key="dtype", horizontal=True,
             help="The number format both models and their KV caches run in. float32: the exactness demo. "
             "bfloat16: half the memory, and faster where the CPU (AMX) or GPU has bfloat16 units. Exactness is "
             "relative to the model as run; the invariant check allows each format's rounding "
@@ -189,7 +194,8 @@ def _sidebar(settings: ServerSettings, on_walkthrough: Any) -> Controls:
     forced: tuple[tuple[int, bool], ...] = ()
     if whatif and sampling["tree_width"] == 1:  # forcing is for chains only (the config refuses it on a tree)
         forced = tuple(sorted([(i, True) for i in ss.force_accept] + [(i, False) for i in ss.force_reject]))
-    settings.check_config(int(ss.k), sampling["max_new_tokens"])  # behind the widgets' bounds: never past a cap
+    settings.check_config(int(ss.k), sampling["max_new_tokens"], sampling["tree_width"], sampling["tree_nodes"],
+                          dtype)  # behind the widgets' bounds: never past a cap
     cfg = DecodeConfig(**sampling, **cache, seed=int(seed), check_invariant=bool(check), forced_outcomes=forced)
     return Controls(kind, target.strip(), draft.strip(), prompt, chat, cfg, proposer_slot, dtype)
 
@@ -249,7 +255,7 @@ def _sampling_controls(settings: ServerSettings) -> dict[str, Any]:
         "plain step); a tree gets its node budget the same way. The Statistics tab draws the law.",
     ) == "auto"  # fmt: skip
     k = st.slider("K (draft length; a tree's depth)", 1, lim.k, key="k", disabled=auto)
-    tree_width, tree_nodes = _tree_controls()
+    tree_width, tree_nodes = _tree_controls(lim.tree_width, lim.tree_nodes)
     temperature = st.slider("Temperature (0 = greedy)", 0.0, 2.0, step=0.05, key="temperature")
     c1, c2 = st.columns(2)
     top_k = c1.number_input("top-k (0 = off)", 0, 100000, step=1, key="top_k")
@@ -310,17 +316,17 @@ def _use_example() -> None:
         st.session_state.prompt = st.session_state.example
 
 
-def _tree_controls() -> tuple[int, int]:
+def _tree_controls(max_width: int, max_nodes: int) -> tuple[int, int]:
     """The token-tree shape next to K (docs/design.md §1c): width 1 is the chain; live like K."""
     c1, c2 = st.columns(2)
     width = c1.number_input(
-        "Tree width (1 = chain)", 1, MAX_TREE_WIDTH, step=1, key="tree_width",
+        "Tree width (1 = chain)", 1, max_width, step=1, key="tree_width",
         help="Children kept per expanded node. Above 1 the proposer grows a token tree of depth K (EAGLE-2 "
         "style), the target verifies every node in one pass under a tree attention mask, and the path it agrees "
         "with is committed; its K/V are then moved into place (the compaction). Applies from the next cycle.",
     )  # fmt: skip
     nodes = c2.number_input(
-        "Tree nodes (budget)", 1, MAX_TREE_NODES, step=1, key="tree_nodes", disabled=width == 1,
+        "Tree nodes (budget)", 1, max_nodes, step=1, key="tree_nodes", disabled=width == 1,
         help="The most draft nodes one verify pass holds (the best ones by the proposer's cumulative "
         "probability, each with its ancestors).",
     )  # fmt: skip

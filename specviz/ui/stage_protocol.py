@@ -332,6 +332,7 @@ def payload(ch: Channel, *, route: str | None = None, page: bool = False, served
         # The route answers without a script run (None: the page's trigger only); the channel's token
         # is the route's key, and what `version` counts within.
         "route": route if view.compare is None else None, "channel": ch.token,
+        "resume": ws.token,  # the workspace's secret: a reload of this page takes its runs over with it
     }  # fmt: skip
     # Where the server's part of an event's round trip went (epoch ms: on one machine the browser's
     # clock compares): the callback, then this payload's building. Read by bench.browser_latency.

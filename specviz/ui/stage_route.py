@@ -25,6 +25,7 @@ import weakref
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
+from . import offline
 from .stage_protocol import Channel, handle, parse, payload, served_stamp
 
 if TYPE_CHECKING:
@@ -82,8 +83,9 @@ def routes() -> list[Any]:
 
 @contextlib.asynccontextmanager
 async def lifespan(_app: Any) -> AsyncIterator[None]:
-    """The st.App's lifespan: while the server runs, payloads name the route."""
+    """The st.App's lifespan: while the server runs, payloads name the route; it calls no other host."""
     global _served
+    offline.seal()
     _served = _path
     try:
         yield

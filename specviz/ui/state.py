@@ -15,6 +15,7 @@ import dataclasses
 import secrets
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
@@ -362,6 +363,8 @@ class Workspace:
     owner: str | None = None  # the session that shows it (a reloaded page's new session takes it over)
     client: str | None = None  # the browser's address as the server saw it (`Kept.admit`)
     uploads: int = 0  # run files this page opened (a classroom server caps them: `ServerSettings.check_upload`)
+    client: str | None = None  # the browser's address as the server saw it (`Kept.admit`)
+    uploads: int = 0  # run files this page opened (a classroom server caps them: `ServerSettings.check_upload`)
     widgets: dict = field(default_factory=dict)  # the owner's page settings at its last script run
     live: Any = None  # the live lecture this session gives (`ui/live.Lecture`), or None
 
@@ -393,10 +396,13 @@ class Workspace:
 
 
 class Kept(dict[str, Workspace]):
-    """The workspaces of this process's sessions by the token the page's address carries: a reload (F5)
-    starts a new session, which takes its runs over from here at the step shown. At most `keep` of
-    them (the least recently active dropped first), none idle for longer than `keep_s`. Handed over
-    only once its owner's session is gone (`active`): a shared address opens a workspace of its own."""
+    """The workspaces of this process's sessions by their secret token: a reload (F5) starts a new
+    session, which takes its runs over from here at the step shown (`session.open_workspace`). At
+    most `keep` of them (the least recently active dropped first: that page's reload then starts
+    afresh), none idle for longer than `keep_s`. Handed over only once its owner's session is gone
+    (`active`), and under a new token each time: a token seen once opens nothing again.
+
+    Every workspace added is also counted while it lives (weakly), for `admit`."""
 
     def __init__(self, keep: int = 64, keep_s: float = 3 * 3600) -> None:
         super().__init__()
@@ -417,14 +423,32 @@ class Kept(dict[str, Workspace]):
                 del self[token]
 
     def claim(self, token: str, owner: str | None, active: Callable[[str], bool]) -> Workspace | None:
-        """The workspace `token` names, now owned by `owner`; None when there is none, or its owner
-        is still connected."""
+        """The workspace `token` names, now owned by `owner` and named by a new token; None when there
+        is none, or its owner is still connected."""
         with self._lock:
             ws = self.get(token)
             if ws is None or (ws.owner not in (None, owner) and active(ws.owner)):
                 return None
+            del self[token]
+            ws.token = secrets.token_urlsafe(16)
+            self[ws.token] = ws
             ws.owner, ws.playing = owner, False
             return ws
+
+    def admit(self, most: int | None, most_per_client: int | None, client: str | None,
+              active: Callable[[str | None], bool]) -> str | None:
+        """Why a new session may not have a workspace (at most `most` connected sessions, and at most
+        `most_per_client` from one browser address), or None when it may."""
+        with self._lock:
+            live = [ws for ws in self._live.values() if active(ws.owner)]
+        if most is not None and len(live) >= most:
+            return (f"This classroom server is full: {len(live)} pages are open, and it serves at most {most} "
+                    "at once. Try again in a few minutes (a page closed frees its place).")
+        mine = sum(ws.client == client for ws in live) if client is not None else 0
+        if most_per_client is not None and mine >= most_per_client:
+            return (f"{mine} pages of this server are already open from your address, the most this classroom "
+                    f"server allows ({most_per_client}). Close one of them (or use its tab) and reload.")
+        return None
 
 
 KEPT = Kept()  # this process's

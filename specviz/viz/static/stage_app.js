@@ -14,6 +14,9 @@ const SV_STAGES = new WeakMap();
 const SV_BUTTONS = {next_phase: 'next', next_cycle: 'nextCycle', back: 'back', play: 'play'};
 
 const SV_SEND_GAP_MS = 80;  // between two trigger values: two set in one moment travel as one
+// A reload's new session takes this page's runs over with their secret (specviz/ui/session.py): the page
+// leaves it in this cookie as it goes, for the next page's first moments only, never in its address.
+const SV_RESUME = 'specviz_resume';
 
 // The component's trigger: a message starts a run of the stage fragment. Messages leave at least
 // SV_SEND_GAP_MS apart (a report and a prefetch both wait for the same motion to end).
@@ -99,6 +102,7 @@ function svHistory(step, title) {
 
 function svLastStep(entry) {
   const s = entry.stage.state, d = s.data;
+  if (d && d.resume) document.cookie = `${SV_RESUME}=${d.resume}; Max-Age=15; Path=/; SameSite=Strict`;
   if (!d || !d.route || s.cur === null || s.cur === s.reported || !navigator.sendBeacon) return;
   navigator.sendBeacon(d.route, JSON.stringify({token: d.channel, event: {kind: 'view', run: s.run, step: s.cur}}));
 }
@@ -143,8 +147,10 @@ export default function (component) {
       else stage[SV_BUTTONS[name]]();
     };
     // A reload (F5) opens a new session, which takes this page's runs over at the step the server was
-    // told of (session.open_workspace): told the step on screen now, if it was not yet.
+    // told of (session.open_workspace): told the step on screen now, if it was not yet. The cookie a
+    // reload came with has done its work once this page is up: a later page must not find it.
     const onHide = () => svLastStep(entry);
+    document.cookie = `${SV_RESUME}=; Max-Age=0; Path=/; SameSite=Strict`;
     window.addEventListener('keydown', onKey, true);
     window.addEventListener('click', onClick, true);
     window.addEventListener('pagehide', onHide);
