@@ -363,8 +363,6 @@ class Workspace:
     owner: str | None = None  # the session that shows it (a reloaded page's new session takes it over)
     client: str | None = None  # the browser's address as the server saw it (`Kept.admit`)
     uploads: int = 0  # run files this page opened (a classroom server caps them: `ServerSettings.check_upload`)
-    client: str | None = None  # the browser's address as the server saw it (`Kept.admit`)
-    uploads: int = 0  # run files this page opened (a classroom server caps them: `ServerSettings.check_upload`)
     widgets: dict = field(default_factory=dict)  # the owner's page settings at its last script run
     live: Any = None  # the live lecture this session gives (`ui/live.Lecture`), or None
 
