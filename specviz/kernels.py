@@ -42,16 +42,16 @@ import torch.nn.functional as F
 from torch import nn
 
 MODE_ENV = "SPECVIZ_KERNELS"  # "reference": plain nn.Linear; unset or "selected": timed at load
-VERSION = 1  # bump when candidates or the timing method change: cached timings are measured again
+VERSION = 3  # bump when candidates or the timing method change: cached timings are measured again
 # Row counts timed; a count between two buckets uses the larger bucket's kernel (unpadded), and a
 # count above the last (a prefill) the last bucket's. 1 = a plain step; 2..9 = chains of up to 8
-# drafts (7 takes 8's); 13, 17, 25, 33 = token trees of 12..32 nodes (their buckets 16, 24, 32); 64 = prefills.
-BUCKETS = (1, 2, 3, 4, 5, 6, 8, 9, 12, 16, 24, 32, 64)
+# drafts (5 takes 6's, 9 takes 12's); 13, 17, 25, 33 = token trees of 12..32 nodes.
+BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 32)
 # Linears with fewer weights keep nn.Linear: their product takes a few microseconds, about what the
 # dispatch itself costs, and timing noise would exceed any difference (the tiny test models).
 MIN_WEIGHTS = 2**15
-ONE_ROW_SLACK = 1.03  # a packed weight "serves one row as fast" within this factor of the best plain kernel
-COLD_BYTES = 48 << 20  # a shape is timed over up to this many bytes of its layers (past the caches)
+ONE_ROW_SLACK = 1.0  # a packed copy replaces a plain weight only if one row costs at most this factor of it
+COLD_BYTES = 40 << 20  # a shape is timed over up to this many bytes of its layers (past the caches)
 ROUNDS = 5  # timing rounds per shape (medians; every candidate and bucket once per round)
 MARGIN = 0.05  # another kernel replaces F.linear at a row count only when this much faster
 EXTRA_BYTES_SHARE = 0.05  # packed copies kept beside their plain weight: at most this share of a model's bytes
@@ -199,17 +199,18 @@ def _time_once(kernel: Callable, modules: list[Any], x: torch.Tensor) -> float:
 def time_shape(
     modules: list[nn.Linear], names: Iterable[str], buckets: tuple[int, ...] = BUCKETS, rounds: int = ROUNDS
 ) -> dict[str, dict[int, float]]:
-    """Median µs per product of each candidate at each bucket, over `modules` (layers of one shape,
-    as many as `COLD_BYTES` allows, so their weights come from memory as in a real pass). Every
-    round times every bucket and candidate back to back, in an order that alternates, so a slow
-    moment of a shared machine slows all alike. Candidates that disagree with F.linear beyond
-    rounding are left out."""
+    """µs per product of each candidate at each bucket, over `modules` (layers of one shape, as
+    many as `COLD_BYTES` allows, so their weights come from memory as in a real pass). Every round
+    times every bucket and candidate back to back, in an order that alternates; a candidate's time
+    is F.linear's median times the median of its same-round ratios to F.linear, so a slow moment of
+    a shared machine, which slows one round's candidates alike, cancels out. Candidates that
+    disagree with F.linear beyond rounding are left out."""
     shape = shape_of(modules[0])
     modules = modules[: max(1, COLD_BYTES // max(1, shape.bytes))]
     names = list(names)
     gen = torch.Generator().manual_seed(0)
     inputs = {m: torch.randn(m, shape.in_features, generator=gen).to(modules[0].weight.dtype) for m in buckets}
-    names = [n for n in names if _agrees(n, modules[0], inputs[max(buckets)])]
+    names = ["reference"] + [n for n in names if n != "reference" and _agrees(n, modules[0], inputs[max(buckets)])]
     samples: dict[str, dict[int, list[float]]] = {n: {m: [] for m in buckets} for n in names}
     with torch.inference_mode():
         for n in names:  # warm-up: oneDNN builds its primitives on first use
@@ -220,7 +221,11 @@ def time_shape(
             for m in buckets if r % 2 == 0 else buckets[::-1]:
                 for n in order:
                     samples[n][m].append(_time_once(CANDIDATES[n][0], modules, inputs[m]))
-    return {n: {m: statistics.median(v) for m, v in by.items()} for n, by in samples.items()}
+    ref = samples["reference"]
+    return {
+        n: {m: statistics.median(ref[m]) * statistics.median(t / r for t, r in zip(v, ref[m])) for m, v in by.items()}
+        for n, by in samples.items()
+    }
 
 
 def _agrees(name: str, module: Any, x: torch.Tensor) -> bool:
