@@ -39,6 +39,7 @@ PATH = "/api/specviz/live"
 HOLD_S = 15.0  # a long poll is answered after this long even when nothing changed
 TICK_S = 0.05  # how often a held poll looks at its room's version (a lecturer's click reaches followers in this)
 MAX_HAVE = 512
+LECTURER_ONLY = ("move", "open_poll", "reveal", "glance", "results", "answers")
 
 
 def routes(base: str = "") -> list[Any]:
@@ -85,6 +86,8 @@ async def _call(request: Request) -> Response:
             return JSONResponse(await _here(room, message))
         if do == "answer":
             return JSONResponse(room.answer(str(message.get("student")), message.get("poll"), message.get("option")))
+        if do in LECTURER_ONLY:  # the lecturer's moves are the lecturer's session's, never a page's call
+            raise _Refused(403, "only the lecturer's own page can do that")
         raise _Refused(400, "'do' is one of join, here, answer")
     except _Refused as no:
         return JSONResponse({"error": no.error}, status_code=no.status)

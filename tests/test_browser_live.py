@@ -1,0 +1,187 @@
+"""A live lecture in real Chromium: a lecturer's page and two students' pages (each its own browser
+context, as two laptops), on one `streamlit run app.py` with the tiny random pair.
+
+The students follow the lecturer through every phase of several cycles and into a new run, one
+branches off and rejoins, the class answers a question that the lecturer reveals, both sides
+reload, and the room's route refuses what a student's page may not do. Clicks are Playwright's
+actionable clicks (hit-tested, as a person's)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bench.load import CHROMIUM, start_server, stop_server
+
+LIVE = "/api/specviz/live"  # specviz.ui.live_route.PATH
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian chromium is not installed"),
+]
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    proc, url = start_server("tiny", ready_s=90)
+    try:
+        yield url.rstrip("/")
+    finally:
+        stop_server(proc)
+
+
+@pytest.fixture(scope="module")
+def lecture(server, browser):
+    """The lecturer's page with a live lecture started, and the room's code."""
+    context = browser.new_context(viewport={"width": 1920, "height": 1080})
+    page = context.new_page()
+    page.set_default_timeout(120_000)
+    page.goto(server, wait_until="domcontentloaded")
+    _button(page, "next_phase").wait_for()
+    page.locator("[data-testid='stSidebar'] summary", has_text="Live lecture").first.click()
+    _button(page, "live_start").click()
+    panel = page.locator("[data-testid='stSidebar']").get_by_text("Room code").first
+    panel.wait_for()
+    code = re.search(r"Room code (\w+)", panel.inner_text()).group(1)
+    yield page, code
+    context.close()
+
+
+def _button(page, key: str):
+    return page.locator(f".st-key-{key} button").first
+
+
+def _student(browser, server: str, code: str, width: int = 1366, height: int = 768):
+    page = browser.new_context(viewport={"width": width, "height": height}).new_page()
+    page.set_default_timeout(60_000)
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{server}{LIVE}/{code}", wait_until="domcontentloaded")
+    page.wait_for_function("window.__specvizLive && window.__specvizLive.room && window.__specvizStage.state.shown")
+    return page, errors
+
+
+def _cur(page) -> int:
+    return page.evaluate("window.__specvizStage.state.cur")
+
+
+def _lecturer_step(page) -> int:
+    """Next phase clicked like a person; the step the lecturer's stage then shows."""
+    before = _cur(page)
+    _button(page, "next_phase").click()
+    page.wait_for_function(f"window.__specvizStage.state.cur === {before + 1} && !window.__specvizStage.state.waiting")
+    return before + 1
+
+
+def _follows(student, step: int, run: int | None = None) -> None:
+    cond = f"window.__specvizStage.state.cur === {step}"
+    if run is not None:
+        cond += f" && window.__specvizStage.state.run === {run}"
+    student.wait_for_function(cond, timeout=20_000)
+
+
+def test_students_follow_every_phase_branch_and_rejoin_and_follow_into_a_new_run(server, browser, lecture):
+    lecturer, code = lecture
+    a, a_errors = _student(browser, server, code)
+    b, b_errors = _student(browser, server, code, 390, 844)  # a phone
+    assert _cur(a) == _cur(b) == _cur(lecturer)
+    for _ in range(11):  # two whole cycles and a phase: every phase of a cycle, twice
+        step = _lecturer_step(lecturer)
+        _follows(a, step)
+        _follows(b, step)
+        assert a.evaluate("window.__specvizStage.state.shown.title") == lecturer.evaluate(
+            "window.__specvizStage.state.shown.title")
+    assert "Following the lecturer" in a.locator("#where").inner_text()
+
+    a.locator("#back").click()  # branch: two steps back through the room's steps
+    a.locator("#back").click()
+    here = _cur(a)
+    assert here == _cur(lecturer) - 2 and "2 steps behind the lecturer" in a.locator("#where").inner_text()
+    step = _lecturer_step(lecturer)
+    _follows(b, step)
+    assert _cur(a) == here  # stays where the student went
+    a.wait_for_function("document.getElementById('where').textContent.startsWith('3 steps behind')")
+    a.keyboard.press("f")  # Follow
+    _follows(a, step)
+    assert a.locator("#follow").is_hidden() and "Following" in a.locator("#where").inner_text()
+
+    old_run = lecturer.evaluate("window.__specvizStage.state.run")  # a setting changed: a new run
+    checked = lecturer.locator("[data-testid='stSidebar'] input[type=radio]:checked").all_inner_texts()
+    other = "Feature head (EAGLE-style)" if not any("Feature" in c for c in checked) else "Draft model (a small LM)"
+    lecturer.get_by_text(other).click()
+    lecturer.wait_for_function(f"window.__specvizStage.state.run !== {old_run}")
+    step = _lecturer_step(lecturer)
+    new_run = lecturer.evaluate("window.__specvizStage.state.run")
+    _follows(a, step, new_run)
+    _follows(b, step, new_run)
+    assert not a_errors and not b_errors, (a_errors, b_errors)
+
+
+def test_the_class_answers_the_lecturer_reveals_and_reloads_lose_nothing(server, browser, lecture):
+    lecturer, code = lecture
+    a, _ = _student(browser, server, code)
+    b, _ = _student(browser, server, code)
+    while lecturer.evaluate("window.__specvizStage.state.shown.title").split("· ")[-1] != "Target verifies":
+        step = _lecturer_step(lecturer)
+    _follows(a, step)
+    ask = _button(lecturer, "live_ask")
+    ask.wait_for(timeout=10_000)  # the glance fragment draws it at the verify phase
+    ask.click()
+    for student in (a, b):
+        student.locator("#poll button.sv-option").first.wait_for(timeout=10_000)
+    options = a.locator("#poll button.sv-option")
+    assert options.count() >= 2 and "truth" not in a.locator("#poll").inner_text()
+    options.nth(1).click()
+    b.locator("#poll button.sv-option").nth(0).click()
+    b.locator("#poll button.sv-option").nth(1).click()  # changed before the reveal: still one answer
+    lecturer.locator("[data-testid='stSidebar']").get_by_text("2 answered").wait_for(timeout=5_000)
+
+    b.reload()  # a student reloads: the same student (the key is in the tab's session storage)
+    b.wait_for_function("window.__specvizLive.room && window.__specvizLive.room.poll")
+    assert b.evaluate("window.__specvizLive.room.poll.yours") == 1 and _cur(b) == _cur(lecturer)
+
+    before = _cur(lecturer)
+    _button(lecturer, "live_reveal").click()
+    dialog = lecturer.locator("[data-testid='stDialog']")
+    dialog.locator(".js-plotly-plot").wait_for(timeout=20_000)  # the class's answers, as a histogram
+    lecturer.wait_for_function(f"window.__specvizStage.state.cur === {before + 1}")  # and the stage moved on
+    _follows(a, before + 1)
+    a.locator("#poll .sv-truth").wait_for(timeout=10_000)
+    counts = a.evaluate("window.__specvizLive.room.poll.counts")
+    assert counts[1] == 2 and sum(counts) == 2 and "your answer" in a.locator("#poll").inner_text()
+    lecturer.keyboard.press("Escape")
+
+    lecturer.reload()  # the lecturer reloads: the same room comes back with the run
+    lecturer.locator("[data-testid='stSidebar']").get_by_text(f"Room code {code}").wait_for(timeout=60_000)
+    lecturer.wait_for_function("window.__specvizStage && window.__specvizStage.state.shown")
+    step = _lecturer_step(lecturer)
+    _follows(a, step)
+
+
+def test_the_rooms_route_refuses_what_a_students_page_may_not_do(server, browser, lecture):
+    _, code = lecture
+    page = browser.new_page()
+    api = page.request
+    url = f"{server}{LIVE}/{code}"
+    student = api.post(url, data={"do": "join"}).json()["student"]
+    assert api.post(url, data={"do": "reveal", "student": student, "poll": 1}).status == 403
+    assert api.post(url, data={"do": "move", "step": 0}).status == 403
+    assert api.post(url, data={"do": "answer", "student": "someone-else", "poll": 1, "option": 0}).status == 403
+    assert api.post(url, data={"do": "answer", "student": student, "poll": 1, "option": 0}).status == 409  # revealed
+    assert api.post(url, data={"do": "answer", "student": student, "poll": 99, "option": 0}).status == 400
+    assert api.post(url, data="{not json", headers={"Content-Type": "application/json"}).status == 400
+    here = json.dumps({"do": "here", "student": student, "step": 1}).replace(": 1}", ": 1e999}")  # infinity
+    assert api.post(url, data=here, headers={"Content-Type": "application/json"}).status == 400
+    assert api.post(url, data="x" * 200_000, headers={"Content-Type": "application/json"}).status == 413
+    gone = api.get(f"{server}{LIVE}/NOPE7")
+    assert gone.status == 404 and "no live lecture has the code NOPE7" in gone.text()
+    page.goto(f"{server}{LIVE}")  # the join page: a code typed goes to its room
+    page.locator("#code").fill(code.lower())
+    page.get_by_role("button", name="Join").click()
+    page.wait_for_function("window.__specvizLive && window.__specvizLive.room")
+    assert page.url.endswith(f"{LIVE}/{code}")
+    page.close()
