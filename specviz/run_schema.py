@@ -351,7 +351,9 @@ class RunFileModel(_Model):
     chat: Flag = False
     prompt_ids: tuple[TokenId, ...] = Field(min_length=1, max_length=MAX_POSITIONS)
     prefill: tuple[CacheSnapshotModel, CacheSnapshotModel | None]
-    traces: tuple[CycleTraceModel, ...] = Field(min_length=1, max_length=MAX_POSITIONS)
+    # Each cycle is validated on its own (`validate_cycles`): one call per cycle, not one for the whole
+    # file, so a server's other sessions run between them (a validation call holds the GIL throughout).
+    traces: tuple[dict[str, Any], ...] = Field(min_length=1, max_length=MAX_POSITIONS)
     baseline_ms_per_token: Amount | None = None
     cost_law: CostLawModel | None = None
     token_texts: dict[Annotated[str, Field(pattern=r"^\d{1,10}$")], Text] = Field(max_length=MAX_POSITIONS)
@@ -361,19 +363,27 @@ def validate_run(obj: dict[str, Any]) -> dict[str, Any]:
     """The run file's fields, validated (see the module docstring), as plain data whose records
     `trace.record_from_dict` builds; fields the file left out are left out (the records' defaults
     apply). Raises RunFileError naming the first field that fails."""
-    limit = positions_limit(len(obj.get("prompt_ids") or ()), obj.get("traces"))
+    prompt = obj.get("prompt_ids")
+    limit = positions_limit(len(prompt) if isinstance(prompt, list) else 0, obj.get("traces"))
     try:
-        return RunFileModel.model_validate(obj, context={"positions": limit}).model_dump(exclude_unset=True)
+        valid = RunFileModel.model_validate(obj, context={"positions": limit})
     except ValidationError as err:
         loc = err.errors(include_url=False)[0]["loc"]
         what = f"cycle {loc[1] + 1} of the file" if loc[:1] == ("traces",) and len(loc) > 1 else "this run file"
         raise RunFileError(f"{what} cannot be read: {describe(err)}") from None
+    return valid.model_dump(exclude_unset=True, exclude={"traces"}) | {
+        "traces": _cycles(obj["traces"], limit, "traces")
+    }
 
 
 def validate_cycles(items: list[Any], prompt_len: int) -> list[dict[str, Any]]:
     """A list of cycle records (the older export, `traces_to_json`), validated like a run file's
     `traces`; `prompt_len` is the context the first one started from."""
-    limit = positions_limit(prompt_len, items)
+    return _cycles(items, positions_limit(prompt_len, items), "")
+
+
+def _cycles(items: list[Any], limit: int, where: str) -> list[dict[str, Any]]:
+    """Each cycle validated on its own, in order; the first that fails is named (`where[i]...`)."""
     out = []
     for i, item in enumerate(items):
         try:
@@ -381,7 +391,9 @@ def validate_cycles(items: list[Any], prompt_len: int) -> list[dict[str, Any]]:
                 CycleTraceModel.model_validate(item, context={"positions": limit}).model_dump(exclude_unset=True)
             )
         except ValidationError as err:
-            raise RunFileError(f"cycle {i + 1} of the file cannot be read: {describe(err)}") from None
+            raise RunFileError(
+                f"cycle {i + 1} of the file cannot be read: {describe(err, where and f'{where}[{i}]')}"
+            ) from None
     return out
 
 
@@ -396,12 +408,12 @@ _WHAT = {  # pydantic's error types in the words of this project
 _UNION_TAG = re.compile(r"^(int|float|str|bool|literal\[.*\]|\[key\]|function-after\[.*\])$")
 
 
-def describe(err: ValidationError) -> str:
-    """The first problem of a pydantic error as one sentence: where (`traces[0].drafts[0].index`),
-    what was expected, and the value found, cut to SHOWN_CHARS characters."""
+def describe(err: ValidationError, prefix: str = "") -> str:
+    """The first problem of a pydantic error as one sentence: where (`traces[0].drafts[0].index`; its
+    place under `prefix`), what was expected, and the value found, cut to SHOWN_CHARS characters."""
     first = err.errors(include_url=False)[0]
     loc = [p for p in first["loc"] if not _UNION_TAG.match(str(p))]  # a union's member names are not places
-    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc)
+    where = prefix + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc)
     where = where.lstrip(".") or "the file"
     kind, ctx = first["type"], first.get("ctx") or {}
     if kind in _WHAT:

@@ -159,6 +159,12 @@ def test_a_billion_position_snapshot_in_a_small_file_is_refused():
     refused(text, "seq_len")
 
 
+def test_a_wrong_shape_anywhere_is_a_sentence_not_a_traceback():
+    for path, value in ((("prompt_ids",), 5), (("traces",), {"0": {}}), (("traces", 0), "cycle"),
+                        (("prefill",), [None]), (("token_texts",), ["a"]), (("config",), 3)):  # fmt: skip
+        refused(with_value(a_file(), path, value), where(path))
+
+
 def test_truncated_json_and_a_50_mb_file_say_so():
     text = tiny_record().to_json()
     refused(text[: len(text) // 2], "not valid JSON", "line 1")
