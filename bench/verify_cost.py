@@ -218,7 +218,7 @@ def time_all(benches: dict[str, Bench], ns: tuple[int, ...], chain_ns: tuple[int
     each round every N is timed in every dtype back to back (order alternating), so a slow
     minute of a shared machine slows both dtypes alike and their ratio stays fair."""
     for bench in benches.values():  # warm-up: kernels, allocator, caches
-        for n in (1, max(ns), 4):
+        for n in sorted({1, max(ns), min(4, max(ns))} & set(ns)):
             bench.once(n)
             bench.once(n, masked=False)
     tree = {d: {n: [] for n in ns} for d in benches}
@@ -243,7 +243,7 @@ def time_all(benches: dict[str, Bench], ns: tuple[int, ...], chain_ns: tuple[int
 
 def run(shape: str, dtypes: tuple[str, ...], threads: tuple[int, ...], ns: tuple[int, ...], past: int, reps: int,
         device: torch.device, log: Any = print, *, chain_ns: tuple[int, ...] = CHAIN_NS, min_reps: int = 5,
-        budget_s: float = 300.0, kernels: tuple[str, ...] = ("selected",)) -> dict[str, Any]:
+        budget_s: float = 300.0, kernels: tuple[str, ...] = ("selected",), plain_tokens: int = 0) -> dict[str, Any]:
     from specviz.kernels import machine
 
     ns = tuple(sorted({1, *ns}))
@@ -276,6 +276,8 @@ def run(shape: str, dtypes: tuple[str, ...], threads: tuple[int, ...], ns: tuple
         if len(kernels) > 1:
             result["kernel_logit_diff"][dtype] = logit_diff(benches[f"{dtype}/{kernels[0]}"],
                                                             benches[f"{dtype}/{kernels[1]}"], ns)
+    if plain_tokens:
+        result["plain_tokens_per_s"] = plain_decoding(benches, plain_tokens, min_reps, log)
     for n_threads in threads if device.type == "cpu" else (0,):
         if device.type == "cpu":
             torch.set_num_threads(n_threads)
@@ -286,6 +288,31 @@ def run(shape: str, dtypes: tuple[str, ...], threads: tuple[int, ...], ns: tuple
     result["seconds"] = round(time.perf_counter() - t_start, 1)
     result["rows"] = rows(result)
     return result
+
+
+def plain_decoding(benches: dict[str, Bench], tokens: int, rounds: int, log: Any) -> dict[str, Any]:
+    """Plain greedy decoding (`AutoregressiveDecoder`, prefill excluded) of `tokens` new tokens from
+    the same prompt, each variant once per round in alternating order: tokens/s, median and
+    quartiles, and the same-round ratio to the same dtype's reference kernel."""
+    from specviz import AutoregressiveDecoder, DecodeConfig
+
+    prompt = benches[next(iter(benches))].new[:16]
+    samples: dict[str, list[float]] = {v: [] for v in benches}
+    for r in range(rounds + 1):  # round 0 warms up
+        for variant in list(benches) if r % 2 == 0 else list(benches)[::-1]:
+            dec = AutoregressiveDecoder(benches[variant].model, DecodeConfig(temperature=0, max_new_tokens=tokens))
+            dec.start(prompt)
+            t0 = time.perf_counter()
+            dec.generate()
+            if r:
+                samples[variant].append(tokens / (time.perf_counter() - t0))
+    def base(variant: str) -> list[float]:  # the same dtype's reference kernel where it was timed
+        return samples.get(variant.split("/")[0] + "/reference", samples[next(iter(samples))])
+
+    out = {v: {"median": median(x), "quartiles": statistics.quantiles(x, n=4) if len(x) > 1 else x * 3,
+               "vs_reference": median([a / b for a, b in zip(x, base(v))])} for v, x in samples.items()}
+    log("plain decoding, tokens/s: " + ", ".join(f"{v} {o['median']:.1f}" for v, o in out.items()))
+    return out
 
 
 def logit_diff(a: Bench, b: Bench, ns: tuple[int, ...]) -> dict[str, Any]:
@@ -402,6 +429,11 @@ def kernels_markdown(result: dict[str, Any], note: str = "") -> str:
     ]
     for n_threads in sorted({r["threads"] for r in result["rows"]}):
         lines += _kernel_table(result, n_threads)
+    if plain := result.get("plain_tokens_per_s"):
+        lines += ["Plain greedy decoding (`AutoregressiveDecoder`, the same rounds' prompt), tokens/s, median "
+                  "(quartiles), and the same-round ratio to the same dtype's reference kernel: " + "; ".join(
+                      f"{v} {o['median']:.1f} ({o['quartiles'][0]:.1f}–{o['quartiles'][2]:.1f}), "
+                      f"{o['vs_reference']:.2f}x" for v, o in plain.items()) + ".", ""]
     return "\n".join(lines)
 
 
@@ -442,6 +474,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--min-reps", type=int, default=5, help="rounds run even past the budget")
     ap.add_argument("--budget-s", type=float, default=300.0, help="seconds of rounds per thread count")
     ap.add_argument("--chain-ns", default=",".join(map(str, CHAIN_NS)), help="Ns also timed without a mask")
+    ap.add_argument("--plain-tokens", type=int, default=0,
+                    help="also time plain greedy decoding of this many tokens per variant (min-reps rounds)")
     ap.add_argument("--note", default="", help="a sentence added to the report (e.g. the machine was shared)")
     ap.add_argument("--json", type=Path, help="also write the result here")
     ap.add_argument("--into", type=Path, help="a docs directory: the table into benchmarks.md (gpu.md on CUDA)")
@@ -456,7 +490,8 @@ def main(argv: list[str] | None = None) -> int:
     if not kernels:
         raise SystemExit(f"bench.verify_cost: --kernels takes {', '.join(KERNELS)} or both, got {args.kernels!r}")
     result = run(args.shape, dtypes, _ints(args.threads), _ints(args.ns), args.past, args.reps, device, Log(),
-                 chain_ns=_ints(args.chain_ns), min_reps=args.min_reps, budget_s=args.budget_s, kernels=kernels)
+                 chain_ns=_ints(args.chain_ns), min_reps=args.min_reps, budget_s=args.budget_s, kernels=kernels,
+                 plain_tokens=args.plain_tokens)
     report = args.report or ("gpu" if device.type == "cuda" else "benchmarks")
     if len(kernels) > 1:
         separate.publish(KERNELS_NAME, kernels_markdown(result, args.note), result, args.json, args.into, report)

@@ -233,3 +233,37 @@ def test_default_pair_greedy_speculative_equals_generate_under_each_kernel_choic
         traces.append(dec.step())
     assert dec.committed == generated
     assert max(max(t.invariant_max_abs_diff.values()) for t in traces) < 1e-3  # float32's invariant tolerance
+
+
+def test_verify_cost_reports_both_kernels_in_its_own_section(tmp_path):
+    from bench import separate, verify_cost
+
+    out = tmp_path / "docs"
+    out.mkdir()
+    args = [
+        "--shape",
+        "tiny",
+        "--kernels",
+        "reference,selected",
+        "--reps",
+        "2",
+        "--min-reps",
+        "2",
+        "--ns",
+        "1,2",
+        "--threads",
+        "1",
+        "--dtypes",
+        "float32",
+        "--plain-tokens",
+        "4",
+        "--into",
+        str(out),
+    ]
+    assert verify_cost.main(args) == 0
+    text = (out / "benchmarks.md").read_text()
+    assert text.count("<!-- verify_kernels:begin -->") == 1 and "sel ÷ ref" in text and "tokens/s" in text
+    result = json.loads((out / "benchmarks.json").read_text())["verify_kernels"]
+    assert {(r["kernel"], r["n"]) for r in result["rows"]} == {(k, n) for k in verify_cost.KERNELS for n in (1, 2)}
+    assert result["kernel_logit_diff"]["float32"]["argmax_flips"] == 0  # tiny shapes: both run nn.Linear
+    assert "verify_kernels" in separate.SEPARATE and "step_profile" in separate.SEPARATE
