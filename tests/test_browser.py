@@ -1041,8 +1041,9 @@ def test_clicks_while_a_setting_starts_a_new_run_count_for_the_new_run(server: s
 
 
 def test_a_reload_brings_the_run_back_at_its_step(server: str, browser) -> None:
-    """F5 opens a new session: the page's address names the runs, which come back at the step shown
-    (the last local steps told to the server as the page goes), not at a fresh prefill."""
+    """F5 opens a new session, which takes the runs over at the step shown (the last local steps told
+    to the server as the page goes), not at a fresh prefill: with a secret the page left in a cookie
+    as it went, which the next page deletes; the page's address carries nothing (issue 33, part 6)."""
     errors: list[str] = []
     page = _open(browser, server, errors)
     _button(page, "next_cycle").click()
@@ -1052,11 +1053,12 @@ def test_a_reload_brings_the_run_back_at_its_step(server: str, browser) -> None:
     _button(page, "next_phase").click()
     assert _cur(page) == 7
     run = page.evaluate("window.__specvizStage.state.run")
-    assert "session=" in page.url
+    assert "session" not in page.url
     page.reload(wait_until="domcontentloaded")
     _button(page, "next_phase").wait_for(timeout=90_000)
     _wait_idle(page)
     assert page.evaluate("window.__specvizStage.state.run") == run and _cur(page) == 7, _phase_title(page)
+    assert "session" not in page.url and "specviz_resume" not in page.evaluate("document.cookie")
     assert _phase_title(page).startswith("Cycle 2 · 2")
     _no_exception(page, "after a reload")
     page.close()
