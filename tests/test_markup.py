@@ -81,6 +81,16 @@ def test_every_view_draws_a_payload_in_every_text_field_as_text(tree_width):
     assert marks > 50, marks  # token texts, drafts, notes drawn as text, many times over
 
 
+def test_a_note_from_a_file_fetches_nothing_and_links_nowhere():
+    """Markdown in a file's text (a proposer's note) stays text: no image from another host, no link."""
+    data = json.loads(tiny_record(tree_width=3).to_json())  # a tree cycle's narrative quotes the note
+    for trace in data["traces"]:
+        trace["proposer_note"] = "see ![x](http://tracker.example/p.png) [here](http://e.example) <http://e.example>"
+    parts = _pages(load_run(json.dumps(data)))
+    assert any("tracker.example" in part for part in parts)  # the note is drawn, as text
+    assert not any("<img" in part or "<a " in part for part in parts)
+
+
 @pytest.mark.parametrize("tree_width", [1, 3])
 def test_numbers_that_format_as_markup_are_escaped_too(tree_width):
     """The schema makes a file's integers integers; the views escape them anyway."""

@@ -46,7 +46,9 @@ from ..trace import CacheSnapshot, CycleTrace, PhaseSnapshot
 from . import kv_html, tokens, tree_view
 from .style import PHASE_TITLES
 
-_MD = MarkdownIt("commonmark", {"html": False})
+# HTML off, and no images or links: a file's text (a proposer's note) must not fetch from or link
+# to another host, and the narrative uses neither (docs/design.md §3, "The trust boundary").
+_MD = MarkdownIt("commonmark", {"html": False}).disable(["image", "link", "autolink"])
 BODY = ("kv", "story", "strip")  # a step's heavy part: sent once per signature (see `pack`)
 _SIGNATURES = itertools.count(1)
 
