@@ -27,6 +27,7 @@ import json
 import math
 import os
 import platform
+import statistics
 import time
 import weakref
 from collections.abc import Callable, Sequence
@@ -46,7 +47,7 @@ PRIOR_WEIGHT = 4.0  # the prior counts as this many tested drafts per depth
 # T = 0, chain of 4: accepted / tested drafts); a proposer not listed gets DEFAULT_PRIOR.
 PRIORS = {"draft": 0.36, "feature": 0.41, "lookup": 0.44, "retrieval": 0.28, "feature+retrieval": 0.41}
 DEFAULT_PRIOR = 0.35
-VERSION = 2  # bump when what is measured changes: cached laws are measured again
+VERSION = 3  # bump when what is measured changes: cached laws are measured again
 
 Progress = Callable[[str, "float | None"], None]
 
@@ -244,11 +245,12 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def verify_curve(model: Any, ns: Sequence[int] = MEASURED_NS, rounds: int = 7, past: int = PAST,
+def verify_curve(model: Any, ns: Sequence[int] = MEASURED_NS, rounds: int = 5, past: int = PAST,
                  progress: Progress | None = None) -> tuple[float, list[float]]:
-    """(ms of one plain step, v(N) for each N): the fastest of `rounds` forwards over N new tokens
-    after `past` cached positions, rounds alternating the order of N. The fastest, not the median:
-    on a shared machine a pass is only ever slowed by others, and v is a ratio of the model's costs."""
+    """(ms of one plain step, v(N) for each N) after `past` cached positions. Each forward over N
+    tokens is timed back to back with a 1-token step (in alternating order), and v(N) is the median
+    over rounds of those paired ratios: on a shared machine the load drifts, and a pair sees the same
+    load, where a ratio of two separately gathered times would not."""
     from .config import DecodeConfig
     from .runtime import forward, open_cache, vocab_size_of
 
@@ -256,18 +258,25 @@ def verify_curve(model: Any, ns: Sequence[int] = MEASURED_NS, rounds: int = 7, p
     ids = [(7919 * i + 11) % vocab for i in range(past + max(ns) + 1)]  # the cost ignores which tokens
     cfg = DecodeConfig(cache_layout="contiguous", max_new_tokens=1)
     cache = open_cache(model, cfg, past + max(ns) + 2, ids[: past + 1], reach=past + max(ns) + 2)
-    times: dict[int, list[float]] = {n: [] for n in ns}
+
+    def timed(n: int) -> float:
+        start = time.perf_counter()
+        forward(model, cache, ids[past : past + n], "verify")
+        cache.truncate(past, "rollback")
+        return (time.perf_counter() - start) * 1000
+
+    steps: list[float] = []
+    ratios: dict[int, list[float]] = {n: [] for n in ns}
     for r in range(rounds + 1):  # round 0 warms up
-        for n in ns if r % 2 else tuple(reversed(ns)):
-            start = time.perf_counter()
-            forward(model, cache, ids[past : past + n], "verify")
+        for n in ns[1:]:
+            pair = (timed(1), timed(n)) if r % 2 else tuple(reversed((timed(n), timed(1))))
             if r:
-                times[n].append((time.perf_counter() - start) * 1000)
-            cache.truncate(past, "rollback")
+                steps.append(pair[0])
+                ratios[n].append(pair[1] / pair[0])
         if progress is not None:
             progress(f"Measuring this machine's verify cost v(N)… round {r} of {rounds}", r / (rounds + 1))
-    step = min(times[ns[0]])
-    return step, monotone([max(1.0, min(times[n]) / step) for n in ns])
+    curve = [1.0] + [max(1.0, statistics.median(ratios[n])) for n in ns[1:]]
+    return statistics.median(steps), monotone(curve)
 
 
 def monotone(values: Sequence[float]) -> list[float]:
@@ -309,7 +318,7 @@ def draft_costs(pair: Any, step_ms: float, k: int = 4, reps: int = 5) -> dict[st
             proposer.rollback(prompt)
             if r:
                 samples.append((time.perf_counter() - start) * 1000)
-        out[entry.name] = min(samples) / k / step_ms  # the fastest, as for v(N)
+        out[entry.name] = statistics.median(samples) / k / step_ms
     return out
 
 
