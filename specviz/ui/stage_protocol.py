@@ -150,8 +150,8 @@ class PageView:
 
     @property
     def follow(self) -> bool:
-        """Something follows every step: the quiz, an open tab, a live lecture's room."""
-        return self.quiz or self.tabs or self.live
+        """Something below the picture follows every step (the quiz, an open tab)."""
+        return self.quiz or self.tabs
 
 
 @dataclasses.dataclass(eq=False)
@@ -324,7 +324,7 @@ def payload(ch: Channel, *, route: str | None = None, page: bool = False, served
     live.publish(ws, run.id, run.view, whole, view.lecture)  # a live lecture's room follows (ui/live.py)
     data = {
         "run": run.id, "seq": seq, "version": version, "view": run.view, "answered": answered, **packed,
-        "more": can_grow(run), "end": end_text(run), "follow": view.follow, "lecture": view.lecture,
+        "more": can_grow(run), "end": end_text(run), "follow": view.follow, "live": view.live, "lecture": view.lecture,
         "quiz": quiz_steps(run, steps, view.quiz), "prefetch": can_prefetch(run, ws),
         "intro": intro(run, view.proposer_label, view.lecture),
         "playing": ws.playing,  # what the page's Play button does when the browser takes its click

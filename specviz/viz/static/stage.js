@@ -379,7 +379,10 @@ function createStage(root, hooks) {
       const soon = atEdge(target) || (cycleOf(target) !== before && target > 0 && kind !== 'back') || s.data.follow;
       // Never while a request is out (see the prefetch below): the request tells the server the step.
       const due = () => !s.waiting && s.cur === target && s.cur !== s.reported;
-      if (soon) whenStill(() => { if (due()) report('view'); });
+      // A live lecture's room follows the lecturer's every step: told at once (through the route,
+      // no script run), so the students' pages move with the lecturer's (ui/live.py).
+      if (s.data.live) report('view');
+      else if (soon) whenStill(() => { if (due()) report('view'); });
       else s.reportTimer = setTimeout(() => { if (due()) report('view'); }, REPORT_IDLE_MS);
       return;
     }

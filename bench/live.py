@@ -1,0 +1,203 @@
+"""A live lecture under load: one lecturer clicking, N followers (issue 35, part 10). Not a test.
+
+`python -m bench.live [--followers 10,40,100] [--browsers 4] [--clicks 20]` starts the real app
+(`streamlit run`, the tiny pair: the lecture's cost is the server's fan-out, not the decoding) on a
+free port, once per N. The lecturer is a headless Chromium page that starts a live lecture and
+clicks **Next phase** `--clicks` times (Playwright's actionable click, 1.5 s apart). The followers
+are `--browsers` real Chromium pages (the follower page, `viz/follower.py`) and N - browsers
+light protocol clients: threads that long-poll the room's route exactly as the page's script does
+(`ui/live_route.py`, `do: here`), holding the step bodies they were sent.
+
+Per N it reports:
+* click → follower: from the lecturer's click (the page's own clock at the click) to the moment a
+  follower shows that step: for a Chromium follower the paint (its stage sets `data-step`, seen
+  by a MutationObserver), for a protocol client the arrival of the room's answer naming that step
+  (same machine, one clock: `performance.timeOrigin + now()` and `time.time()`); p50 / p95 / max;
+* the lecturer's own Next phase: click to its stage showing the step (median);
+* late followers: any follower not on the lecturer's step 5 s after the last click;
+* the server's memory (RSS of its process tree) idle with the lecture started, and with N
+  followers connected: the difference per follower; and the server's CPU seconds per click.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import threading
+import time
+import urllib.request
+from typing import Any
+
+from bench.load import CHROMIUM, CHROMIUM_ARGS, CpuSampler, RssSampler, percentiles, start_server, stop_server
+
+LIVE = "/api/specviz/live"
+PAINTS_JS = """() => { window.__paints = [];
+  const root = document.querySelector('.svs');
+  new MutationObserver(() => window.__paints.push([Number(root.dataset.step), performance.timeOrigin + performance.now()]))
+    .observe(root, {attributes: true, attributeFilter: ['data-step']}); }"""
+
+
+class ProtocolFollower(threading.Thread):
+    """A follower without a browser: the follower page's long poll, in a thread; when each step
+    arrived (epoch s)."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(daemon=True)
+        self.url, self.seen, self.step = url, {}, None
+        self.stop = threading.Event()
+        self.student = self._post({"do": "join"})["student"]
+        self.errors = 0
+
+    def _post(self, body: dict[str, Any]) -> dict[str, Any]:
+        req = urllib.request.Request(self.url, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return json.loads(r.read())
+
+    def run(self) -> None:
+        since, have = -1, set()
+        while not self.stop.is_set():
+            try:
+                room = self._post({"do": "here", "student": self.student, "step": self.step, "following": True,
+                                   "since": since, "have": sorted(have)[-400:]})
+            except OSError:
+                self.errors += 1
+                time.sleep(0.5)
+                continue
+            now = time.time()
+            since, self.step = room["version"], room["step"]
+            have |= {int(h["sig"]) for h in room["steps"].values()}
+            self.seen.setdefault(room["step"], now)
+
+
+def lecturer_page(browser: Any, url: str) -> tuple[Any, str]:
+    page = browser.new_context(viewport={"width": 1920, "height": 1080}).new_page()
+    page.set_default_timeout(120_000)
+    page.goto(url, wait_until="domcontentloaded")
+    page.locator(".st-key-next_phase button").first.wait_for()
+    page.locator("[data-testid='stSidebar'] summary", has_text="Live lecture").first.click()
+    page.locator(".st-key-live_start button").first.click()
+    panel = page.locator("[data-testid='stSidebar']").get_by_text("Room code").first
+    panel.wait_for()
+    code = panel.inner_text().split("Room code")[1].split()[0]
+    page.wait_for_function("window.__specvizStage && window.__specvizStage.state.shown")
+    page.evaluate(PAINTS_JS)
+    return page, code
+
+
+def follower_page(browser: Any, url: str) -> Any:
+    page = browser.new_context(viewport={"width": 1366, "height": 768}).new_page()
+    page.goto(url, wait_until="domcontentloaded")
+    page.wait_for_function("window.__specvizStage && window.__specvizStage.state.shown", timeout=60_000)
+    page.evaluate(PAINTS_JS)
+    return page
+
+
+def run_n(n: int, browsers: int, clicks: int, say: Any = print) -> dict[str, Any]:
+    from playwright.sync_api import sync_playwright
+
+    proc, url = start_server("tiny", ready_s=120)
+    try:
+        with sync_playwright() as p, RssSampler(proc.pid) as rss:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            lecturer, code = lecturer_page(browser, url)
+            idle_mb = rss.now_mb()
+            room_url = f"{url}{LIVE}/{code}"
+            pages = [follower_page(browser, room_url) for _ in range(min(browsers, n))]
+            light = [ProtocolFollower(room_url) for _ in range(n - len(pages))]
+            for f in light:
+                f.start()
+            time.sleep(2.0)  # every follower has had its first answer
+            connected_mb = rss.now_mb()
+            say(f"  N = {n}: {len(pages)} Chromium + {len(light)} protocol followers; room {code}")
+            clicked, own = {}, []
+            with CpuSampler(proc.pid) as cpu:
+                for _ in range(clicks):
+                    step = lecturer.evaluate("window.__specvizStage.state.cur") + 1
+                    at = lecturer.evaluate("performance.timeOrigin + performance.now()") / 1000
+                    lecturer.locator(".st-key-next_phase button").first.click()
+                    clicked[step] = at
+                    lecturer.wait_for_function(f"window.__specvizStage.state.cur === {step}")
+                    time.sleep(1.5)
+                time.sleep(5.0)
+            final = lecturer.evaluate("window.__specvizStage.state.cur")
+            for step, t in lecturer.evaluate("window.__paints"):
+                if step in clicked and t / 1000 >= clicked[step]:
+                    own.append(t / 1000 - clicked[step])
+            lat, late = [], 0
+            for page in pages:
+                paints = {}
+                for step, t in page.evaluate("window.__paints"):
+                    paints.setdefault(step, t / 1000)
+                lat += [paints[s] - clicked[s] for s in clicked if s in paints]
+                late += page.evaluate("window.__specvizStage.state.cur") != final
+            for f in light:
+                lat += [f.seen[s] - clicked[s] for s in clicked if s in f.seen]
+                late += f.step != final
+                f.stop.set()
+            missed = n * clicks - len(lat)
+            browser.close()
+        return {"followers": n, "browsers": len(pages), "clicks": clicks, **percentiles(sorted(lat)),
+                "missed_steps": missed, "late_after_5s": late, "lecturer_click_median_s": statistics.median(own),
+                "rss_idle_mb": idle_mb, "rss_connected_mb": connected_mb,
+                "mb_per_follower": (connected_mb - idle_mb) / n, "server_cpu_s_per_click": cpu.seconds("server") / clicks}
+    finally:
+        stop_server(proc)
+
+
+def cpu_name() -> str:
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+        return next(line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name"))
+    except Exception:
+        return platform.processor() or "unknown CPU"
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "## A live lecture: one lecturer, N followers",
+        "",
+        f"`python -m bench.live` on {cpu_name()} ({len(rows) and rows[0].get('cores', '')} cores), the tiny pair; the "
+        "lecturer clicks Next phase every 1.5 s. Click → follower is the lecturer's click to the follower showing that "
+        "step (a Chromium page's paint, a protocol client's answer).",
+        "",
+        "| followers (Chromium) | click → follower p50 / p95 / max | missed | late after 5 s | lecturer's Next phase "
+        "(median) | RSS idle → connected | per follower | server CPU per click |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['followers']} ({r['browsers']}) | {r['p50_s']:.2f} / {r['p95_s']:.2f} / {r['max_s']:.2f} s | "
+            f"{r['missed_steps']} | {r['late_after_5s']} | {1000 * r['lecturer_click_median_s']:.0f} ms | "
+            f"{r['rss_idle_mb']:.0f} → {r['rss_connected_mb']:.0f} MB | {r['mb_per_follower']:.2f} MB | "
+            f"{r['server_cpu_s_per_click']:.3f} s |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--followers", default="10,40,100")
+    ap.add_argument("--browsers", type=int, default=4)
+    ap.add_argument("--clicks", type=int, default=20)
+    ap.add_argument("--out", default="bench/results/live.json")
+    args = ap.parse_args(argv)
+    import os
+    from pathlib import Path
+
+    rows = []
+    for n in (int(x) for x in args.followers.split(",")):
+        row = run_n(n, args.browsers, args.clicks)
+        row["cores"] = os.cpu_count()
+        rows.append(row)
+        print(f"  {json.dumps(row)}", flush=True)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps({"cpu": cpu_name(), "rows": rows}, indent=1))
+    print(markdown(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
