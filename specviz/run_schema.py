@@ -56,6 +56,7 @@ MAX_PROMPT_TEXT = 1 << 20  # characters of the prompt as typed
 MAX_TOP = 1024  # entries of one top-N list (the config's top_n)
 MAX_DRAFTS = max(MAX_K, MAX_TREE_NODES)  # drafts of one cycle: a chain's K or a tree's nodes
 SHOWN_CHARS = 40  # of a refused value, echoed in the error
+PROB_SLACK = 1e-4  # how far past 1 a recorded probability may be (rounding, see Prob); the views clamp
 
 
 def positions_limit(prompt_len: int, cycles: list[Any]) -> int:
@@ -97,7 +98,8 @@ MaybeSlot = Annotated[int, Strict(), Field(ge=-1, le=MAX_POSITIONS)]  # -1: not 
 TokenId = Annotated[int, Strict(), Field(ge=0, le=MAX_TOKEN_ID)]
 MaybeToken = Annotated[int, Strict(), Field(ge=-1, le=MAX_TOKEN_ID)]
 DraftIndex = Annotated[int, Strict(), Field(ge=1, le=MAX_DRAFTS)]
-Prob = Annotated[float, Strict(), Field(ge=0, le=1, allow_inf_nan=False)]
+# A probability, up to float32 rounding: a sum of a softmax's terms (alpha = sum min(p, q)) may pass 1 by ~1e-6.
+Prob = Annotated[float, Strict(), Field(ge=0, le=1 + PROB_SLACK, allow_inf_nan=False)]
 Amount = Annotated[float, Strict(), Field(ge=0, allow_inf_nan=False)]  # a time, a difference
 Text = Annotated[str, Strict(), Field(max_length=MAX_TEXT)]
 Flag = Annotated[bool, Strict()]
