@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from torch import nn
 
 MODE_ENV = "SPECVIZ_KERNELS"  # "reference": plain nn.Linear; unset or "selected": timed at load
-VERSION = 3  # bump when candidates or the timing method change: cached timings are measured again
+VERSION = 5  # bump when candidates or the timing method change: cached timings are measured again
 # Row counts timed; a count between two buckets uses the larger bucket's kernel (unpadded), and a
 # count above the last (a prefill) the last bucket's. 1 = a plain step; 2..9 = chains of up to 8
 # drafts (5 takes 6's, 9 takes 12's); 13, 17, 25, 33 = token trees of 12..32 nodes.
@@ -52,7 +52,7 @@ BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 32)
 MIN_WEIGHTS = 2**15
 ONE_ROW_SLACK = 1.0  # a packed copy replaces a plain weight only if one row costs at most this factor of it
 COLD_BYTES = 40 << 20  # a shape is timed over up to this many bytes of its layers (past the caches)
-ROUNDS = 5  # timing rounds per shape (medians; every candidate and bucket once per round)
+ROUNDS = 5  # timing rounds per shape (every candidate and bucket once per round; the fastest counts)
 MARGIN = 0.05  # another kernel replaces F.linear at a row count only when this much faster
 EXTRA_BYTES_SHARE = 0.05  # packed copies kept beside their plain weight: at most this share of a model's bytes
 
@@ -189,11 +189,15 @@ def shape_of(module: nn.Linear) -> Shape:
     )
 
 
-def _time_once(kernel: Callable, modules: list[Any], x: torch.Tensor) -> float:
-    t0 = time.perf_counter()
+def _time_once(kernel: Callable, modules: list[Any], x: torch.Tensor) -> list[float]:
+    """µs of each layer's product, one after another (a pass over the shape's layers)."""
+    times = []
+    clock = time.perf_counter
     for module in modules:
+        t0 = clock()
         kernel(module, x)
-    return (time.perf_counter() - t0) / len(modules) * 1e6  # µs per product
+        times.append((clock() - t0) * 1e6)
+    return times
 
 
 def time_shape(
@@ -201,17 +205,18 @@ def time_shape(
 ) -> dict[str, dict[int, float]]:
     """µs per product of each candidate at each bucket, over `modules` (layers of one shape, as
     many as `COLD_BYTES` allows, so their weights come from memory as in a real pass). Every round
-    times every bucket and candidate back to back, in an order that alternates; a candidate's time
-    is F.linear's median times the median of its same-round ratios to F.linear, so a slow moment of
-    a shared machine, which slows one round's candidates alike, cancels out. Candidates that
-    disagree with F.linear beyond rounding are left out."""
+    times every bucket and candidate back to back, in an order that alternates, each layer's
+    product timed alone; a candidate's time is the mean over layers of each layer's fastest round:
+    on a shared machine other work only ever adds time, so the minimum estimates the undisturbed
+    cost that medians, under heavy load, do not. Candidates that disagree with F.linear beyond
+    rounding are left out."""
     shape = shape_of(modules[0])
     modules = modules[: max(1, COLD_BYTES // max(1, shape.bytes))]
     names = list(names)
     gen = torch.Generator().manual_seed(0)
     inputs = {m: torch.randn(m, shape.in_features, generator=gen).to(modules[0].weight.dtype) for m in buckets}
     names = ["reference"] + [n for n in names if n != "reference" and _agrees(n, modules[0], inputs[max(buckets)])]
-    samples: dict[str, dict[int, list[float]]] = {n: {m: [] for m in buckets} for n in names}
+    samples: dict[str, dict[int, list[list[float]]]] = {n: {m: [] for m in buckets} for n in names}
     with torch.inference_mode():
         for n in names:  # warm-up: oneDNN builds its primitives on first use
             for m in buckets:
@@ -221,11 +226,9 @@ def time_shape(
             for m in buckets if r % 2 == 0 else buckets[::-1]:
                 for n in order:
                     samples[n][m].append(_time_once(CANDIDATES[n][0], modules, inputs[m]))
-    ref = samples["reference"]
-    return {
-        n: {m: statistics.median(ref[m]) * statistics.median(t / r for t, r in zip(v, ref[m])) for m, v in by.items()}
-        for n, by in samples.items()
-    }
+    # Per layer the fastest round, then the mean over layers: each sample is one product (tens of
+    # µs to a few ms), short enough that most rounds see some of them undisturbed.
+    return {n: {m: statistics.fmean(map(min, zip(*v))) for m, v in by.items()} for n, by in samples.items()}
 
 
 def _agrees(name: str, module: Any, x: torch.Tensor) -> bool:
