@@ -97,3 +97,26 @@ def test_classroom_caps_on_trees_precision_and_run_files():
     own.check_upload(10_000)
     text = room.sidebar_markdown()
     assert "tree width ≤ 4" in text and "≤ 32 nodes" in text and "precision float32" in text and "10 run files" in text
+
+
+def test_a_classroom_page_caps_trees_and_precision_and_hides_error_details(monkeypatch):
+    """The served page itself (AppTest): the widgets' bounds are the classroom's, a session that asks
+    for more is lowered with a note, and error details are hidden from pages from the first run on."""
+    from streamlit import config
+    from test_app import open_app, shown
+
+    monkeypatch.setenv("SPECVIZ_SETTINGS", "/nonexistent/specviz.toml")
+    monkeypatch.setenv("SPECVIZ_CLASSROOM", "1")
+    before = config.get_option("client.showErrorDetails")
+    try:
+        at = open_app(tab=None, tree_width=8, tree_nodes=100, dtype="bfloat16")
+        assert config.get_option("client.showErrorDetails") == "none"
+    finally:
+        config.set_option("client.showErrorDetails", before)
+    assert at.number_input(key="tree_width").proto.max == 4 and at.number_input(key="tree_nodes").proto.max == 32
+    assert at.radio(key="dtype").options == ["float32"]
+    notes = [w.value for w in at.warning]
+    assert any("Tree width lowered from 8 to 4" in n for n in notes), notes
+    assert any("Precision bfloat16 is off on this classroom server" in n for n in notes), notes
+    run = shown(at)
+    assert run.config.tree_width == 4 and run.config.tree_nodes == 32 and run.dtype == "float32"
