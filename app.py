@@ -267,6 +267,7 @@ def _show(ws: Any, head: Any) -> None:
     with head:
         stage.notices(ws.run)  # toasts in lecture mode: nothing above the stage moves it
     stage.run_stage(after=more_views)
+    live_panel.recorded(ws.run)  # a recorded live lecture: the class's answers
 
 
 def _pair_for(settings: ServerSettings, controls: sidebar.Controls | None) -> Any:

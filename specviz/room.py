@@ -98,6 +98,7 @@ class Poll:
     number: int
     cycle: int
     question: Question
+    run: int = 0  # the lecturer's run it asks about
     answers: dict[str, int] = dataclasses.field(default_factory=dict)  # student key -> option
     revealed: bool = False
 
@@ -180,7 +181,7 @@ class Room:
         """Ask the room about `trace`'s cycle; an unrevealed earlier poll is closed unrevealed."""
         with self.lock:
             self._lecturer(key, _now(now))
-            poll = Poll(len(self.polls) + 1, trace.cycle, poll_for(trace))
+            poll = Poll(len(self.polls) + 1, trace.cycle, poll_for(trace), self.run)
             self.polls.append(poll)
             self.version += 1
             return poll
@@ -204,11 +205,11 @@ class Room:
             return {"code": self.code, "joined": len(here), "following": sum(s.following for s in here),
                     "branched": sum(not s.following for s in here), "poll": poll}
 
-    def results(self, key: str) -> list[dict[str, Any]]:
-        """Every poll's anonymous result, for the run file exported after class."""
+    def results(self, key: str, run: int | None = None) -> list[dict[str, Any]]:
+        """Every poll's anonymous result (of one run of the lecturer's), for the run file exported after class."""
         with self.lock:
             self._lecturer(key, time.monotonic())
-            return [p.result() for p in self.polls]
+            return [p.result() for p in self.polls if run is None or p.run == run]
 
     # ------------------------------------------------------------ a student
 

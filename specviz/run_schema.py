@@ -339,6 +339,24 @@ class CostLawModel(_Model):
         return self
 
 
+class PollResultModel(_Model):
+    """A live lecture's question and the class's anonymous answers (`specviz.room.Poll.result`)."""
+
+    cycle: Count
+    kind: Literal["accepted", "path"]
+    text: Text
+    options: tuple[Text, ...] = Field(min_length=1, max_length=MAX_DRAFTS + 1)
+    counts: tuple[Count, ...] = Field(max_length=MAX_DRAFTS + 1)
+    truth: Count
+    revealed: Flag = True
+
+    @model_validator(mode="after")
+    def _fits(self) -> PollResultModel:
+        if len(self.counts) != len(self.options) or self.truth >= len(self.options):
+            raise ValueError("a poll has one count per option, and its truth is one of them")
+        return self
+
+
 class RunFileModel(_Model):
     """A run file's fields (format and version are checked first, by `runfile`, for their own messages)."""
 
@@ -358,6 +376,7 @@ class RunFileModel(_Model):
     traces: tuple[dict[str, Any], ...] = Field(min_length=1, max_length=MAX_POSITIONS)
     baseline_ms_per_token: Amount | None = None
     cost_law: CostLawModel | None = None
+    polls: tuple[PollResultModel, ...] = Field(default=(), max_length=MAX_POSITIONS)
     token_texts: dict[Annotated[str, Field(pattern=r"^\d{1,10}$")], Text] = Field(max_length=MAX_POSITIONS)
 
 

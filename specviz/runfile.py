@@ -60,6 +60,7 @@ class RunRecord:
     token_texts: dict[int, str]  # every token id of the run -> its text
     baseline_ms_per_token: float | None = None  # a plain autoregressive run's cost, when measured
     cost_law: CostLaw | None = None  # the recording machine's cost law (specviz.costlaw), for a replay elsewhere
+    polls: tuple[dict[str, Any], ...] = ()  # a live lecture's questions and the class's counts (`room.Poll.result`)
     format: str = FORMAT_NAME
     version: str = FORMAT_VERSION
     # What loading had to guess or ignore (older export, settings from a newer specviz): shown,
@@ -85,7 +86,7 @@ class RunRecord:
             "prompt_ids": list(self.prompt_ids),
             "prefill": [None if s is None else dataclasses.asdict(s) for s in self.prefill],
             "traces": [t.to_dict() for t in self.traces], "baseline_ms_per_token": self.baseline_ms_per_token,
-            "cost_law": None if self.cost_law is None else self.cost_law.to_dict(),
+            "cost_law": None if self.cost_law is None else self.cost_law.to_dict(), "polls": list(self.polls),
             # JSON keys are strings; load_run turns them back into ints
             "token_texts": {str(k): v for k, v in sorted(self.token_texts.items())},
         }  # fmt: skip
@@ -101,7 +102,7 @@ def record_run(title: str, pair_description: str, proposer: str, config: DecodeC
                prompt_ids: Sequence[int], prefill: tuple[CacheSnapshot, CacheSnapshot | None],
                traces: Iterable[CycleTrace], token_text: Callable[[int], str],
                baseline_ms_per_token: float | None = None, *, max_context: int | None = None,
-               cost_law: CostLaw | None = None) -> RunRecord:
+               cost_law: CostLaw | None = None, polls: Sequence[dict[str, Any]] = ()) -> RunRecord:
     """A `RunRecord` of a run, with the text of every token id in it looked up once, now.
 
     `max_context` is the decoder's (the config's, capped by the models); without it, the prefill
@@ -117,7 +118,7 @@ def record_run(title: str, pair_description: str, proposer: str, config: DecodeC
         proposer=proposer, config=config, max_context=max_context, cache_reach=reach, prompt_text=prompt_text,
         chat=bool(chat), prompt_ids=prompt_ids, prefill=tuple(prefill), traces=traces,
         token_texts={i: token_text(i) for i in sorted(ids)}, baseline_ms_per_token=baseline_ms_per_token,
-        cost_law=cost_law,
+        cost_law=cost_law, polls=tuple(polls),
     )
 
 
@@ -204,6 +205,7 @@ def load_run(data: str | bytes | bytearray) -> RunRecord:
         token_texts={int(k): v for k, v in valid["token_texts"].items()},
         baseline_ms_per_token=None if baseline is None else float(baseline), version=str(obj["version"]),
         cost_law=None if valid.get("cost_law") is None else CostLaw.from_dict(valid["cost_law"]),
+        polls=tuple({k: list(v) if isinstance(v, tuple) else v for k, v in p.items()} for p in valid.get("polls", ())),
         notes=tuple(notes),
     )
 

@@ -127,7 +127,7 @@ def load() -> dict:
 
 
 # Trace fields added after the recording, with the value every recorded (pre-retrieval) run must hold.
-ADDED_SINCE = {"matched": None, "source": "", "auto": None, "total_ms": None}
+ADDED_SINCE = {"matched": None, "source": "", "auto": None, "total_ms": None, "cost_law": None, "polls": []}
 
 
 # How far a recorded float may move on another CPU (or thread count, or kernel): the rule, from the

@@ -156,3 +156,42 @@ def test_two_hundred_students_join_at_once_and_a_full_room_says_so():
         room.join(now=2.0)
     assert full.value.status == 429
     room.join(now=1.0 + 10_000)  # students long gone (no answers) make room
+
+
+def test_a_lecture_exported_with_the_class_answers_opens_again_with_them():
+    """The run file carries each question's counts and truth (never who answered); loading checks them."""
+    import json
+
+    from specviz.runfile import RunFileError, load_run, record_run
+
+    pair = build_tiny_pair(seed=0)
+    cfg = DecodeConfig(k=4, seed=3, max_new_tokens=24)
+    dec = SpeculativeDecoder(pair, cfg)
+    prompt = pair.tokenizer.encode("the quick brown fox jumps")
+    dec.start(prompt)
+    prefill = (dec.target_cache.snapshot(len(prompt)), dec.proposer.snapshot(len(prompt)))
+    traces = [dec.step() for _ in range(3)]
+    room = Rooms().create(now=0.0)
+    students = [room.join(now=0.0) for _ in range(3)]
+    for trace in traces[:2]:
+        poll = room.open_poll(room.lecturer_key, trace, now=1.0)
+        for i, s in enumerate(students):
+            room.answer(s, poll.number, min(i, trace.k), now=1.0)
+        room.reveal(room.lecturer_key, poll.number, now=1.0)
+    room.move(room.lecturer_key, 1, 0, now=2.0)  # a later run's question is not this run's
+    room.open_poll(room.lecturer_key, traces[2], now=2.0)
+    results = room.results(room.lecturer_key, run=0)
+    record = record_run("lecture", "tiny", "draft", cfg, "the quick brown fox jumps", False, prompt, prefill, traces,
+                        dec.token_text, max_context=dec.max_context, polls=results)
+    text = record.to_json()
+    assert not any(s in text for s in students)  # anonymous
+    again = load_run(text)
+    assert [dict(p) for p in again.polls] == results and len(again.polls) == 2
+    assert again.polls[0]["counts"] == [1, 1, 1, 0, 0][: traces[0].k + 1] and again.polls[0]["revealed"]
+    bad = json.loads(text)
+    bad["polls"][0]["counts"] = [1]  # a count per option, or the file is refused
+    with pytest.raises(RunFileError, match="one count per option"):
+        load_run(json.dumps(bad))
+    bad["polls"][0] = {**results[0], "truth": 99}
+    with pytest.raises(RunFileError, match="polls"):
+        load_run(json.dumps(bad))

@@ -10,6 +10,7 @@ dialog shows the class's answers beside the truth, in type large enough for the 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -19,8 +20,10 @@ import streamlit as st
 from ..room import Poll, Room, RoomError
 from ..viz.markup import esc, label
 from . import live, live_route, stage_route
+from .runs import record_fields
 from .session import act, decoding_slot, workspace
 from .state import Run, advance_phase, view_of
+from .tab_export import run_file_button
 
 QR_PX = 220  # in the sidebar; the dialog shown to the room doubles it
 
@@ -58,6 +61,9 @@ def panel(run: Run | None) -> None:
         if st.button("Show the code to the room", key="live_show_code", icon=":material/qr_code_2:"):
             show_code(room.code)
         glance(run)
+        if run is not None and run.traces:
+            fields = record_fields(dataclasses.replace(run, polls=tuple(room.results(ws.live.key, run.id))))
+            run_file_button(st, "Download the lecture (run + the class's answers)", "live_export", fields)
         if st.button("End the live lecture", key="live_end", icon=":material/stop_circle:"):
             live.end(ws)
             st.rerun(scope="app")
@@ -128,6 +134,18 @@ def results_if_revealed() -> None:
     if ws.live is None or number is None or number > len(ws.live.room.polls):
         return
     results(ws.live.room.polls[number - 1].view(lecturer=True))
+
+
+def recorded(run: Run | None) -> None:
+    """A recorded lecture's questions with the class's answers, below its stage (a run file that
+    carries them: `RunRecord.polls`)."""
+    if run is None or not run.polls:
+        return
+    with st.expander(f"The class's answers: {len(run.polls)} question(s) asked in this lecture", expanded=True,
+                     icon=":material/groups:"):
+        for i, poll in enumerate(run.polls):
+            st.plotly_chart(figure(poll | {"text": f"Cycle {poll['cycle'] + 1}: {poll['text']}"}), width="stretch",
+                            config={"displayModeBar": False}, key=f"live_recorded_{run.id}_{i}")
 
 
 @st.dialog("The class's answers", width="large")

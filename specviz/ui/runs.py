@@ -44,6 +44,7 @@ def record_fields(run: Run) -> dict[str, Any]:
         config=run.dec.config if run.dec is not None else run.config, prompt_text=run.prompt_text, chat=run.chat,
         prompt_ids=run.prompt_ids, prefill=run.prefill, traces=run.traces, token_text=run.texts,
         baseline_ms_per_token=run.baseline_ms_per_token, max_context=run.max_context, cost_law=run.law,
+        polls=run.polls,
     )  # fmt: skip
 
 
@@ -55,7 +56,7 @@ def run_of(record: RunRecord, run_id: int, source: str, title: str | None = None
         config=record.config, prompt_ids=tuple(record.prompt_ids), prefill=record.prefill, texts=record.token_text,
         prompt_text=record.prompt_text, chat=record.chat, pair_description=record.pair,
         traces=tuple(record.traces), baseline_ms_per_token=record.baseline_ms_per_token,
-        max_context=record.max_context, cost_law=record.cost_law,
+        max_context=record.max_context, cost_law=record.cost_law, polls=record.polls,
     )  # fmt: skip
 
 

@@ -81,6 +81,7 @@ class Run:
     ahead: tuple[Ahead, ...] = ()  # the next cycles, prefetched in order (not yet part of `traces`)
     parked_idle: bool = False  # parked by the idle sweep (not because another run was shown)
     cost_law: Any = None  # a run file's specviz.costlaw.CostLaw: the recording machine's (None: this machine's)
+    polls: tuple = ()  # a recorded live lecture's questions and the class's counts (`RunRecord.polls`)
 
     @property
     def live(self) -> bool:
