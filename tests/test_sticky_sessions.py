@@ -96,6 +96,14 @@ def test_cookie_affinity_routes_each_browser_to_one_replica(tmp_path):
         assert seen == {home}
         fresh = {urllib.request.urlopen(base, timeout=5).read().decode() for _ in range(24)}
         assert fresh == {"A", "B"}  # new browsers spread over the replicas (all on one: p = 2^-23)
+        # A live lecture's join address names the lecturer's replica: every new student lands there and
+        # keeps it (10 new browsers, each on the lecturer's replica with a 1/2 chance by hash: p = 2^-10).
+        pinned = cookie.split("=", 1)[1]
+        for _ in range(10):
+            joined = urllib.request.urlopen(f"{base}api/specviz/live/K7QP2?replica={pinned}", timeout=5)
+            assert joined.read().decode() == home and joined.headers["Set-Cookie"].split(";")[0] == cookie
+        forged = urllib.request.urlopen(f"{base}?replica=x;%20Domain=evil", timeout=5)
+        assert "evil" not in forged.headers["Set-Cookie"]  # only a request id's shape is taken
     finally:
         nginx.terminate()
         nginx.wait(timeout=10)

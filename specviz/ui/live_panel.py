@@ -11,6 +11,7 @@ dialog shows the class's answers beside the truth, in type large enough for the 
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -33,7 +34,13 @@ def join_address(code: str = "") -> str:
     url = urlsplit(str(st.context.url or "http://localhost:8501/"))
     base = stage_route.base_path()
     path = (f"/{base}" if base else "") + live_route.PATH
-    return f"{url.scheme}://{url.netloc}{path}/{code}" if code else f"{url.scheme}://{url.netloc}{path}"
+    if not code:
+        return f"{url.scheme}://{url.netloc}{path}"
+    # Behind the documented nginx (several replicas), the room lives in the lecturer's replica: the
+    # address names it, and nginx pins each student's browser there (docker/nginx-sticky.conf).
+    replica = (st.context.cookies or {}).get("specviz_replica", "")
+    pin = f"?replica={replica}" if re.fullmatch(r"[0-9a-f]{32}", replica) else ""
+    return f"{url.scheme}://{url.netloc}{path}/{code}{pin}"
 
 
 def qr_svg(text: str, px: int) -> str:
