@@ -176,7 +176,10 @@ def _pair_store() -> dict[str, Any]:
     return {"lock": threading.Lock(), "pairs": {}}
 
 
-MAX_PAIRS = 3  # loaded pairs kept in memory; the oldest is dropped first
+# Loaded pairs kept in memory; the oldest is dropped first. Four hold a classroom's whole set (the
+# default and the tiny pair, in both precisions where `allow_bfloat16` is on): a dropped pair that
+# sessions still use stays in memory with them, and loading it again would make one more copy.
+MAX_PAIRS = 4
 
 
 def load_pair_cached(kind: str, target: str = "", draft: str = "", progress: Any = None,
