@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import pydantic_core
+
 from .config import DecodeConfig
 from .costlaw import CostLaw
 from .errors import RunFileError, SpecvizError
@@ -230,24 +232,28 @@ def traces_from_json(text: str | bytes) -> list[CycleTrace]:
 
 
 def _parse(data: str | bytes | bytearray) -> Any:
-    if isinstance(data, str):
-        raw = data.encode("utf-8", errors="surrogatepass")
-    elif isinstance(data, (bytes, bytearray)):
-        raw = bytes(data)
-    else:
+    if not isinstance(data, (str, bytes, bytearray)):
         raise RunFileError(f"a run file is text or bytes, not {type(data).__name__}")
+    if len(data) > MAX_RUN_BYTES:  # refused before it is parsed (a character is at least one byte)
+        raise RunFileError(f"this file is {len(data) / 2**20:.1f} MB; a run file may be at most "
+                           f"{MAX_RUN_BYTES // 2**20} MB")
+    raw = data.encode("utf-8", errors="surrogatepass") if isinstance(data, str) else bytes(data)
     if len(raw) > MAX_RUN_BYTES:
         raise RunFileError(f"this file is {len(raw) / 2**20:.1f} MB; a run file may be at most "
                            f"{MAX_RUN_BYTES // 2**20} MB")
     if not raw.strip():
         raise RunFileError("this file is empty; a run file is the JSON that 'export run' writes")
+    # pydantic-core's parser: half json.loads' time (another session waits it out: the GIL is held), and
+    # a nesting too deep or a number too long is a ValueError here (json.loads: RecursionError).
     try:
-        return json.loads(raw)
-    except UnicodeDecodeError:
-        raise RunFileError("this file is not text (not UTF-8), so it is not a specviz run file") from None
-    except json.JSONDecodeError as err:
-        raise RunFileError(f"this file is not valid JSON (line {err.lineno}, column {err.colno}: {err.msg}); "
-                           "a run file is the JSON that 'export run' writes") from None
+        return pydantic_core.from_json(raw)
+    except ValueError as err:
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise RunFileError("this file is not text (not UTF-8), so it is not a specviz run file") from None
+        raise RunFileError(f"this file is not valid JSON ({err}); a run file is the JSON that 'export run' "
+                           "writes") from None
 
 
 def _check_format(obj: Mapping[str, Any]) -> None:

@@ -170,6 +170,9 @@ def test_truncated_json_and_a_50_mb_file_say_so():
     refused(text[: len(text) // 2], "not valid JSON", "line 1")
     big = b'{"format": "specviz-run", "traces": [' + b" " * (50 * 2**20) + b"]}"
     refused(big, "50.0 MB", f"at most {MAX_RUN_BYTES // 2**20} MB")
+    refused(big.decode(), "50.0 MB")  # text as well as bytes, before it is encoded
+    refused(b"[" * 100_000 + b"]" * 100_000, "not valid JSON", "recursion limit")  # json.loads: RecursionError
+    refused(text[:-1] + ', "x": ' + "9" * 100_000 + "}", "not valid JSON", "number out of range")
 
 
 def test_the_list_of_cycles_export_is_validated_too():
