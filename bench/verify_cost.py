@@ -429,12 +429,37 @@ def kernels_markdown(result: dict[str, Any], note: str = "") -> str:
     ]
     for n_threads in sorted({r["threads"] for r in result["rows"]}):
         lines += _kernel_table(result, n_threads)
+    lines += [_bounds(result), ""]
     if plain := result.get("plain_tokens_per_s"):
         lines += ["Plain greedy decoding (`AutoregressiveDecoder`, the same rounds' prompt), tokens/s, median "
                   "(quartiles), and the same-round ratio to the same dtype's reference kernel: " + "; ".join(
                       f"{v} {o['median']:.1f} ({o['quartiles'][0]:.1f}–{o['quartiles'][2]:.1f}), "
                       f"{o['vs_reference']:.2f}x" for v, o in plain.items()) + ".", ""]
     return "\n".join(lines)
+
+
+def _bounds(result: dict[str, Any]) -> str:
+    """Issue 34's bounds, float32 at the first thread count: v(2) <= 1.25 and v(4) <= 1.45 on an
+    AVX2-only CPU, no worse than the reference kernel on a CPU with AVX512 or AMX; plain decoding
+    no slower (the one-token step's same-round ratio)."""
+    n_threads = min(r["threads"] for r in result["rows"])
+    by = {(r["kernel"], r["n"]): r for r in result["rows"] if r["dtype"] == "float32" and r["threads"] == n_threads}
+    if not all((k, n) in by for k in KERNELS for n in (1, 2, 4)):
+        return ""
+    wide = any(f in result.get("cpu_isa", "") for f in ("avx512f", "amx"))
+    parts = []
+    for n, limit in ((2, 1.25), (4, 1.45)):
+        sel, ref = by["selected", n]["v_same"], by["reference", n]["v_same"]
+        met = sel <= ref if wide else sel <= limit
+        rule = f"no worse than reference's {ref:.2f}" if wide else f"≤ {limit}"
+        parts.append(f"v({n}) = {sel:.2f} ({rule}: {'met' if met else '**not met**'}; ≤ {limit} "
+                     f"{'met' if sel <= limit else 'not met'} too)")
+    raw = {k: result["by"][f"float32/{k}/{n_threads}"]["tree_raw"][1] for k in KERNELS}
+    step = median([b / a for a, b in zip(raw["reference"], raw["selected"])])
+    parts.append(f"plain step selected ÷ reference {step:.2f} (no slower: {'met' if step <= 1.02 else '**not met**'}, "
+                 "2 % for timing noise)")
+    where = f"float32, {n_threads} thread, this CPU{' with AVX512' if wide else ''}"
+    return f"**Bounds** ({where}): " + "; ".join(parts) + "."
 
 
 def _kernel_table(result: dict[str, Any], n_threads: int) -> list[str]:

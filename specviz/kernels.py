@@ -143,12 +143,9 @@ class SelectedLinear(nn.Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.requires_grad and torch.is_grad_enabled():  # training: autograd needs the plain path
             return F.linear(x, self.weight, self.bias)
-        rows = x.numel() // self.in_features
+        rows = x.numel() // self.in_features  # every kernel takes [..., in] as F.linear does
         kernels = self.kernels
-        kernel = kernels[rows] if rows < len(kernels) else kernels[-1]
-        if x.dim() == 2:
-            return kernel(self, x)
-        return kernel(self, x.reshape(rows, self.in_features)).reshape(*x.shape[:-1], self.out_features)
+        return (kernels[rows] if rows < len(kernels) else kernels[-1])(self, x)
 
     def __getattr__(self, name: str) -> Any:
         if name == "weight" and "weight" not in self._parameters and self.__dict__.get("packed") is not None:
