@@ -38,9 +38,11 @@ MAX_BODY = 64 * 1024  # a message is a few hundred bytes (its `have` list at mos
 # the page's files): a call may wait for the session's lock or a decoding slot for a while, and a
 # classroom's waiting calls must not hold up a page that is opening.
 MAX_CALLS = 64
-# A page has at most a request, its resend, a prefetch and a report out at once; a call may wait for
-# a prefetch (`stage_protocol.PREFETCH_WAIT_S`). More than this from one session is refused (429).
-MAX_SESSION_CALLS = 4
+# A page has at most a request and its resends (4, 8, 16 s on), a prefetch or two and a report out at
+# once; a call may wait for a prefetch (`stage_protocol.PREFETCH_WAIT_S`). More than this from one
+# session is refused (429; the page then sends it through its trigger, which queues it in order of
+# arrival, so the margin matters: a message that arrives late is skipped by `in_order`).
+MAX_SESSION_CALLS = 8
 _limiter: Any = None
 _LOG = logging.getLogger(__name__)
 _channels: weakref.WeakValueDictionary[str, Channel] = weakref.WeakValueDictionary()
