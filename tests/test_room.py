@@ -195,3 +195,37 @@ def test_a_lecture_exported_with_the_class_answers_opens_again_with_them():
     bad["polls"][0] = {**results[0], "truth": 99}
     with pytest.raises(RunFileError, match="polls"):
         load_run(json.dumps(bad))
+
+
+def test_the_room_follows_the_lecturers_reports_and_the_servers_moves_never_an_older_payload():
+    """ui/live.publish: a report moves the room at once; a payload moves it only when the server moved
+    (its stage_seq changed) or the run is new, else it brings frames; an overtaken report is dropped;
+    a step ahead of the lecturer's is never published."""
+    from types import SimpleNamespace
+
+    from specviz.ui import live
+
+    ws = SimpleNamespace(live=None)
+    lecture = live.start(ws)
+    room = lecture.room
+    frames = {str(s): {"title": f"step {s}"} for s in range(12)}
+    live.publish(ws, 1, 5, frames, seq=1)  # the first payload: at step 5, with the cycle computed ahead
+    assert room.step == 5 and sorted(room.frames, key=int) == [str(s) for s in range(6)]  # nothing ahead
+    live.publish(ws, 1, 6, frames, sent=("page-a", 10.0))  # the lecturer stepped on: at once
+    assert room.step == 6 and "6" in room.frames and "7" not in room.frames
+    live.publish(ws, 1, 5, frames, seq=1)  # a payload built before that report was carried out
+    assert room.step == 6
+    live.publish(ws, 1, 4, frames, sent=("page-a", 9.0))  # a report the one above overtook
+    assert room.step == 6
+    live.publish(ws, 1, 8, frames, seq=2)  # the server moved (a step computed on request, Play, a reveal)
+    assert room.step == 8 and "8" in room.frames and "9" not in room.frames
+    live.publish(ws, 1, 3, frames, sent=("page-b", 1.0))  # the lecturer's page reloaded: a new clock
+    assert room.step == 3
+    version = room.version
+    live.publish(ws, 1, 3, frames, sent=("page-b", 2.0))  # nothing new: followers keep waiting
+    assert room.version == version
+    live.publish(ws, 2, 0, {"0": {"title": "prefill"}}, seq=2)  # a new run: followed, its frames afresh
+    assert (room.run, room.step, list(room.frames)) == (2, 0, ["0"])
+    live.end(ws)
+    live.publish(ws, 2, 1, frames, seq=3)  # over: nothing more reaches the room
+    assert room.step == 0

@@ -27,6 +27,10 @@ class Lecture:
 
     room: Room
     key: str
+    seq: int | None = None  # the workspace's `stage_seq` at the last payload published
+    # The newest report of the lecturer's step published (`stage_protocol.publish_shown`): the page's
+    # channel and its clock (a reloaded page is a new channel with a clock of its own).
+    sent: tuple[str, float] = ("", float("-inf"))
 
 
 @functools.cache
@@ -54,19 +58,35 @@ def end(ws: Any) -> None:
     ws.live = None
 
 
-def publish(ws: Any, run_id: int, view: int, steps: dict[str, dict[str, Any]], lecture: bool = False) -> None:
+def publish(ws: Any, run_id: int, view: int, steps: dict[str, dict[str, Any]], layout: bool = False, *,
+            seq: int | None = None, sent: tuple[str, float] | None = None) -> None:
     """The lecturer shows `view` of run `run_id`: the room follows, with the stage data of `steps`
-    (whole steps, keyed by their index as a string)."""
+    (whole steps, keyed by their index as a string; `layout`: lecture mode).
+
+    Two callers say where the lecturer is. A report of the browser's step (`sent`: the page's
+    channel and when it sent it) is published at once, unless a newer report of that page's was.
+    A payload (`seq`: the workspace's `stage_seq` when it was built) moves the room only when the
+    server moved since the last payload (a step it computed on request, Play, a reveal) or to a new
+    run; otherwise it only brings frames: a payload built before a report was carried out (a cycle
+    computed ahead) must not move the followers back to the step the lecturer left."""
     lecture = getattr(ws, "live", None)
     if lecture is None:
         return
     room = lecture.room
+    if sent is not None:
+        if sent[0] == lecture.sent[0] and sent[1] < lecture.sent[1]:
+            return
+        lecture.sent = sent
+    elif seq is not None:
+        if seq == lecture.seq and room.run == run_id:
+            view = room.step
+        lecture.seq = seq
     # Only the steps up to the lecturer's: a step ahead (the cycle computed in advance) would show a
     # follower the verdicts before the class has predicted them.
     frames = {k: v for k, v in steps.items() if int(k) <= view and (room.run != run_id or room.frames.get(k) is not v)}
-    if room.run == run_id and room.step == view and room.lecture == lecture and not frames:
+    if room.run == run_id and room.step == view and room.lecture == layout and not frames:
         return  # nothing new: no version bump, followers' long polls keep waiting
-    room.move(lecture.key, run_id, view, frames, lecture=lecture)
+    room.move(lecture.key, run_id, view, frames, lecture=layout)
     if len(room.frames) > MAX_FRAMES:
         with room.lock:
             for k in sorted(room.frames, key=int)[: len(room.frames) - MAX_FRAMES]:

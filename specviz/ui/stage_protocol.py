@@ -203,6 +203,8 @@ def handle(ch: Channel, event: dict[str, Any], route: bool = False) -> bool:
     if event["kind"] == "prefetch":
         prefetch_next(ch.ws, event["run"], wait=route)  # on the route: the answer brings them
         return False
+    if event["kind"] == "view":
+        publish_shown(ch, event)  # before the workspace's lock, which a cycle computed ahead may hold
     moves = moves_server(event)
     if event["kind"] == "play":  # before the step: a step that fails (the end of the text) stops it again
         ch.ws.playing = bool(event.get("on")) and ch.ws.run is not None and ch.ws.run.id == event["run"]
@@ -214,6 +216,20 @@ def handle(ch: Channel, event: dict[str, Any], route: bool = False) -> bool:
         prefetch_next(ch.ws, event["run"])
     # Play and Pause: the page draws the other button (and the stage's timer starts or stops).
     return bool(event.get("pause")) or event["kind"] == "play" or (ch.view is not None and ch.view.tabs)
+
+
+def publish_shown(ch: Channel, event: dict[str, Any]) -> None:
+    """A live lecture's room follows the lecturer's report at once, from the steps the last payload
+    built (the browser shows one of them): no wait for a cycle that the workspace's lock is computing."""
+    memo, view = ch.memo, ch.view
+    if ch.ws.live is None or memo is None or view is None or memo[0][0] != event["run"]:
+        return
+    tl = memo[1]
+    with ch.lock:
+        shown = [s for s in stage_data.window(event["step"], tl, PREFETCH_DEPTH) if s <= event["step"]]
+        steps = stage_data.steps_payload(tl, shown, lecture=view.lecture, max_rows=view.max_rows, compare=view.compare)
+    sent = (ch.token, event.get("sent", float("inf")))
+    live.publish(ch.ws, event["run"], event["step"], steps, view.lecture, sent=sent)
 
 
 def in_order(ch: Channel, event: dict[str, Any], run: Run, slot: Slot) -> Run:
@@ -321,7 +337,7 @@ def payload(ch: Channel, *, route: str | None = None, page: bool = False, served
         steps = stage_data.window(run.view, tl, PREFETCH_DEPTH)
         whole = stage_data.steps_payload(tl, steps, lecture=view.lecture, max_rows=view.max_rows, compare=view.compare)
         packed = stage_data.pack(whole, have=ch.have, shown=run.view, deflate=deflate)
-    live.publish(ws, run.id, run.view, whole, view.lecture)  # a live lecture's room follows (ui/live.py)
+    live.publish(ws, run.id, run.view, whole, view.lecture, seq=seq)  # a live lecture's room follows (ui/live.py)
     data = {
         "run": run.id, "seq": seq, "version": version, "view": run.view, "answered": answered, **packed,
         "more": can_grow(run), "end": end_text(run), "follow": view.follow, "live": view.live, "lecture": view.lecture,
