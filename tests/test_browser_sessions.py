@@ -142,3 +142,24 @@ def test_two_browsers_keep_their_own_runs_through_a_dropped_connection(server: s
         kept += 1
     print(f"two browsers, a dropped and restored connection: {kept} of {TRIES} tries kept their own runs")
     assert kept == TRIES and not errors, errors
+
+
+def test_a_closed_tabs_address_opens_a_run_of_its_own(server: str, browser) -> None:
+    """Once a tab is closed, whoever opens its address (browser history on a shared lab computer, a
+    projected screen) gets a new run: the address carries nothing, and the reload cookie the closing
+    tab leaves lives in its own browser only, for seconds."""
+    errors: list[str] = []
+    owner, other = browser.new_context(), browser.new_context()
+    try:
+        page = _page(owner, server, errors)
+        _step(page, "next_cycle")
+        address = page.url
+        assert _cur(page) == 5 and "session" not in address
+        page.close(run_before_unload=True)
+        assert any(c["name"] == "specviz_resume" for c in owner.cookies())  # left for a reload, in this browser
+        stranger = _page(other, address, errors)
+        assert _cur(stranger) == 0 and not any(c["name"] == "specviz_resume" for c in other.cookies())
+    finally:
+        owner.close()
+        other.close()
+    assert not errors, errors
