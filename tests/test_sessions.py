@@ -120,3 +120,15 @@ def test_a_classroom_page_caps_trees_and_precision_and_hides_error_details(monke
     assert any("Precision bfloat16 is off on this classroom server" in n for n in notes), notes
     run = shown(at)
     assert run.config.tree_width == 4 and run.config.tree_nodes == 32 and run.dtype == "float32"
+
+
+def test_a_reload_whose_runs_were_let_go_says_so(monkeypatch):
+    """The restore list's bound (`restore_sessions`): a reload whose workspace was let go starts afresh
+    and says why, instead of quietly showing a new run."""
+    from test_app import open_app, shown
+
+    monkeypatch.setattr(session, "_resume_token", lambda: "let-go-long-ago-0123")
+    at = open_app(tab=None)
+    toasts = [t.value for t in at.toast]
+    assert any("could not be brought back" in t and "64 most recently active pages" in t for t in toasts), toasts
+    assert shown(at).view == 0
