@@ -40,8 +40,10 @@ async def post(host: str, port: int, body: bytes, length: int | None = None) -> 
     """One POST to the route on its own connection: (status, seconds from sending to the status line).
     `length` other than the body's: the headers claim it, and only `body` is sent."""
     reader, writer = await asyncio.open_connection(host, port)
-    head = (f"POST {ROUTE} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body) if length is None else length}\r\nConnection: close\r\n\r\n")
+    head = (
+        f"POST {ROUTE} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body) if length is None else length}\r\nConnection: close\r\n\r\n"
+    )
     t0 = time.perf_counter()
     writer.write(head.encode() + body)
     await writer.drain()
@@ -63,8 +65,10 @@ def junk(i: int, hog: dict[str, Any]) -> tuple[bytes, int | None]:
         (b"{not json", None),
         (json.dumps({"token": f"guess-{i}", "event": {"kind": "view", "run": 1, "step": 0}}).encode(), None),
         (b'{"token": "%s", "event": {"kind": "view", "run": 1, "step": 1e999}}' % hog["token"].encode(), None),
-        (b'{"token": "%s", "event": {"kind": "view", "run": 1, "step": 0, "sent": 1e300}}' % hog["token"].encode(),
-         None),
+        (
+            b'{"token": "%s", "event": {"kind": "view", "run": 1, "step": 0, "sent": 1e300}}' % hog["token"].encode(),
+            None,
+        ),
         (b"", TEN_MB),
         (b"[" * 50_000, None),
         (json.dumps({"token": hog["token"], "event": event}).encode(), None),
@@ -81,8 +85,9 @@ async def _session(browser: Any, url: str) -> Any:
 
 
 async def _identity(page: Any) -> dict[str, Any]:
-    return await page.evaluate("() => { const s = window.__specvizStage.state;"
-                               " return {token: s.data.channel, run: s.run, step: s.cur}; }")
+    return await page.evaluate(
+        "() => { const s = window.__specvizStage.state; return {token: s.data.channel, run: s.run, step: s.cur}; }"
+    )
 
 
 async def _clicks(page: Any, n: int, done: asyncio.Event | None = None) -> list[float]:
@@ -102,8 +107,9 @@ async def _clicks(page: Any, n: int, done: asyncio.Event | None = None) -> list[
 async def _route_calls(host: str, port: int, victim: dict[str, Any], done: asyncio.Event) -> list[float]:
     times = []
     while not done.is_set():
-        body = json.dumps({"token": victim["token"], "event": {"kind": "view", "run": victim["run"],
-                                                                "step": victim["step"]}}).encode()
+        body = json.dumps(
+            {"token": victim["token"], "event": {"kind": "view", "run": victim["run"], "step": victim["step"]}}
+        ).encode()
         status, took = await post(host, port, body)
         if status == 200:
             times.append(took)
@@ -117,8 +123,16 @@ async def _junk_process(url: str, burst: int, hog: dict[str, Any]) -> Any:
     1,000 connections at once otherwise takes the cores the server and the victim's browser need)."""
     code = "import sys; from bench.route_limits import send_burst; send_burst(*sys.argv[1:])"
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-c", code, url, str(burst), json.dumps(hog), stdout=asyncio.subprocess.PIPE,
-        preexec_fn=lambda: os.nice(19), cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        sys.executable,
+        "-c",
+        code,
+        url,
+        str(burst),
+        json.dumps(hog),
+        stdout=asyncio.subprocess.PIPE,
+        preexec_fn=lambda: os.nice(19),
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
 
 
 def send_burst(url: str, burst: str, hog: str) -> None:
@@ -139,8 +153,12 @@ def _q(xs: list[float], q: float) -> float | None:
 
 
 def _ms(xs: list[float]) -> dict[str, Any]:
-    return {"n": len(xs), "p50_ms": round(1000 * (_q(xs, 0.5) or 0), 1), "p95_ms": round(1000 * (_q(xs, 0.95) or 0), 1),
-            "max_ms": round(1000 * max(xs), 1) if xs else None}
+    return {
+        "n": len(xs),
+        "p50_ms": round(1000 * (_q(xs, 0.5) or 0), 1),
+        "p95_ms": round(1000 * (_q(xs, 0.95) or 0), 1),
+        "max_ms": round(1000 * max(xs), 1) if xs else None,
+    }
 
 
 async def measure(url: str, burst: int, bursts: int, clicks: int) -> dict[str, Any]:
@@ -192,9 +210,12 @@ def main(argv: list[str] | None = None) -> int:
         stop_server(proc)
     print(json.dumps(result, indent=1))
     p95 = result["clicks_during_bursts"]["p95_ms"]
-    print(f"10 MB refused: p50 {result['ten_mb']['p50_ms']} ms, max {result['ten_mb']['max_ms']} ms "
-          f"(statuses {result['ten_mb']['statuses']}); victim Next phase during {args.burst}-request bursts: "
-          f"p95 {p95} ms ({'within' if p95 <= 1000 else 'OVER'} the 1 s bound)", file=sys.stderr)
+    print(
+        f"10 MB refused: p50 {result['ten_mb']['p50_ms']} ms, max {result['ten_mb']['max_ms']} ms "
+        f"(statuses {result['ten_mb']['statuses']}); victim Next phase during {args.burst}-request bursts: "
+        f"p95 {p95} ms ({'within' if p95 <= 1000 else 'OVER'} the 1 s bound)",
+        file=sys.stderr,
+    )
     return 0 if p95 <= 1000 else 1
 
 

@@ -122,8 +122,10 @@ def _one_try(browser, url: str, errors: list[str]) -> dict:
         _step(a, "next_phase")
         _step(b, "next_phase")
         _step(stranger, "next_phase")
-        after = {name: (_cur(p), p.evaluate("window.__specvizStage.state.data.view"))
-                 for name, p in (("a", a), ("b", b), ("stranger", stranger))}
+        after = {
+            name: (_cur(p), p.evaluate("window.__specvizStage.state.data.view"))
+            for name, p in (("a", a), ("b", b), ("stranger", stranger))
+        }
         assert after == {"a": (a_at + 1, a_at + 1), "b": (b_at + 1, b_at + 1), "stranger": (1, 1)}, after
         channels = {p.evaluate("window.__specvizStage.state.data.channel") for p in (a, b, stranger)}
         assert len(channels) == 3

@@ -80,11 +80,29 @@ def _serve_and_knock(tmp_path: Path, cwd: Path) -> tuple[list[list], str]:
     (tmp_path / "hook" / "sitecustomize.py").write_text(textwrap.dedent(HOOK))
     log = tmp_path / f"connects-{cwd.name}.jsonl"
     port = free_port()
-    env = dict(os.environ, SPECVIZ_PAIR="tiny", SPECVIZ_CLASSROOM="1", SPECVIZ_CONNECT_LOG=str(log),
-               PYTHONPATH=os.pathsep.join([str(tmp_path / "hook"), str(REPO)]))
+    env = dict(
+        os.environ,
+        SPECVIZ_PAIR="tiny",
+        SPECVIZ_CLASSROOM="1",
+        SPECVIZ_CONNECT_LOG=str(log),
+        PYTHONPATH=os.pathsep.join([str(tmp_path / "hook"), str(REPO)]),
+    )
     env.pop("STREAMLIT_BROWSER_GATHER_USAGE_STATS", None)
-    cmd = [sys.executable, "-m", "streamlit", "run", str(REPO / "app.py"), "--server.headless", "true",
-           "--server.port", str(port), "--server.address", "0.0.0.0", "--server.fileWatcherType", "none"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(REPO / "app.py"),
+        "--server.headless",
+        "true",
+        "--server.port",
+        str(port),
+        "--server.address",
+        "0.0.0.0",
+        "--server.fileWatcherType",
+        "none",
+    ]
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -120,8 +138,12 @@ async def _knock(url: str) -> None:
     async with WsClient(url, timeout_s=120) as page:
         await page.run()  # a page's first script run: settings, the pair, a run
     try:
-        ws = await connect(url.replace("http", "ws") + "/_stcore/stream", subprotocols=["streamlit"],
-                           origin="http://elsewhere.example", open_timeout=30)
+        ws = await connect(
+            url.replace("http", "ws") + "/_stcore/stream",
+            subprotocols=["streamlit"],
+            origin="http://elsewhere.example",
+            open_timeout=30,
+        )
         await ws.close()
     except Exception:  # noqa: BLE001 - refused or not: what the server tried meanwhile is what counts
         pass
@@ -136,7 +158,11 @@ def test_the_server_reaches_only_loopback(tmp_path):
     # The control: the hook sees the call that is gone (Streamlit's own look-up, unsealed, in a bare process).
     log = tmp_path / "control.jsonl"
     env = dict(os.environ, SPECVIZ_CONNECT_LOG=str(log), PYTHONPATH=str(tmp_path / "hook"))
-    subprocess.run([sys.executable, "-c", "from streamlit import net_util; net_util.get_external_ip()"], env=env,
-                   check=True, timeout=60)
+    subprocess.run(
+        [sys.executable, "-c", "from streamlit import net_util; net_util.get_external_ip()"],
+        env=env,
+        check=True,
+        timeout=60,
+    )
     seen = [json.loads(line) for line in log.read_text().splitlines()]
     assert ["lookup", "checkip.amazonaws.com"] in seen or any(not _local(*e) for e in seen if e[0] != "hook"), seen
