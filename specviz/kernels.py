@@ -26,6 +26,7 @@ product's rounding depends only on its row count: exactness stays relative to th
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import os
@@ -355,7 +356,18 @@ def install(
         }
         model.specviz_kernels = summary["models"][role]
     summary["measured_now"] = measured
+    _return_freed_memory()
     return summary
+
+
+def _return_freed_memory() -> None:
+    """Hand the pages of the dropped plain weights (and of the timing's temporary packed copies)
+    back to the OS. glibc keeps freed blocks in its heap (its thresholds rise as large blocks are
+    freed), so without a trim the process would hold both copies: +214 MiB for the bfloat16 pair,
+    measured. Other C libraries have no `malloc_trim`: nothing to do."""
+    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
+    if trim is not None:
+        trim(0)
 
 
 def _plans(
