@@ -378,7 +378,13 @@ def _load_tokenizer(path: Path, name: str) -> Any:
 
 
 def _load_model(path: Path, name: str, device: torch.device, dtype: torch.dtype) -> Any:
-    model = _from_pretrained("AutoModelForCausalLM", path, f"Could not load model {name}", dtype=dtype)
+    # Safetensors only, from a local directory as from the hub: a pickled *.bin checkpoint runs code as
+    # it loads, and a directory holding both must not fall back to it.
+    if not any(path.glob("*.safetensors")):
+        raise ModelLoadError(f"Model {name} ({path}) has no safetensors weights. specviz only loads safetensors "
+                             "(pickled *.bin checkpoints can run code when loaded); convert it first.")
+    model = _from_pretrained("AutoModelForCausalLM", path, f"Could not load model {name}", dtype=dtype,
+                             use_safetensors=True)
     return model.to(device).eval().requires_grad_(False)  # the decoder never trains: no autograd graph, less memory
 
 
