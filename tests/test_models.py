@@ -131,6 +131,23 @@ def test_directory_without_config(tmp_path: Path) -> None:
         resolve_model_dir(tmp_path / "empty")
 
 
+def test_a_local_directory_with_pickled_weights_only_is_refused(tmp_path: Path) -> None:
+    """A local folder, like a hub id, is loaded from safetensors only (a *.bin pickle runs code as it loads)."""
+    good = _save_llama(tmp_path / "good")
+    import shutil
+
+    from safetensors.torch import load_file
+
+    pickled = tmp_path / "pickled"
+    shutil.copytree(good, pickled)
+    for weights in pickled.glob("*.safetensors"):  # the same weights, as the pickle a *.bin checkpoint is
+        torch.save(load_file(weights), pickled / "pytorch_model.bin")
+        weights.unlink()
+    assert any(pickled.glob("*.bin")) and not any(pickled.glob("*.safetensors"))
+    with pytest.raises(ModelLoadError, match="no safetensors weights"):
+        load_pair(str(pickled), str(good))
+
+
 def test_missing_gguf_file(tmp_path: Path) -> None:
     with pytest.raises(ModelLoadError, match="GGUF"):
         resolve_model_dir(tmp_path / "nothing.gguf")
