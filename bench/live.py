@@ -34,10 +34,12 @@ from typing import Any
 from bench.load import CHROMIUM, CHROMIUM_ARGS, CpuSampler, RssSampler, percentiles, start_server, stop_server
 
 LIVE = "/api/specviz/live"
-PAINTS_JS = """() => { window.__paints = [];
-  const root = document.querySelector('.svs');
-  new MutationObserver(() => window.__paints.push([Number(root.dataset.step), performance.timeOrigin + performance.now()]))
-    .observe(root, {attributes: true, attributeFilter: ['data-step']}); }"""
+# Each paint of the stage (its `data-step` set) and each press of a button, on the page's clock (epoch ms).
+PAINTS_JS = """() => { window.__paints = []; window.__clicks = [];
+  const now = () => performance.timeOrigin + performance.now(), root = document.querySelector('.svs');
+  new MutationObserver(() => window.__paints.push([Number(root.dataset.step), now()]))
+    .observe(root, {attributes: true, attributeFilter: ['data-step']});
+  window.addEventListener('pointerdown', () => window.__clicks.push(now()), true); }"""
 
 
 class ProtocolFollower(threading.Thread):
@@ -117,10 +119,9 @@ def run_n(n: int, browsers: int, clicks: int, say: Any = print) -> dict[str, Any
             with CpuSampler(proc.pid) as cpu:
                 for _ in range(clicks):
                     step = lecturer.evaluate("window.__specvizStage.state.cur") + 1
-                    at = lecturer.evaluate("performance.timeOrigin + performance.now()") / 1000
                     lecturer.locator(".st-key-next_phase button").first.click()
-                    clicked[step] = at
                     lecturer.wait_for_function(f"window.__specvizStage.state.cur === {step}")
+                    clicked[step] = lecturer.evaluate("window.__clicks[window.__clicks.length - 1]") / 1000
                     time.sleep(1.5)
                 time.sleep(5.0)
             final = lecturer.evaluate("window.__specvizStage.state.cur")
@@ -143,7 +144,8 @@ def run_n(n: int, browsers: int, clicks: int, say: Any = print) -> dict[str, Any
         return {"followers": n, "browsers": len(pages), "clicks": clicks, **percentiles(sorted(lat)),
                 "missed_steps": missed, "late_after_5s": late, "lecturer_click_median_s": statistics.median(own),
                 "rss_idle_mb": idle_mb, "rss_connected_mb": connected_mb,
-                "mb_per_follower": (connected_mb - idle_mb) / n, "server_cpu_s_per_click": cpu.seconds("server") / clicks}
+                "mb_per_follower": (connected_mb - idle_mb) / n,
+                "server_cpu_s_per_click": cpu.seconds("server") / clicks}
     finally:
         stop_server(proc)
 
@@ -160,9 +162,9 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     lines = [
         "## A live lecture: one lecturer, N followers",
         "",
-        f"`python -m bench.live` on {cpu_name()} ({len(rows) and rows[0].get('cores', '')} cores), the tiny pair; the "
-        "lecturer clicks Next phase every 1.5 s. Click → follower is the lecturer's click to the follower showing that "
-        "step (a Chromium page's paint, a protocol client's answer).",
+        f"`python -m bench.live` on {cpu_name()} ({rows[0]['cores'] if rows else '?'} cores), the tiny pair; the "
+        "lecturer clicks Next phase every 1.5 s. From the click's event on the lecturer's page to the follower showing "
+        "that step (a Chromium page's paint, a protocol client's answer), and to the lecturer's own paint.",
         "",
         "| followers (Chromium) | click → follower p50 / p95 / max | missed | late after 5 s | lecturer's Next phase "
         "(median) | RSS idle → connected | per follower | server CPU per click |",
@@ -182,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--followers", default="10,40,100")
     ap.add_argument("--browsers", type=int, default=4)
     ap.add_argument("--clicks", type=int, default=20)
-    ap.add_argument("--out", default="bench/results/live.json")
+    ap.add_argument("--out", help="also write the rows as JSON here")
     args = ap.parse_args(argv)
     import os
     from pathlib import Path
@@ -193,8 +195,8 @@ def main(argv: list[str] | None = None) -> int:
         row["cores"] = os.cpu_count()
         rows.append(row)
         print(f"  {json.dumps(row)}", flush=True)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"cpu": cpu_name(), "rows": rows}, indent=1))
+    if args.out:
+        Path(args.out).write_text(json.dumps({"cpu": cpu_name(), "rows": rows}, indent=1))
     print(markdown(rows))
     return 0
 
