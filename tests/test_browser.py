@@ -626,6 +626,10 @@ def test_the_standalone_page_steps_with_the_same_code(browser, tmp_path) -> None
     assert seen["to"] == "cycle 1 · verify" and seen["replaced"] == 0 and seen["kept"] > 0, seen
     page.keyboard.press("Shift+ArrowRight")
     page.wait_for_function("() => window.__specvizStage.state.cur === 5")
+    # The generated-text strip, as in the app (it was dropped here): the cycle's committed tokens in it.
+    strips = page.evaluate("[document.querySelector('.svs-strip').innerHTML,"
+                           " document.querySelectorAll('section.step .strip')[5].innerHTML]")
+    assert strips[0] == strips[1] and "Hello" in page.locator(".svs-strip").inner_text()
     page.screenshot(path=str(OUT / "60-standalone.png"))
     page.close()
     assert not errors, errors

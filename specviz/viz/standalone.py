@@ -42,7 +42,8 @@ def run_html(record: RunRecord) -> str:
         title = "prefill" if s["cycle"] is None else f"cycle {s['cycle'] + 1} · {s['phase']}"
         sections.append(f"<section class='step' data-title='{esc(title)}'>"
                         f"<div class='status'>{s['status']}</div><div class='kv'>{s['kv'][0]}</div>"
-                        f"<div class='story' data-role='narrative'>{s['story']}</div></section>")
+                        f"<div class='story' data-role='narrative'>{s['story']}</div>"
+                        f"<div class='strip'>{s['strip']}</div></section>")
     title = esc(record.title or "specviz run")
     script = (stage_js.core_js() + stage_js.read_static("standalone.js")).replace("</script", "<\\/script")
     return (

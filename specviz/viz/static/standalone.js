@@ -5,7 +5,8 @@ const svSteps = {};
 document.querySelectorAll('section.step').forEach((sec, i) => {
   svSteps[String(i)] = {
     title: sec.dataset.title, kv: [sec.querySelector('.kv').innerHTML],
-    status: sec.querySelector('.status').innerHTML, story: sec.querySelector('.story').innerHTML, strip: '',
+    status: sec.querySelector('.status').innerHTML, story: sec.querySelector('.story').innerHTML,
+    strip: sec.querySelector('.strip').innerHTML,
   };
 });
 const svCounter = document.getElementById('counter');
