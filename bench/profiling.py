@@ -215,7 +215,7 @@ def step_markdown(result: dict[str, Any]) -> str:
         "unprofiled steps; the groups are torch.profiler's own CPU time per step (the profiler adds its own "
         "overhead, so they sum to more than the wall time). *Floor*: the bytes of weights a step streams ÷ this "
         "thread's read bandwidth (a 256 MiB sum), the time no kernel can beat. Load average "
-        f"{', '.join(f'{x:.1f}' for x in result['loadavg_start'])} at the start.",
+        f"{', '.join(f'{x:.1f}' for x in result['loadavg_start'])} at the start. {result.get('note', '')}".rstrip(),
         "",
         "| | " + " | ".join(variants) + " |",
         "|---|" + "---:|" * len(variants),
@@ -253,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kernels", default="reference,selected")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--into", type=Path)
+    ap.add_argument("--note", default="", help="a sentence added to the report (e.g. the machine was shared)")
     args = ap.parse_args(argv)
     if not args.step:
         ap.error("only --step runs on its own (the cycle profiles are the suite's section 6)")
@@ -260,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     from specviz.kernels import machine
 
     result: dict[str, Any] = {"cpu": cpu_name(), "cpu_isa": machine()[0], "loadavg_start": os.getloadavg(),
-                              "by": {}}
+                              "note": args.note, "by": {}}
     for dtype in args.dtypes.split(","):
         for kernel in args.kernels.split(","):
             model, result["target"] = verify_cost.load_target("default", dtype, torch.device("cpu"), kernel)
