@@ -150,7 +150,8 @@ def choose(law: CostLaw, proposer: str, acceptance: Sequence[float], k_max: int)
     a1 = acceptance[0] if acceptance else 0.0
     if best.k and best.expected_speedup > 1 + MARGIN:
         return dataclasses.replace(best, reason=(
-            f"{best.k} drafts: {best.expected_tokens:.2f} tokens expected for {best.cycle_cost:.2f} steps "
+            f"{best.k} draft{'s' if best.k > 1 else ''}: {best.expected_tokens:.2f} tokens expected for "
+            f"{best.cycle_cost:.2f} steps "
             f"(v({best.k + 1}) = {law.v(best.k + 1):.2f}, c = {law.cost_of(proposer):.3f}, a1 = {a1:.2f})"))
     one = break_even(law, proposer, 1)
     pays = f"pays only if accepted over {one:.0%}" if one < 1 else "never pays"
