@@ -15,13 +15,13 @@ second copy, so where it serves one row as fast as the plain weight the plain on
 Which kernel wins depends on the CPU, the dtype, the shape and the row count, so nothing here is
 assumed: for each distinct linear shape (in, out, dtype, bias) of the pair and each row bucket,
 every available candidate is timed on the model's own weights, interleaved, and the fastest is
-used for that row count (`Plan`). Candidates must compute the same product: a candidate whose
+used for that row count (`decide`). Candidates must compute the same product: a candidate whose
 output differs from ``F.linear`` by more than float rounding is never used. The timings are cached
 per machine (CPU model, ISA flags, threads, torch version) in the user cache; ``SPECVIZ_KERNELS=
 reference`` keeps plain ``nn.Linear`` everywhere. The dispatch lives on the modules themselves
 (`SelectedLinear`), so every caller of the model (both decoders, HF ``generate``) gets it, and a
 product's rounding depends only on its row count: exactness stays relative to the model as run
-(docs/design.md §1, §3 "Kernels").
+(docs/design.md §3, "Kernels chosen at load").
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ ONE_ROW_SLACK = 1.0  # a packed copy replaces a plain weight only if one row cos
 COLD_BYTES = 40 << 20  # a shape is timed over up to this many bytes of its layers (past the caches)
 ROUNDS = 5  # timing rounds per shape (every candidate and bucket once per round; the fastest counts)
 MARGIN = 0.05  # another kernel replaces F.linear at a row count only when this much faster
-EXTRA_BYTES_SHARE = 0.05  # packed copies kept beside their plain weight: at most this share of a model's bytes
+EXTRA_BYTES_SHARE = 0.05  # packed copies kept beside their plain weight: at most this share of the models' bytes
 
 Progress = Callable[[str, "float | None"], None]
 
@@ -131,7 +131,7 @@ def rounding_bound(weight: torch.Tensor, x: torch.Tensor, bias: torch.Tensor | N
 
 
 class SelectedLinear(nn.Linear):
-    """An ``nn.Linear`` that runs each row count with the kernel its `Plan` chose. Installed by
+    """An ``nn.Linear`` that runs each row count with the kernel `decide` chose for it. Installed by
     swapping an existing module's class (its hooks, names and bias stay); ``restore`` undoes it.
 
     ``kernels`` maps a row count (index) to its kernel; counts past the end use the last. With
@@ -377,9 +377,8 @@ def _plans(
     layers or none, smallest total first, within `EXTRA_BYTES_SHARE` of the models' bytes."""
     droppable = {id(m) for _, model, may_drop in models if may_drop for m in model.modules()}
     for _, model, _ in models:
-        droppable -= {
-            id(m) for m in model.modules() if isinstance(m, nn.Linear) and id(m.weight) in _shared_weights(model)
-        }
+        shared = _shared_weights(model)
+        droppable -= {id(m) for m in model.modules() if isinstance(m, nn.Linear) and id(m.weight) in shared}
     budget = EXTRA_BYTES_SHARE * sum(_param_bytes(model) for _, model, _ in models)
     plans: dict[int, tuple[str, dict[int, str]]] = {}
     wanted = {
