@@ -52,6 +52,19 @@ def tiny_gpt2(make_tiny_model):
 
 
 @pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    """`streamlit run app.py` with the tiny random pair on a free port, one per browser-test module (a
+    module that needs another pair defines its own `server`); its base address."""
+    from bench.load import start_server, stop_server
+
+    proc, url = start_server("tiny", ready_s=90)
+    try:
+        yield url
+    finally:
+        stop_server(proc)
+
+
+@pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
     """Debian's headless Chromium through Playwright, for one browser-test module (its screenshots go
     to test-artifacts/browser/)."""

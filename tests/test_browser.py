@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -128,15 +127,6 @@ HOOKS_JS = """() => {
     actions: [...stage.querySelectorAll('[data-role=action]')].map(box),
     narrative: box(story), narrativePx: parseFloat(getComputedStyle(story).fontSize)};
 }"""
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[str]:
-    proc, url = start_server("tiny", ready_s=90)
-    try:
-        yield url
-    finally:
-        stop_server(proc)
 
 
 def _open(browser, url: str, errors: list[str], width: int = 1920, height: int = 1080):

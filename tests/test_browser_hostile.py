@@ -23,7 +23,7 @@ import pytest
 from hostile_runs import PAYLOADS, hostile_text, tiny_record, with_value
 from test_browser import _button, _no_exception, _open, _status, _wait_idle, _watch_errors
 
-from bench.load import CHROMIUM, start_server, stop_server
+from bench.load import CHROMIUM
 from specviz.runfile import load_run
 from specviz.viz.standalone import run_html
 
@@ -33,15 +33,6 @@ pytestmark = [
 ]
 
 PWNED = "() => window.__pwned"
-
-
-@pytest.fixture(scope="module")
-def server():
-    proc, url = start_server("tiny", ready_s=90)
-    try:
-        yield url
-    finally:
-        stop_server(proc)
 
 
 def _hostile_file(tmp_path: Path) -> Path:

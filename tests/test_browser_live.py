@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from bench.load import CHROMIUM, start_server, stop_server
+from bench.load import CHROMIUM
 
 LIVE = "/api/specviz/live"  # specviz.ui.live_route.PATH
 
@@ -23,15 +22,6 @@ pytestmark = [
     pytest.mark.browser,
     pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian chromium is not installed"),
 ]
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[str]:
-    proc, url = start_server("tiny", ready_s=90)
-    try:
-        yield url.rstrip("/")
-    finally:
-        stop_server(proc)
 
 
 @pytest.fixture(scope="module")

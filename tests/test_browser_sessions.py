@@ -17,12 +17,11 @@ following its own page. `TRIES` tries, all must pass (the figure the issue asks 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from bench.load import CHROMIUM, start_server, stop_server
+from bench.load import CHROMIUM
 
 STATUS = "[data-testid='stStatusWidget']"
 TRIES = int(os.environ.get("SPECVIZ_SESSION_TRIES", "3"))  # 10 for the issue's figure (slow: ~25 s a try)
@@ -41,15 +40,6 @@ pytestmark = [
     pytest.mark.browser,
     pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian chromium is not installed"),
 ]
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[str]:
-    proc, url = start_server("tiny", ready_s=90)
-    try:
-        yield url
-    finally:
-        stop_server(proc)
 
 
 def _page(context, url: str, errors: list[str]):
