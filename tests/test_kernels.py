@@ -267,3 +267,30 @@ def test_verify_cost_reports_both_kernels_in_its_own_section(tmp_path):
     assert {(r["kernel"], r["n"]) for r in result["rows"]} == {(k, n) for k in verify_cost.KERNELS for n in (1, 2)}
     assert result["kernel_logit_diff"]["float32"]["argmax_flips"] == 0  # tiny shapes: both run nn.Linear
     assert "verify_kernels" in separate.SEPARATE and "step_profile" in separate.SEPARATE
+
+
+@pytest.mark.slow  # a statistical check: 1,000 seeded runs
+def test_sampling_under_packed_kernels_follows_the_target_distribution():
+    """The chi-square test of test_exactness.py with every linear of the tiny pair forced onto the
+    packed kernel (sizes the selection itself would leave alone): the first two tokens' joint law."""
+    import collections
+
+    from cuda_checks import EXACT_PROMPT, VOCAB, chi_square, exact_joint, seeded_windows
+    from engine_helpers import make_pair
+
+    pair = make_pair("llama", vocab_size=VOCAB, noise=1.0, seed=3)
+    for model in (pair.target, pair.draft):
+        for module in [m for m in model.modules() if type(m) is nn.Linear]:
+            kernels.swap(module, "packed", {b: "onednn_packed" for b in kernels.BUCKETS})
+    cfg = DecodeConfig(k=3, temperature=1.0, instrument=False, max_new_tokens=16)
+    with torch.inference_mode():
+        expected = exact_joint(pair.target, cfg)
+    runs = 1000
+    counts = collections.Counter(
+        tuple(dec.committed[len(EXACT_PROMPT) : len(EXACT_PROMPT) + 2])
+        for dec, _ in seeded_windows(pair, cfg, EXACT_PROMPT, runs)
+    )
+    stat, pvalue = chi_square(counts, expected, runs)
+    assert pvalue > 0.01, (stat, pvalue)
+    draft_law = exact_joint(pair.draft, cfg)  # power: the draft's own law is far from these samples
+    assert chi_square(counts, draft_law, runs)[1] < 1e-6
