@@ -136,7 +136,18 @@ def analyse(samples: list[dict[str, Any]]) -> dict[str, Any]:
                     "copies_median": statistics.median(copies) if copies else None,
                     "copies_min": min(copies) if copies else None,
                     "plain_share": r["plain_cycles"] / r["auto_cycles"] if r["auto_cycles"] else None})
-    return {"rows": out, "bounds": bounds(out)}
+    return {"rows": out, "bounds": bounds(out), "noise": noise(by_cell)}
+
+
+def noise(by_cell: dict[tuple, dict[str, dict[str, Any]]]) -> dict[str, dict[str, float]]:
+    """Per set and T: the slower plain decoder's tokens/s over the faster one's, per prompt (median,
+    min). Both do the same work, so this is what the machine's load alone does to one ratio."""
+    spread: dict[str, list[float]] = {}
+    for (set_name, t, _), systems_ in by_cell.items():
+        rates = [s["tokens"] / s["seconds"] for n, s in systems_.items() if n in BASELINES and s["seconds"] > 0]
+        if len(rates) == 2:
+            spread.setdefault(f"{set_name} T={t:g}", []).append(min(rates) / max(rates))
+    return {key: {"median": statistics.median(v), "min": min(v)} for key, v in spread.items()}
 
 
 def bounds(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -185,7 +196,10 @@ def markdown(result: dict[str, Any]) -> str:
         lines.append(f"| {r['set']} | {r['T']:g} | {r['system']} | {r['prompts']} | {r['tokens_per_s']:.1f} | "
                      f"{f(r['tokens_per_verify'])} | {r['median']:.2f} | {r['min']:.2f} | {r['max']:.2f} | "
                      f"{f(r['copies_median'])} | {f(r['copies_min'])} | {f(r['plain_share'], '.0%')} |")
-    lines += ["", "| bound (T = 0) | measured | met |", "|---|---:|---|"]
+    lines += ["", "Noise floor (the two plain decoders do the same work; slower ÷ faster per prompt): "
+              + "; ".join(f"{k} median {v['median']:.2f}, worst {v['min']:.2f}" for k, v in result["noise"].items())
+              + ".", ""]
+    lines += ["| bound (T = 0) | measured | met |", "|---|---:|---|"]
     for b in result["bounds"]:
         extra = f" (median {b['median']:.2f})" if "median" in b else ""
         lines.append(f"| {b['bound']} | {b['value']:.2f}{extra} | {'yes' if b['met'] else '**no**'} |")
