@@ -141,7 +141,7 @@ def load_target(shape: str, dtype: str, device: torch.device, kernels: str = "se
     """(target model, its name): the embedded default target, or random weights of a shape, running
     `kernels` ("selected": chosen at load as the app does; "reference": plain nn.Linear)."""
     from specviz import kernels as kernel_choice
-    from specviz.models import cache_dir
+    from specviz.cachedir import cache_dir
 
     with _kernel_mode(kernels):
         if shape == "default":

@@ -220,7 +220,7 @@ def machine_key(pair: Any) -> tuple[str, str]:
 
 def _kernel_choice() -> str:
     """The kernels chosen at load on this machine (their cache file), so a new choice re-measures the law."""
-    from .models import cache_dir
+    from .cachedir import cache_dir
 
     try:
         return hashlib.sha1((cache_dir() / "kernels.json").read_bytes()).hexdigest()
@@ -352,7 +352,7 @@ def law_for(pair: Any, progress: Progress | None = None) -> CostLaw:
     directory models use, keyed by `machine_key`); the first load measures, with progress."""
     if (law := _LAWS.get(pair.target)) is not None:
         return law
-    from .models import cache_dir
+    from .cachedir import cache_dir
 
     path = cache_dir() / "costlaw" / f"{machine_key(pair)[1]}.json"
     try:

@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from specviz.cachedir import cache_dir, env_path
 from specviz.errors import IncompatiblePairError, ModelLoadError
 from specviz.precision import dtype_name
 from specviz.suffix_store import default_store
@@ -71,15 +72,6 @@ class ModelPair:
 def _report(progress: Progress | None, message: str, fraction: float | None = None) -> None:
     if progress is not None:
         progress(message, fraction)
-
-
-def _env_path(variable: str, default: Path) -> Path:
-    return Path(os.environ[variable]).expanduser() if os.environ.get(variable) else default
-
-
-def cache_dir() -> Path:
-    """The user cache specviz writes converted models into (``$SPECVIZ_CACHE_DIR`` overrides)."""
-    return _env_path("SPECVIZ_CACHE_DIR", _env_path("XDG_CACHE_HOME", Path.home() / ".cache") / "specviz")
 
 
 def default_device() -> torch.device:
@@ -186,7 +178,7 @@ def default_target_dir(progress: Progress | None = None) -> Path:
 
 def default_draft_dir() -> Path:
     """The shipped draft weights (``assets/draft``; ``$SPECVIZ_DRAFT_DIR`` overrides)."""
-    return _env_path("SPECVIZ_DRAFT_DIR", _ASSETS / "draft")
+    return env_path("SPECVIZ_DRAFT_DIR", _ASSETS / "draft")
 
 
 # ---------------------------------------------------------------- compatibility checks
@@ -414,7 +406,7 @@ def _load_pair_dirs(target_dir: Path, draft_dir: Path, target_name: str, draft_n
     target = _load_model(target_dir, target_name, t_dev, t_dtype)
     _report(progress, f"Loading the draft {draft_name}…", 0.8)
     draft = _load_model(draft_dir, draft_name, d_dev, d_dtype)
-    _report(progress, "Model pair ready", 1.0)
+    _report(progress, "Models loaded", 0.9)  # then the kernels and the cost law (`with_cost_law` ends it)
     return ModelPair(target=target, draft=draft, tokenizer=tokenizer, target_name=target_name, draft_name=draft_name)
 
 
@@ -500,6 +492,7 @@ def with_cost_law(pair: ModelPair, progress: Progress | None = None) -> ModelPai
     from .costlaw import law_for
 
     law_for(pair, progress)
+    _report(progress, "Model pair ready", 1.0)
     return pair
 
 

@@ -1,0 +1,18 @@
+"""Where specviz keeps what it computes once per machine: converted models, the kernels chosen for
+this CPU (`kernels`), this machine's cost law (`costlaw`). One place, so the modules that write there
+need not import each other (`models` loads pairs and calls both)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def env_path(variable: str, default: Path) -> Path:
+    """The path an environment variable names (``~`` expanded), else `default`."""
+    return Path(os.environ[variable]).expanduser() if os.environ.get(variable) else default
+
+
+def cache_dir() -> Path:
+    """The user cache specviz writes into (``$SPECVIZ_CACHE_DIR`` overrides; else ``$XDG_CACHE_HOME/specviz``)."""
+    return env_path("SPECVIZ_CACHE_DIR", env_path("XDG_CACHE_HOME", Path.home() / ".cache") / "specviz")
