@@ -115,6 +115,8 @@ def ensure_run(controls: sidebar.Controls, pair: Any, settings: ServerSettings) 
     key = controls.restart_key()
     run = ws.run
     forced = ss.pop("_force_new_run", False)  # popped first: a changed key must not leave it for the next run
+    if run is not None and not controls.prompt.strip():  # nothing to start: the stage keeps its run, and the
+        return True  # sidebar says why beside the prompt (`sidebar._prompt_controls`)
     if run is None or run.restart_key != key or forced:
         notice = ss.pop("reset_notice", "")
         if run is not None:

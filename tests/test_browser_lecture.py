@@ -20,6 +20,14 @@ measured at 1920x1080 and at 1280x720 (the viewport resized in place: the same s
 The figures (the share of cells by the rule, the smallest token text, the lowest bottom edge of the
 hooks) go to test-artifacts/browser/lecture-bounds-<shape>.json; screenshots of every phase of the
 first cycle, before and after the prompt change, at both sizes, to test-artifacts/browser/.
+
+The stage the room sees (issue 35, part 0), clicked like a person: every step is a mouse click at the
+centre of Next phase, where the page's own hit test must find the button (a click dispatched inside the
+page skips hit-testing: Streamlit's header once took every click on the buttons, unseen). At both sizes:
+the hit test at each button and the sidebar's toggle, a real click advancing the stage; the computed
+type (narrative ≥ 24 / 18 px, a tree's node text ≥ 18 / 14 px), the narrative whole in its box and the
+phase heading in view at every phase; the settings chips following a live change, a new run's toast
+clear of the narrative, an emptied prompt keeping the stage.
 """
 
 from __future__ import annotations
@@ -160,6 +168,12 @@ HIT_JS = """([x, y, sel]) => { const e = document.elementFromPoint(x, y), b = do
           hit: e ? e.tagName + '.' + e.className + (e.closest('header') ? ' (header)' : '') : null}; }"""
 
 
+def _fixed_k(page) -> None:
+    """Fixed K (K = 5): a new run of the default pair drafts as this machine's cost law says, which may
+    be nothing (a plain step) or a smaller tree; the bounds here are those of the chosen K and tree."""
+    _rerun(page, lambda: page.get_by_text("Fixed K", exact=True).first.click())
+
+
 def _mouse_click(page, selector: str) -> None:
     """Click like a person: the mouse at the centre of what `selector` names, which must be what the
     page hit-tests there (a click dispatched inside the page skips hit-testing, and once hid that
@@ -270,6 +284,7 @@ def test_lecture_mode_one_screen_and_token_text_at_both_sizes(server: str, brows
     page.goto(server, wait_until="domcontentloaded")
     page.locator(".st-key-next_phase button").first.wait_for(timeout=300_000)
     _settle(page)
+    _fixed_k(page)
     if tree:
         _set_number(page, "Tree width (1 = chain)", "3")
     _rerun(page, lambda: page.get_by_text("Lecture mode").first.click())
@@ -333,6 +348,7 @@ def test_a_128_node_tree_stays_in_its_panel_with_the_mask_beside_it(server: str,
     page.goto(server, wait_until="domcontentloaded")
     page.locator(".st-key-next_phase button").first.wait_for(timeout=300_000)
     _settle(page)
+    _fixed_k(page)
     _set_number(page, "Tree width (1 = chain)", "8")
     _set_number(page, "Tree nodes (budget)", "128")
     _rerun(page, lambda: page.get_by_text("Lecture mode").first.click())
@@ -387,6 +403,7 @@ def _lecture_page(browser, server: str, width: int, height: int, errors: list[st
     page.goto(server, wait_until="domcontentloaded")
     page.locator(".st-key-next_phase button").first.wait_for(timeout=300_000)
     _settle(page)
+    _fixed_k(page)
     if tree_width:
         _set_number(page, "Tree width (1 = chain)", tree_width)
     _rerun(page, lambda: page.get_by_text("Lecture mode").first.click())
@@ -447,8 +464,60 @@ def test_type_scales_and_the_narrative_fits_at_every_phase(server: str, browser,
                 bad.append(f"{where}: status line {m['statusPx']} px")
             if shape == "tree" and phase != "rollback" and (m["treeNodePx"] or 0) < MIN_TREE_NODE_PX[height]:
                 bad.append(f"{where}: tree node text {m['treeNodePx']} px")
+            if m["scroll"][0] > m["scroll"][1] + 1:  # scrollHeight > clientHeight: the end is out of sight
+                bad.append(f"{where}: the narrative scrolls inside its box {m['scroll']}")
+            h = m["heading"]
+            if h is None or h["text"] != m["title"] or h["box"][0] < -0.5 or h["box"][1] > height + 0.5 or \
+                    h["box"][2] < -0.5 or h["box"][3] > width + 0.5:
+                bad.append(f"{where}: phase heading {h}")
         page.set_viewport_size({"width": SIZES[0][0], "height": SIZES[0][1]})
     (OUT / f"lecture-type-{shape}.json").write_text(json.dumps(seen, indent=1), encoding="utf-8")
     page.close()
     assert not bad, "\n".join(bad)
+    assert not errors, errors
+
+
+CHIPS_JS = "() => [...document.querySelectorAll('.svs .svs-status code')].map(e => e.textContent)"
+BOX_JS = ("s => { const r = document.querySelector(s).getBoundingClientRect(); "
+            "return [r.top, r.bottom, r.left, r.right]; }")
+
+
+def _overlap(a: list[float], b: list[float]) -> bool:
+    return a[0] < b[1] and b[0] < a[1] and a[2] < b[3] and b[2] < a[3]
+
+
+def test_a_live_change_shows_on_the_stage_and_an_empty_prompt_keeps_it(server: str, browser) -> None:
+    """Lecture mode at 1280x720: chips in the status line name K, the temperature, the proposer and the
+    layout, and follow K changed in the sidebar; a new prompt's toast opens clear of the status line
+    and the narrative; an emptied prompt keeps the stage on its run and says so beside the prompt."""
+    errors: list[str] = []
+    page = _lecture_page(browser, server, 1280, 720, errors)
+    chips = page.evaluate(CHIPS_JS)
+    assert len(chips) == 4 and chips[0] == "K = 5" and chips[-1] == "chain", chips
+    _sidebar(page, True)
+    thumb = page.locator(".st-key-k input[type='range']")  # the slider's thumb takes the keys
+    thumb.focus()
+    _rerun(page, lambda: thumb.press("ArrowLeft"))
+    page.wait_for_function(f"() => ({CHIPS_JS})()[0] === 'K = 4'", timeout=60_000, polling=100)
+
+    run = page.evaluate("window.__specvizStage.state.run")
+    prompt = page.locator("textarea[aria-label='Prompt']")
+    prompt.fill(NEW_PROMPT)
+    prompt.press("Control+Enter")
+    page.wait_for_function(f"() => window.__specvizStage.state.run !== {run}", timeout=300_000, polling=100)
+    page.wait_for_selector("[data-testid='stToast']", timeout=60_000)
+    _sidebar(page, False)
+    toast, side = page.evaluate(BOX_JS, "[data-testid='stToast']"), page.evaluate(BOX_JS, ".svs .svs-side")
+    assert not _overlap(toast, side), (toast, side)
+    assert toast[1] <= 720.5 and toast[0] >= 0, toast
+
+    _sidebar(page, True)
+    run = page.evaluate("window.__specvizStage.state.run")
+    prompt.fill("")
+    _rerun(page, lambda: prompt.press("Control+Enter"))
+    said = page.locator("section[data-testid='stSidebar'] [data-testid='stAlert']").filter(has_text="prompt is empty")
+    assert said.is_visible()
+    assert page.evaluate("window.__specvizStage.state.run") == run and page.locator(".svs .svkv").count() >= 1
+    assert page.locator("[data-testid='stMain'] [data-testid='stAlert']").count() == 0
+    page.close()
     assert not errors, errors

@@ -236,6 +236,9 @@ def _prompt_controls(max_chars: int) -> tuple[str, bool]:
         placeholder="Example prompts…",
     )  # fmt: skip
     prompt = st.text_area("Prompt", key="prompt", height=90, max_chars=max_chars)
+    if not prompt.strip():  # said here, where it is fixed: the stage keeps the run it shows (app.ensure_run)
+        st.error("The prompt is empty: type something for the model to continue. The stage keeps the run it shows.",
+                 icon=":material/edit_note:")
     chat = st.toggle(
         "Apply the chat template", key="chat",
         help="Wrap the prompt as a user message with the tokenizer's chat template "

@@ -136,8 +136,11 @@ def on_quiz_submit(cycle: int) -> None:
 # ---------------------------------------------------------------- views -----------------------
 
 
+BUTTON_ROW = "stage_buttons"  # the button row's container: lecture mode narrows it to the picture's column
+
+
 def button_row(run: Run | None) -> None:
-    cols = st.columns([1.5, 1.7, 1.1, 1.2, 1.1, 1.5])
+    cols = st.container(key=BUTTON_ROW).columns([1.5, 1.7, 1.1, 1.2, 1.1, 1.5])
     disabled = run is None
     playing = workspace().playing
     # Material icons ship with Streamlit's frontend (no emoji font needed on the viewer's machine).
@@ -176,7 +179,16 @@ def proposer_label(run: Run) -> str:
 
 
 def status_suffix(run: Run) -> str:
-    return "" if run.live else f" · {run.source} run (no model)"
+    return settings_chip(run) + ("" if run.live else f" · {run.source} run (no model)")
+
+
+def settings_chip(run: Run) -> str:
+    """K, temperature, proposer and layout as the status line's chips (markdown code spans, drawn as
+    chips by stage.css), so a setting changed live shows on the stage the room sees."""
+    config = run.dec.config if run.dec is not None else run.config
+    temperature = "greedy" if config.temperature == 0 else f"T = {config.temperature:g}"
+    layout = "chain" if config.tree_width <= 1 else f"tree {config.tree_width}×{config.tree_nodes}"
+    return f" · `K = {config.k}` `{temperature}` `{proposer_label(run)}` `{layout}`"
 
 
 QUIZ_ANSWERS = ("quiz_accepted", "quiz_dropped", "quiz_freed", "quiz_path")  # the question's widgets

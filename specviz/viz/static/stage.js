@@ -211,7 +211,7 @@ function createStage(root, hooks) {
     "<div class='svs-notice' role='status' aria-live='polite'></div>" +
     "<div class='svs-body'>" +
     "<div class='svs-pics'><div class='svs-pic' data-pic='0'></div><div class='svs-pic svs-pic-2' data-pic='1'></div></div>" +
-    "<aside class='svs-side'><div class='svs-status'></div>" +
+    "<aside class='svs-side'><div class='svs-heading' data-role='phase'></div><div class='svs-status'></div>" +
     "<div class='svs-story' data-role='narrative' aria-live='polite'></div></aside></div>" +
     "<div class='svs-strip'></div>"
   );
@@ -219,6 +219,7 @@ function createStage(root, hooks) {
     intro: root.querySelector('.svs-intro'),
     notice: root.querySelector('.svs-notice'),
     pics: [...root.querySelectorAll('.svs-pic')],
+    heading: root.querySelector('.svs-heading'),  // the phase, over the narrative (lecture mode: stage.css)
     status: root.querySelector('.svs-status'),
     story: root.querySelector('.svs-story'),
     strip: root.querySelector('.svs-strip'),
@@ -250,6 +251,7 @@ function createStage(root, hooks) {
     root.classList.toggle('svs-compare', kv.length > 1);
     el.pics.forEach((slot, i) => patch(slot, kv[i] || ''));
     fitTree(root);
+    el.heading.textContent = d.title;
     el.status.innerHTML = d.status;
     el.story.innerHTML = d.story;
     if (el.strip.dataset.html !== d.strip) { el.strip.innerHTML = d.strip; el.strip.dataset.html = d.strip; }
