@@ -521,3 +521,35 @@ def test_a_live_change_shows_on_the_stage_and_an_empty_prompt_keeps_it(server: s
     assert page.locator("[data-testid='stMain'] [data-testid='stAlert']").count() == 0
     page.close()
     assert not errors, errors
+
+
+def test_a_student_alone_at_1366x768_clicks_and_reads_the_same_stage(server: str, browser) -> None:
+    """The normal layout at 1366x768 (lecture mode off): every stage button hit-tested at its centre and
+    Next phase clicked by the mouse; the narrative and the status line at their boxes' sizes (Streamlit's
+    `p` rule does not win there either); the chips in the status line; the lecture heading left out."""
+    errors: list[str] = []
+    page = browser.new_page(viewport={"width": 1366, "height": 768})
+    page.set_default_timeout(300_000)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(server, wait_until="domcontentloaded")
+    page.locator(".st-key-next_phase button").first.wait_for(timeout=300_000)
+    _settle(page)
+    _fixed_k(page)
+    for key in BUTTONS:
+        sel = f".st-key-{key} button"
+        box = page.locator(sel).first.bounding_box()
+        hit = page.evaluate(HIT_JS, [box["x"] + box["width"] / 2, box["y"] + box["height"] / 2, sel])
+        assert hit["inside"], (key, hit)
+    start = page.evaluate("window.__specvizStage.state.cur")
+    _step(page, start + 1)
+    sizes = page.evaluate("""() => { const px = e => parseFloat(getComputedStyle(e).fontSize);
+      const story = document.querySelector('.svs .svs-story'), status = document.querySelector('.svs .svs-status');
+      return {story: px(story), storyP: Math.min(...[...story.querySelectorAll('p')].map(px)),
+              status: px(status), statusP: px(status.querySelector('p')),
+              heading: getComputedStyle(document.querySelector('.svs [data-role=phase]')).display}; }""")
+    assert sizes["storyP"] == sizes["story"] and sizes["statusP"] == sizes["status"], sizes
+    assert sizes["heading"] == "none", sizes
+    chips = page.evaluate(CHIPS_JS)
+    assert len(chips) == 4 and chips[0] == "K = 5", chips
+    page.close()
+    assert not errors, errors
