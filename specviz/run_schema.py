@@ -61,14 +61,23 @@ PROB_SLACK = 1e-4  # how far past 1 a recorded probability may be (rounding, see
 
 def positions_limit(prompt_len: int, cycles: list[Any]) -> int:
     """The most positions any cache of this run ever held: the prompt, every token its cycles emitted,
-    and the most drafts one cycle appended on top, plus one. Counted from the lists in the file (raw,
+    and the most one cycle appended on top (its drafts; a tree's proposer also the tokens it fed while
+    growing the tree, `proposer_fed`), plus one. Counted from the lists in the file (raw,
     before validation: only their lengths are read), capped at MAX_POSITIONS."""
     emitted = drafts = 0
     for cycle in cycles if isinstance(cycles, list) else ():
         if isinstance(cycle, dict):
             emitted += len(cycle["emitted"]) if isinstance(cycle.get("emitted"), list) else 0
-            drafts = max(drafts, len(cycle["drafts"]) if isinstance(cycle.get("drafts"), list) else 0)
+            drafts = max(drafts, _length(cycle.get("drafts")) + _length(_get(cycle.get("tree"), "proposer_fed")))
     return min(MAX_POSITIONS, prompt_len + emitted + drafts + 1)
+
+
+def _length(value: Any) -> int:
+    return len(value) if isinstance(value, list) else 0
+
+
+def _get(value: Any, key: str) -> Any:
+    return value.get(key) if isinstance(value, dict) else None
 
 
 def _within_run(value: Any, info: ValidationInfo) -> Any:
