@@ -147,7 +147,8 @@ def test_a_closed_tabs_address_opens_a_run_of_its_own(server: str, browser) -> N
         _step(page, "next_cycle")
         address = page.url
         assert _cur(page) == 5 and "session" not in address
-        page.close(run_before_unload=True)
+        with page.expect_event("close"):  # close(run_before_unload=True) returns before the page has gone
+            page.close(run_before_unload=True)
         assert any(c["name"] == "specviz_resume" for c in owner.cookies())  # left for a reload, in this browser
         stranger = _page(other, address, errors)
         assert _cur(stranger) == 0 and not any(c["name"] == "specviz_resume" for c in other.cookies())
