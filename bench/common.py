@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from specviz.cachedir import cpu_model
 from specviz.prompting import chat_ids
 
 REPO = Path(__file__).resolve().parent.parent
@@ -232,15 +233,7 @@ def machine() -> dict[str, Any]:
             "git_commit": _git("rev-parse", "--short", "HEAD")}
 
 
-def cpu_name() -> str:
-    """The CPU's model name from /proc/cpuinfo (platform.processor() where there is none)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
+cpu_name = cpu_model  # the CPU's model name, printed beside every figure (specviz.cachedir)
 
 
 def _git(*args: str) -> str:

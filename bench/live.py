@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
-import subprocess
 import threading
 import time
 import urllib.request
 from typing import Any
 
+from bench.common import cpu_name
 from bench.load import CHROMIUM, CHROMIUM_ARGS, CpuSampler, RssSampler, percentiles, start_server, stop_server
 
 LIVE = "/api/specviz/live"
@@ -148,14 +147,6 @@ def run_n(n: int, browsers: int, clicks: int, say: Any = print) -> dict[str, Any
                 "server_cpu_s_per_click": cpu.seconds("server") / clicks}
     finally:
         stop_server(proc)
-
-
-def cpu_name() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        return next(line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name"))
-    except Exception:
-        return platform.processor() or "unknown CPU"
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:

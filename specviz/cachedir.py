@@ -1,10 +1,11 @@
-"""Where specviz keeps what it computes once per machine: converted models, the kernels chosen for
-this CPU (`kernels`), this machine's cost law (`costlaw`). One place, so the modules that write there
-need not import each other (`models` loads pairs and calls both)."""
+"""Where specviz keeps what it computes once per machine (converted models, the kernels chosen for
+this CPU, `kernels`; this machine's cost law, `costlaw`), and the CPU those are measured on. One place,
+so the modules that write there need not import each other (`models` loads pairs and calls both)."""
 
 from __future__ import annotations
 
 import os
+import platform
 from pathlib import Path
 
 
@@ -16,3 +17,15 @@ def env_path(variable: str, default: Path) -> Path:
 def cache_dir() -> Path:
     """The user cache specviz writes into (``$SPECVIZ_CACHE_DIR`` overrides; else ``$XDG_CACHE_HOME/specviz``)."""
     return env_path("SPECVIZ_CACHE_DIR", env_path("XDG_CACHE_HOME", Path.home() / ".cache") / "specviz")
+
+
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo; `platform` where there is none): a per-machine cache's key,
+    and the name benchmarks print beside every figure."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()

@@ -26,15 +26,14 @@ import hashlib
 import json
 import math
 import os
-import platform
 import statistics
 import time
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from .cachedir import cpu_model
 from .config import AUTO_MAX_K
 from .trace import AutoChoice
 
@@ -208,7 +207,7 @@ def machine_key(pair: Any) -> tuple[str, str]:
     model = pair.target
     weight = next(model.parameters())
     device = weight.device
-    chip = torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_model()
+    chip = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model()
     config = getattr(model, "config", None)
     shape = "\n".join(_shape(m) for m in (model, pair.draft, pair.feature_head))
     parts = [chip, f"{torch.get_num_threads()} threads", f"torch {torch.__version__}", str(weight.dtype),
@@ -234,16 +233,6 @@ def _shape(model: Any) -> str:
     config = getattr(model, "config", None)
     described = config.to_json_string(use_diff=False) if hasattr(config, "to_json_string") else ""
     return f"{type(model).__name__} {sum(p.numel() for p in model.parameters())} {described}"
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def verify_curve(model: Any, ns: Sequence[int] = MEASURED_NS, rounds: int = 5, past: int = PAST,
