@@ -94,19 +94,7 @@ def test_what_the_page_must_draw_comes_back_as_redraw(pair):
 
 def _post(body: bytes) -> tuple[int, dict]:
     """The endpoint called as the web server calls it (an ASGI request with this body)."""
-    from starlette.requests import Request
-
-    async def call() -> tuple[int, dict]:
-        sent = [{"type": "http.request", "body": body, "more_body": False}]
-
-        async def receive() -> dict:
-            return sent.pop(0)
-
-        scope = {"type": "http", "method": "POST", "path": stage_route.PATH, "headers": [], "query_string": b""}
-        response = await stage_route._endpoint(Request(scope, receive))
-        return response.status_code, json.loads(response.body)
-
-    return asyncio.run(call())
+    return asyncio.run(_call(body))
 
 
 def test_the_endpoint_answers_a_session_and_turns_away_the_rest(pair):
