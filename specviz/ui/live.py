@@ -15,7 +15,7 @@ import dataclasses
 import functools
 from typing import Any
 
-from ..room import Room, Rooms
+from ..room import Room, RoomError, Rooms
 
 MAX_FRAMES = 400  # steps of the lecturer's run a room holds (80 cycles): a student may go back through them
 
@@ -46,7 +46,7 @@ def start(ws: Any) -> Lecture:
         try:
             if rooms().find(lecture.room.code) is lecture.room:
                 return lecture
-        except Exception:  # expired: a new one
+        except RoomError:  # expired: a new one
             pass
     room = rooms().create()
     ws.live = Lecture(room, room.lecturer_key)
