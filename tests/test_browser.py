@@ -11,7 +11,9 @@ test opens its own page, so its own session. What is checked:
 * **Animation**: a sampler in the page (requestAnimationFrame) watches the new picture after a click:
   running CSS animations inside `.svkv` (`getAnimations`) and the computed style of one animated
   cell; an intermediate frame (progress strictly between 0 and 1, a colour or opacity strictly
-  between the start and end values) must have been drawn. Back changes the picture too.
+  between the start and end values) must be drawn. The cell's transitions are held at fixed points
+  of their course for that (which frames a loaded machine happens to draw is chance). Back changes
+  the picture too.
 * **Colour blindness**: a screenshot of the picture at a step that shows committed, provisional
   and stale slots is simulated for deuteranopia and protanopia (tests/cvd.py); the slot colours
   sampled at those cells stay ≥ 20 ΔE76 apart (cvd's bar) in both simulations.
@@ -64,7 +66,7 @@ SAMPLER_JS = """([ms, timeoutMs]) => {
   const cells = [...root.querySelectorAll('.svkv-cache .svkv-cell[data-key]')];
   const classes = new Map(cells.map(c => [c, c.className]));
   const samples = [];
-  let started = null, cell = null, t0 = null;
+  let started = null, cell = null, t0 = null, probed = false;
   window.__svGo = () => {
     t0 = performance.now();
     function tick() {
@@ -75,14 +77,29 @@ SAMPLER_JS = """([ms, timeoutMs]) => {
         const running = root.getAnimations({subtree: true}).filter(a => a.playState === 'running');
         // The cell's own animations and its cross-fade layer's (::before: the old colour, fading out).
         const mine = cell ? running.filter(a => a.effect && a.effect.target === cell) : [];
-        const cs = cell ? getComputedStyle(cell) : null;
-        const layer = cell ? getComputedStyle(cell, '::before') : null;
-        samples.push({t: now - started, running: running.length,
-          kinds: [...new Set(running.map(a => a.constructor.name))],
-          progress: mine.length ? mine[0].effect.getComputedTiming().progress : null,
-          bg: cs && cs.backgroundColor, cls: cell && cell.className,
-          was: layer && layer.content !== 'none' ? layer.backgroundColor : null,
-          wasOpacity: layer && layer.content !== 'none' ? parseFloat(layer.opacity) : null});
+        const sample = t => {
+          const cs = cell ? getComputedStyle(cell) : null;
+          const layer = cell ? getComputedStyle(cell, '::before') : null;
+          samples.push({t, running: running.length,
+            kinds: [...new Set(running.map(a => a.constructor.name))],
+            progress: mine.length ? mine[0].effect.getComputedTiming().progress : null,
+            bg: cs && cs.backgroundColor, cls: cell && cell.className,
+            was: layer && layer.content !== 'none' ? layer.backgroundColor : null,
+            wasOpacity: layer && layer.content !== 'none' ? parseFloat(layer.opacity) : null});
+        };
+        if (!probed && mine.length) {
+          // Which frames a loaded machine draws is chance: the cell's transitions are held at 0, 1/4,
+          // 1/2 and 3/4 of their course (the styles a frame then would paint), then run on from where
+          // they were.
+          probed = true;
+          const at = mine.map(a => a.currentTime);
+          for (const f of [0, 0.25, 0.5, 0.75]) {
+            mine.forEach(a => { a.pause(); a.currentTime = f * a.effect.getComputedTiming().duration; });
+            sample(now - started);
+          }
+          mine.forEach((a, i) => { a.currentTime = at[i]; a.play(); });
+        }
+        sample(now - started);
         if (now - started > ms) {
           const kept = cells.filter(c => c.isConnected).length;
           // A key still drawn must be drawn by the same node: nothing replaced, only patched or moved.

@@ -14,6 +14,8 @@ a browser (tests/test_browser_sessions.py drives two real ones).
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 import specviz
@@ -38,7 +40,8 @@ def test_a_workspace_is_handed_over_once_and_never_while_its_page_is_connected()
 
 def test_the_restore_list_keeps_the_most_recently_active_pages():
     kept = Kept(keep=2)
-    spaces = [Workspace(last_active=t) for t in (30.0, 10.0, 20.0)]
+    now = time.monotonic()  # monotonic time starts at boot: ages are relative to it, never absolute
+    spaces = [Workspace(last_active=now - age) for age in (10.0, 30.0, 20.0)]
     for ws in spaces:
         kept.add(ws, None)
     assert [w.token in kept for w in spaces] == [True, False, True]  # the least recently active let go
