@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from . import models, precision
-from .config import DecodeConfig
+from .config import AUTO, DecodeConfig
 from .errors import SpecvizError
 from .outcome import cycle_outcome
 from .prompting import encode_prompt  # also imported from here by older callers (the same ids as the app)
@@ -47,6 +47,7 @@ def format_cycle(trace: CycleTrace) -> str:
     """The walk-through of one cycle, as plain text."""
     n, k = trace.context_len, trace.k
     size = f"K = {k}" if trace.tree is None else f"a token tree of {k} nodes, depth K = {trace.tree.depth}"
+    size += " (chosen by the cost law)" if trace.auto is not None else ""
     out = [f"=== cycle {trace.cycle + 1}: n = {n} committed tokens, {size}, temperature {trace.temperature:g}, "
            f"proposer {trace.proposer} ==="]
     catch = " ".join(f"'{_show(t.text)}'@{t.position}" for t in trace.catch_up)
@@ -56,6 +57,8 @@ def format_cycle(trace: CycleTrace) -> str:
         out.append(f"draft   catch-up: the head is fed {fed} pair(s) (target feature at p-1, token at p): {catch}")
     elif offset == 0:
         out.append(f"draft   catch-up: feeds {len(trace.catch_up)} token(s) it lacks: {catch}")
+    if trace.auto is not None and trace.auto.k:  # a plain step's reason is the proposer note below
+        out.append(f"auto    {trace.auto.reason}")
     if trace.proposer_note:
         out.append(f"draft   {trace.proposer_note}")
     if trace.tree is not None:
@@ -195,6 +198,16 @@ def walk(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _draft_length(text: str) -> int | str:
+    """--k: a whole number (checked by DecodeConfig, which says the range) or 'auto'."""
+    if text.strip().lower() == AUTO:
+        return AUTO
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number or '{AUTO}', got {text!r}") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m specviz", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -204,7 +217,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="wrap the prompt with the tokenizer's chat template, as the app's toggle does "
                         "(default: on; --no-chat feeds the raw text)")
     w.add_argument("--raw", dest="chat", action="store_false", help=argparse.SUPPRESS)  # the old spelling of --no-chat
-    w.add_argument("--k", type=int, default=5, help="draft length K (a token tree's depth)")
+    w.add_argument("--k", type=_draft_length, default=5,
+                   help="draft length K (a token tree's depth), or 'auto': this machine's cost law picks K "
+                        "(0 = a plain step) before each cycle, and the narration says why")
     w.add_argument("--tree-width", type=int, default=1,
                    help="children kept per tree node: 1 = a chain (default), above 1 = a token tree of depth K")
     w.add_argument("--tree-nodes", type=int, default=16, help="a token tree's node budget (with --tree-width > 1)")

@@ -306,3 +306,15 @@ def test_reseeded_forks_sample_different_continuations(pair):
     ar.start(PROMPT)
     a, b = ar.fork(seed=1), ar.fork(seed=1)
     assert a.generate() == b.generate() and ar.committed == PROMPT
+
+
+def test_cli_walk_lets_the_cost_law_choose_k(capsys):
+    out = io.StringIO()
+    assert cli_main(["walk", "--tiny", "--cycles", "3", "--k", "auto", "--temperature", "0"], out=out) == 0
+    text = out.getvalue()
+    assert text.count("(chosen by the cost law)") == 3, text
+    # Each cycle says why: the drafts it chose and their expected worth, or why a plain step.
+    assert text.count("auto    ") + text.count("plain step: no K gains") == 3, text
+    with pytest.raises(SystemExit):
+        cli_main(["walk", "--tiny", "--k", "many"], out=io.StringIO())
+    assert "expected a whole number or 'auto'" in capsys.readouterr().err
