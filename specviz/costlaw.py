@@ -46,6 +46,11 @@ PRIOR_WEIGHT = 4.0  # the prior counts as this many tested drafts per depth
 # T = 0, chain of 4: accepted / tested drafts); a proposer not listed gets DEFAULT_PRIOR.
 PRIORS = {"draft": 0.36, "feature": 0.41, "lookup": 0.44, "retrieval": 0.28, "feature+retrieval": 0.41}
 DEFAULT_PRIOR = 0.35
+# A keyed proposer (prompt lookup) proposes what followed an earlier occurrence of the context's last
+# n tokens: how far that can be trusted depends on n far more than on anything else the run has seen
+# (`python -m bench.match_acceptance`: after a 1-token match 18 % of first drafts pass, after 3 tokens
+# 94 %). Its cycles are counted per match length (1, 2, 3 or more), each with its own prior.
+MATCH_PRIORS = {"lookup": {1: 0.2, 2: 0.4, 3: 0.8}}
 VERSION = 3  # bump when what is measured changes: cached laws are measured again
 
 Progress = Callable[[str, "float | None"], None]
@@ -129,9 +134,24 @@ def run_acceptance(traces: Sequence[Any], proposer: str, depth: int = AUTO_MAX_K
     return estimate(proposer, *acceptance_counts(origins), depth)
 
 
-def estimate(proposer: str, tested: Sequence[int], accepted: Sequence[int], depth: int) -> tuple[float, ...]:
-    """a_1..a_depth: each depth's Beta posterior mean, the prior worth `PRIOR_WEIGHT` tested drafts."""
-    prior = PRIORS.get(proposer, DEFAULT_PRIOR)
+def match_class(proposer: str, matched: int) -> int | None:
+    """The class a keyed proposer's cycle is counted in: its match length, 3 and longer together
+    (None: the proposer is not keyed, or it found no match)."""
+    classes = MATCH_PRIORS.get(proposer)
+    return min(matched, max(classes)) if classes and matched > 0 else None
+
+
+def class_origins(origins: Sequence[str], classes: Sequence[int | None], wanted: int | None) -> list[str]:
+    """The origins of the cycles counted in class `wanted` (a cycle's tokens share its class, so
+    whole cycles are kept and `acceptance_counts` reads them as it reads a whole run)."""
+    return [o for o, c in zip(origins, classes, strict=True) if c == wanted]
+
+
+def estimate(proposer: str, tested: Sequence[int], accepted: Sequence[int], depth: int,
+             matched: int | None = None) -> tuple[float, ...]:
+    """a_1..a_depth: each depth's Beta posterior mean, the prior worth `PRIOR_WEIGHT` tested drafts
+    (a keyed proposer's after a match of `matched` tokens: its class's prior)."""
+    prior = PRIORS.get(proposer, DEFAULT_PRIOR) if matched is None else MATCH_PRIORS[proposer][matched]
     out = []
     for i in range(depth):
         t, a = (tested[i], accepted[i]) if i < len(tested) else (0, 0)
@@ -139,8 +159,14 @@ def estimate(proposer: str, tested: Sequence[int], accepted: Sequence[int], dept
     return tuple(out)
 
 
-def choose(law: CostLaw, proposer: str, acceptance: Sequence[float], k_max: int) -> AutoChoice:
-    """The k in 0..k_max with the largest E(k)/T(k); a plain step unless some k gains > MARGIN."""
+def choose(law: CostLaw, proposer: str, acceptance: Sequence[float], k_max: int, matched: int | None = None
+           ) -> AutoChoice:
+    """The k in 0..k_max with the largest E(k)/T(k); a plain step unless some k gains > MARGIN.
+    `matched`: a keyed proposer's match class, which the acceptance was estimated for (said in the reason)."""
+    after = ""
+    if matched is not None:
+        longest = matched == max(MATCH_PRIORS[proposer])
+        after = f"after a {matched}{' or more' if longest else ''}-token match: "
     best = AutoChoice(0, 1.0, 1.0, 1.0, "")
     for k in range(1, min(k_max, len(acceptance)) + 1):
         e, t = expected_tokens(acceptance, k), cycle_cost(law, proposer, k)
@@ -149,13 +175,13 @@ def choose(law: CostLaw, proposer: str, acceptance: Sequence[float], k_max: int)
     a1 = acceptance[0] if acceptance else 0.0
     if best.k and best.expected_speedup > 1 + MARGIN:
         return dataclasses.replace(best, reason=(
-            f"{best.k} draft{'s' if best.k > 1 else ''}: {best.expected_tokens:.2f} tokens expected for "
+            f"{after}{best.k} draft{'s' if best.k > 1 else ''}: {best.expected_tokens:.2f} tokens expected for "
             f"{best.cycle_cost:.2f} steps "
             f"(v({best.k + 1}) = {law.v(best.k + 1):.2f}, c = {law.cost_of(proposer):.3f}, a1 = {a1:.2f})"))
     one = break_even(law, proposer, 1)
     pays = f"pays only if accepted over {one:.0%}" if one < 1 else "never pays"
     return AutoChoice(0, 1.0, 1.0, 1.0, (
-        f"plain step: no K gains over {MARGIN:.0%} here (best {best.expected_speedup:.2f}x); one draft costs "
+        f"{after}plain step: no K gains over {MARGIN:.0%} here (best {best.expected_speedup:.2f}x); one draft costs "
         f"{cycle_cost(law, proposer, 1):.2f} steps and {pays}, acceptance so far {a1:.0%}"))
 
 

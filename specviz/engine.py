@@ -74,6 +74,9 @@ class _Session:
     cycle: int = 0
     finish_reason: str | None = None
     origins: list[str] = field(default_factory=list)  # per committed token: prompt/accepted/corrected/bonus
+    # Per committed token: the match class of the cycle that committed it (a keyed proposer's, by
+    # which auto counts its acceptance, `costlaw.match_class`); None for the prompt and other cycles.
+    match_classes: list[int | None] = field(default_factory=list)
     remembered: bool = False  # its text is in the session's store
 
 
@@ -218,7 +221,7 @@ class SpeculativeDecoder:
         self.remember()  # an unfinished text is still this session's text
         # Built completely before it replaces the old session: a failure above changes nothing.
         self._session = _Session(ids, len(ids), {"target": target_cache}, generators, proposer,
-                                 origins=["prompt"] * len(ids))
+                                 origins=["prompt"] * len(ids), match_classes=[None] * len(ids))
 
     def fork(self, seed: int | None = None) -> SpeculativeDecoder:
         """An independent copy of this decoder at its current state: caches copied, random
@@ -229,7 +232,7 @@ class SpeculativeDecoder:
         twin = SpeculativeDecoder(self.pair, cfg, self.session_texts, self._cost_law)
         twin.eos_ids, twin.token_text = self.eos_ids, self.token_text
         twin._session = dataclasses.replace(
-            s, committed=list(s.committed), origins=list(s.origins),
+            s, committed=list(s.committed), origins=list(s.origins), match_classes=list(s.match_classes),
             remembered=True,  # a fork's text is a sample, not the session's
             caches={role: copy.deepcopy(cache) for role, cache in s.caches.items()}, proposer=s.proposer.fork(),
             generators=self._generators(cfg.seed) if seed is not None else {
@@ -259,11 +262,13 @@ class SpeculativeDecoder:
             raise ContextFullError(f"the context is full ({n} of {self.max_context} positions)")
         remaining = cfg.max_new_tokens - (n - s.num_prompt_tokens)
         k = max(1, min(cfg.max_k, room, remaining - 1))
-        auto = self._auto(s, cfg, min(k, remaining - 1), room) if cfg.auto else None
+        found = None if cfg.is_tree else s.proposer.match(s.committed, k)
+        match_class = None if found is None else costlaw.match_class(cfg.proposer, found[0])
+        auto = self._auto(s, cfg, min(k, remaining - 1), room, found) if cfg.auto else None
 
         saved = self._save(s)
         try:
-            return self._cycle(s, cfg, n, k, remaining, room, auto)
+            return self._cycle(s, cfg, n, k, remaining, room, auto, match_class)
         except BaseException:
             self._restore(s, saved)
             raise
@@ -285,19 +290,30 @@ class SpeculativeDecoder:
             self._cost_law = costlaw.law_for(self.pair)
         return self._cost_law
 
-    def _auto(self, s: _Session, cfg: DecodeConfig, k: int, room: int) -> AutoChoice:
+    def _auto(self, s: _Session, cfg: DecodeConfig, k: int, room: int, found: tuple[int, int] | None) -> AutoChoice:
         """k="auto": the drafts (a tree: the node budget; 0 = a plain step) that maximise expected
         tokens per unit of time under this machine's cost law and the acceptance seen so far in
-        this run (read from the committed tokens' origins, so a rebuilt decoder decides alike)."""
-        tested, accepted = costlaw.acceptance_counts(s.origins[s.num_prompt_tokens:])
-        acceptance = costlaw.estimate(cfg.proposer, tested, accepted, cfg.max_k)
+        this run (read from the committed tokens' origins, so a rebuilt decoder decides alike). A
+        keyed proposer's (`found`: its match) is the acceptance of earlier cycles after a match as
+        long, and it is asked for no more drafts than the match has."""
+        origins = s.origins[s.num_prompt_tokens:]
+        matched = None
+        if found is not None:
+            matched = costlaw.match_class(cfg.proposer, found[0])
+            if matched is None:
+                return AutoChoice(0, 1.0, 1.0, 1.0, "plain step: the context's last tokens occur nowhere earlier, "
+                                  "so there is nothing to copy")
+            origins = costlaw.class_origins(origins, s.match_classes[s.num_prompt_tokens:], matched)
+            k = min(k, found[1])
+        tested, accepted = costlaw.acceptance_counts(origins)
+        acceptance = costlaw.estimate(cfg.proposer, tested, accepted, cfg.max_k, matched)
         if cfg.is_tree:
             return costlaw.choose_tree(self.cost_law, cfg.proposer, acceptance, cfg.tree_width,
                                        min(cfg.tree_nodes, room) if k > 0 else 0)
-        return costlaw.choose(self.cost_law, cfg.proposer, acceptance, max(k, 0))
+        return costlaw.choose(self.cost_law, cfg.proposer, acceptance, max(k, 0), matched)
 
     def _cycle(self, s: _Session, cfg: DecodeConfig, n: int, k: int, remaining: int, room: int,
-               auto: AutoChoice | None = None) -> CycleTrace:
+               auto: AutoChoice | None = None, match_class: int | None = None) -> CycleTrace:
         """draft -> verify -> accept -> resolve -> rollback. A chain is the width-1 tree: its drafts
         are nodes 1..k, its verify needs only the causal mask, its accepted K/V are already in place."""
         clock = _Clock(self, s, cfg.instrument, n)
@@ -311,7 +327,7 @@ class SpeculativeDecoder:
         clock.mark("accept", n + in_place)
         emitted, finish_reason = self._resolve(proposal.tree, walk, n, remaining, room)
         clock.mark("resolve", n + min(in_place, len(emitted)))  # accepted drafts the trim kept
-        self._commit(s, emitted)
+        self._commit(s, emitted, match_class)
         moves = self._rollback(s, n - 1, walk.path)
         clock.mark("rollback", len(s.committed))
         invariant = self._finish_cycle(s, cfg, clock, finish_reason)
@@ -408,9 +424,10 @@ class SpeculativeDecoder:
             return emitted[:room], "context_full"
         return emitted, None
 
-    def _commit(self, s: _Session, emitted: list[EmittedToken]) -> None:
+    def _commit(self, s: _Session, emitted: list[EmittedToken], match_class: int | None = None) -> None:
         s.committed.extend(t.token_id for t in emitted)
         s.origins.extend(t.kind for t in emitted)
+        s.match_classes.extend([match_class] * len(emitted))
 
     def _rollback(self, s: _Session, prefix: int, path: list[int]) -> list[tuple[int, int]]:
         """Restore the invariant for the new committed length n': copy the accepted nodes the
@@ -551,6 +568,7 @@ class SpeculativeDecoder:
     def _restore(s: _Session, saved: dict[str, Any]) -> None:
         del s.committed[saved["committed"] :]
         del s.origins[saved["committed"] :]
+        del s.match_classes[saved["committed"] :]
         for role, cache in s.caches.items():
             if cache.get_seq_length() > saved["lengths"][role]:
                 cache.truncate(saved["lengths"][role], "rollback")

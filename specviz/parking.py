@@ -1,9 +1,9 @@
 """Releasing an idle session's KV caches, and rebuilding its decoder exactly when the user returns.
 
-`park(dec)` keeps only what continues the run *exactly* (committed tokens and origins, prompt length,
-cycle count, finish reason, config, the generators' states) and drops the decoder with its caches;
-the recorded traces stay in the session. `resume(pair, parked)` prefills the committed tokens and
-restores the rest, so each cache holds what the invariant asks (docs/design.md §1) and the run
+`park(dec)` keeps only what continues the run *exactly* (committed tokens, their origins and match
+classes, prompt length, cycle count, finish reason, config, the generators' states) and drops the
+decoder with its caches; the recorded traces stay in the session. `resume(pair, parked)` prefills
+the committed tokens and restores the rest, so each cache holds what the invariant asks (docs/design.md §1) and the run
 continues as if never parked (the tests compare with an uninterrupted run).
 
 `IdleRegistry` tracks a process's sessions weakly and parks those idle past a timeout; a sweep never
@@ -36,6 +36,7 @@ class ParkedDecoder:
     generator_states: dict[str, torch.Tensor]
     parked_at: float  # time.time()
     session_texts: Any = None  # the session's earlier texts (a SessionStore), handed back on resume
+    match_classes: tuple[int | None, ...] = ()  # per committed token (engine._Session): what auto counts by
 
 
 def park(dec: SpeculativeDecoder) -> ParkedDecoder:
@@ -45,7 +46,7 @@ def park(dec: SpeculativeDecoder) -> ParkedDecoder:
         config=dec.config, committed=tuple(s.committed), origins=tuple(s.origins),
         num_prompt_tokens=s.num_prompt_tokens, cycles=s.cycle, finish_reason=s.finish_reason, parked_at=time.time(),
         generator_states={role: g.get_state() for role, g in s.generators.items()},
-        session_texts=dec.session_texts,
+        session_texts=dec.session_texts, match_classes=tuple(s.match_classes),
     )  # fmt: skip
 
 
@@ -56,6 +57,7 @@ def resume(pair: Any, parked: ParkedDecoder) -> SpeculativeDecoder:
     dec.start(committed[: dec.max_context - 1])  # all of it unless the run filled the context
     s = dec._require()
     s.committed, s.origins, s.num_prompt_tokens = committed, list(parked.origins), parked.num_prompt_tokens
+    s.match_classes = list(parked.match_classes) or [None] * len(committed)
     s.cycle, s.finish_reason = parked.cycles, parked.finish_reason
     for role, state in parked.generator_states.items():
         s.generators[role].set_state(state)

@@ -31,7 +31,7 @@ def law(slope: float, c: float = 0.0, proposers=("draft", "feature", "lookup", "
                    draft_cost=dict.fromkeys(proposers, c), machine="test")
 
 
-STEEP, FLAT = law(0.6, 0.1), law(0.0, 0.0)
+STEEP, FLAT = law(0.8, 0.1), law(0.0, 0.0)  # steep: one draft pays only above 96 % acceptance
 
 
 # --------------------------------------------------------------------------- the law as math
@@ -41,7 +41,7 @@ def test_expected_tokens_and_cost():
     assert costlaw.expected_tokens([0.5, 0.5, 0.5], 0) == 1.0
     assert costlaw.expected_tokens([0.5, 0.5, 0.5], 3) == pytest.approx(1 + 0.5 + 0.25 + 0.125)
     assert costlaw.cycle_cost(STEEP, "draft", 0) == 1.0  # a plain step
-    assert costlaw.cycle_cost(STEEP, "draft", 2) == pytest.approx(2 * 0.1 + 1 + 0.6 * 2)
+    assert costlaw.cycle_cost(STEEP, "draft", 2) == pytest.approx(2 * 0.1 + 1 + 0.8 * 2)
 
 
 def test_steep_curve_and_low_acceptance_pick_a_plain_step():
@@ -143,8 +143,9 @@ def test_auto_greedy_equals_target_greedy(pair, proposer, cost_law):
             assert t.k == 0 and [e.kind for e in t.emitted] == ["generated"] and t.proposer_note == t.auto.reason
     if cost_law is STEEP:
         assert all(t.auto.k == 0 for t in traces)
-    if cost_law is FLAT:
-        assert all(t.auto.k > 0 for t in traces[:-1])
+    if cost_law is FLAT:  # every draft pays: a plain step only where prompt lookup has nothing to copy
+        assert all(t.auto.k > 0 or (proposer == "lookup" and "nothing to copy" in t.auto.reason)
+                   for t in traces[:-1])
 
 
 @pytest.mark.parametrize(("layout", "page_size", "policy"), LAYOUT_CASES[:3])
@@ -264,3 +265,55 @@ def test_a_run_file_carries_the_recording_machines_law():
     old["cost_law"] = {**record.cost_law.to_dict(), "ns": [2, 1, 3, 4, 5, 6, 7, 8, 9]}
     with pytest.raises(RunFileError, match="cost_law"):
         load_run(json.dumps(old))
+
+
+# --------------------------------------------------------------------------- keyed proposers: per match length
+
+
+def test_a_keyed_proposers_cycles_are_counted_by_match_length():
+    assert costlaw.match_class("lookup", 0) is None and costlaw.match_class("draft", 3) is None
+    assert [costlaw.match_class("lookup", n) for n in (1, 2, 3, 7)] == [1, 2, 3, 3]
+    origins = ["accepted", "accepted", "corrected", "generated", "accepted", "bonus"]
+    classes = [3, 3, 3, None, 1, 1]
+    assert costlaw.acceptance_counts(costlaw.class_origins(origins, classes, 3)) == ([1, 1, 1], [1, 1, 0])
+    assert costlaw.acceptance_counts(costlaw.class_origins(origins, classes, 1)) == ([1], [1])  # one accepted, then the bonus
+    # The prior follows the class: a 3-token match is trusted more than a 1-token one.
+    assert costlaw.estimate("lookup", [], [], 2, 3)[0] > costlaw.estimate("lookup", [], [], 2, 1)[0]
+
+
+def test_auto_trusts_a_long_match_and_steps_plain_after_a_short_one(pair):
+    middling = law(0.3, 0.0)  # one draft pays above 30 % acceptance, eight above ~75 %
+    cfg = DecodeConfig(k="auto", proposer="lookup", temperature=0, max_new_tokens=12)
+    long_match = SpeculativeDecoder(pair, cfg, cost_law=middling)
+    long_match.start([5, 6, 7, 8, 9, 5, 6, 7])  # [5, 6, 7] occurred before: 3 tokens to copy from
+    first = long_match.step()
+    assert first.auto.k > 0 and first.auto.reason.startswith("after a 3 or more-token match"), first.auto
+    short_match = SpeculativeDecoder(pair, cfg, cost_law=middling)
+    short_match.start([9, 1, 2, 3, 4, 5, 6, 7, 8, 9])  # only the last token occurred before
+    first = short_match.step()
+    assert first.auto.k == 0 and first.auto.reason.startswith("after a 1-token match: plain step"), first.auto
+    assert first.k == 0 and [e.kind for e in first.emitted] == ["generated"]
+
+
+def test_a_parked_lookup_run_keeps_its_match_classes_and_decides_alike(pair, monkeypatch):
+    from specviz.parking import park, resume
+
+    middling = law(0.3, 0.0)
+    monkeypatch.setattr(costlaw, "law_for", lambda *_: middling)  # the resumed decoder's law: the same data
+    cfg = DecodeConfig(k="auto", proposer="lookup", temperature=1.0, max_new_tokens=40, seed=3)
+    prompt = [5, 6, 7, 8, 9, 5, 6, 7, 8, 1, 5, 6]
+
+    def decoder(cycles: int) -> tuple[SpeculativeDecoder, list[CycleTrace]]:
+        dec = SpeculativeDecoder(pair, cfg, cost_law=middling)
+        dec.start(prompt)
+        return dec, [dec.step() for _ in range(cycles) if not dec.finished]
+
+    straight, straight_traces = decoder(12)
+    dec, _ = decoder(5)
+    classes = dec._require().match_classes
+    assert any(c is not None for c in classes), "no cycle was keyed on a match"
+    back = resume(pair, park(dec))
+    assert back._require().match_classes == classes
+    later = [back.step() for _ in range(7) if not back.finished]
+    assert back.committed == straight.committed
+    assert [t.auto for t in later] == [t.auto for t in straight_traces[5 : 5 + len(later)]]

@@ -71,6 +71,12 @@ class Proposer:
         """Prepare for a new sequence whose prompt is `prompt_ids` (the target's prefill gave
         `prefill_features` [n-1, H] when `wants_target_features`)."""
 
+    def match(self, committed: list[int], k: int) -> tuple[int, int] | None:
+        """A keyed proposer (one that copies what followed an earlier occurrence of the context's
+        last tokens): (how many tokens its next proposal's match spans, 0 = none; how many drafts of
+        up to k it would propose), without proposing. None: this proposer is not keyed."""
+        return None
+
     def propose(self, committed: list[int], k: int, distribution: Distribution, greedy: bool,
                 generator: torch.Generator, min_confidence: float = 0.0) -> Drafts:
         """Up to k drafts; with min_confidence > 0, stop before a draft whose distribution's top

@@ -49,6 +49,10 @@ class LookupProposer(Proposer):
         self.vocab_size, self.device = vocab_size, device
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
 
+    def match(self, committed: list[int], k: int) -> tuple[int, int]:
+        tokens, n, _ = find_continuation(committed, k, self.max_ngram, self.min_ngram)
+        return n, len(tokens)
+
     def propose(self, committed: list[int], k: int, distribution: Distribution, greedy: bool,
                 generator: torch.Generator, min_confidence: float = 0.0) -> Drafts:
         tokens, n, start = find_continuation(committed, k, self.max_ngram, self.min_ngram)
