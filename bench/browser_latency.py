@@ -63,7 +63,7 @@ FPS_GOAL, GAP_GOAL_MS = 50.0, 100.0
 VIEWPORT = {"width": 1920, "height": 1080}
 SAMPLE_MS = 400  # frames sampled after the paint: the transitions run 300 ms, FLIP moves 340 ms (+ a margin)
 
-# The step a button shows from step `cur` (stage.js `nextCycleTarget`: Next cycle ends the cycle, or
+# The step a button shows from step `cur` (stage_timeline.js `nextCycleTarget`: Next cycle ends the cycle, or
 # the next one at a cycle's end).
 TARGET_JS = """const svTarget = (key, cur) => key === 'next_phase' ? cur + 1
   : (cur % 5 === 0 ? cur + 5 : Math.ceil(cur / 5) * 5);"""

@@ -339,7 +339,7 @@ async def _browser_session(browser: Any, url: str, opts: Options, rng: random.Ra
                 log.errors.append("exception on the page")
     except Exception as exc:
         log.errors.append(f"{type(exc).__name__}: {exc}"[:200])
-        try:  # what the stage was doing: its state and its last messages both ways (stage.js `note`)
+        try:  # what the stage was doing: its state and its last messages both ways (stage_transport.js `note`)
             log.errors.append("stage: " + json.dumps(await page.evaluate(STAGE_STATE_JS))[:4000])
         except Exception:
             pass

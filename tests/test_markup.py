@@ -65,7 +65,8 @@ def _pages(record) -> list[str]:
     out = []
     for lecture in (False, True):
         for step in stage_data.steps_payload(tl, range(tl.last_step + 1), lecture=lecture, max_rows=None).values():
-            out += [*step["kv"], step["status"], step["story"], step["strip"]]
+            for part in stage_data.PARTS:  # every view of the step
+                out += step[part.name] if isinstance(step[part.name], list) else [step[part.name]]
     return out
 
 

@@ -260,10 +260,10 @@ def test_a_steps_body_travels_once_and_comes_back_whole(pair):
     assert [d["sig"] for d in steps.values()] == [d["sig"] for d in again.values()]  # the same body, the same sig
     assert len({d["sig"] for d in steps.values()}) == len(steps)
     whole = stage_data.pack(steps)
-    assert all(set(h) & set(stage_data.BODY) == set() for h in whole["steps"].values())  # heads carry no HTML
+    assert all(set(h) & set(stage_data.body_keys()) == set() for h in whole["steps"].values())  # heads carry no HTML
     assert stage_data.unpack(whole) == steps
     # The browser holds the first cycle's bodies: only the others travel, and it rebuilds every step.
-    held = {str(d["sig"]): {k: d[k] for k in stage_data.BODY} for s, d in steps.items() if int(s) <= 5}
+    held = {str(d["sig"]): {k: d[k] for k in stage_data.body_keys()} for s, d in steps.items() if int(s) <= 5}
     part = stage_data.pack(steps, have={int(sig) for sig in held})
     assert len(part["bodies"]) < len(whole["bodies"]) < len(str(steps)) / 5  # deflated: several times smaller
     assert stage_data.unpack(part, held) == steps

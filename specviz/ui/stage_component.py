@@ -5,7 +5,7 @@ phase is waste. The component is mounted once, with a fixed key, straight into t
 (`isolate_styles=False`: the page's KV stylesheet applies and tests find `.svkv` with a plain
 query). It receives the steps around the one shown (`viz.stage_data.window`) and steps through
 them itself — on the page's Next phase / Next cycle / Back buttons and the arrow keys — patching
-the picture in place so the nodes transition and glide (`viz/static/stage.js`). It tells the
+the picture in place so the nodes transition and glide (the stage core, `viz/stage_js.py`). It tells the
 server where it is only when that matters, and asks for the steps it lacks (`stage_protocol`).
 
 This module is the Streamlit side: mounting, the trigger's callback, the session's `Channel` in

@@ -24,7 +24,7 @@ from ..timeline import phase_index as _step
 from ..trace import CacheSnapshot, CycleTrace, DraftStep, PhaseSnapshot, TokenProb
 from .cache_words import events_text, memory_text, no_cache_html, panel_title
 from .markup import esc
-from .stage_js import read_static
+from .static_files import read_static
 from .style import KIND_COLORS, PHASE_TITLES, SLOT_COLORS, SLOT_TEXT_COLORS, fmt_p, show_token
 
 TokenText = Callable[[int], str]
@@ -252,7 +252,7 @@ def _cache_html(cache: _Cache, token_text: TokenText, cap: int, lecture: bool) -
     context = context[:-1] if len(rows) - len(context) < 2 else context
 
     # The cache, its free list and its grid are keyed too: when one of them moves as a whole (the
-    # cache above grew a row), it glides as one node and carries its rows and chips (stage.js `flip`).
+    # cache above grew a row), it glides as one node and carries its rows and chips (stage_motion.js `flip`).
     parts = [f"<section class='svkv-cache' data-key='{esc(cache.cid)}-cache' aria-label='{esc(cache.title)}'>",
              _heading(cache, lecture)]
     if snap.layout == "paged":

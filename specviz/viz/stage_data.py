@@ -3,10 +3,16 @@
 A run is a timeline of steps (step 0 the prefill, then five per cycle: draft, verify, accept,
 resolve, rollback; `specviz.timeline`). Every phase of a cycle is known the moment the cycle is
 computed, so the browser gets them all at once and steps through them locally
-(docs/design.md §3, "The stage"). One step is a plain dict:
+(docs/design.md §3, "The stage"). One step is a plain dict: its head (`HEAD`) and its parts,
+each a view of the step declared once in `PARTS` (its key, its builder, where and how the stage
+draws it):
 
     {"title": "Cycle 2 · 3 · Acceptance tests", "cycle": 1, "phase": "accept", "sig": 17,
-     "kv": [picture_html, replay_html?], "status": html, "story": html, "strip": html}
+     "status": html, "kv": [picture_html, replay_html?], "story": html, "strip": html}
+
+The app's stage, the standalone page and the follower page all take a step's parts from `PARTS`
+(the payload's keys here, `pack`'s body, the standalone page's sections, the browser's table
+`SV_PARTS`, `stage_js.parts_js`), so a new view is one entry there and its builder.
 
 `kv` holds the KV picture (`kv_html.kv_stage_html`, computed against the step before so that the
 rows the phase changed carry `data-role="action"` and the window keeps them in view) and, when
@@ -15,12 +21,12 @@ slots", not "a cache of rows": every node that persists carries a stable `data-k
 a free-list chip, a draft column, a tree node), and the browser patches one step's picture into the
 next by key, so persisting nodes transition and a node whose key reappears elsewhere glides there.
 
-**What travels** (`pack`): a step's heavy part — its pictures, narrative and strip, ~50 kB of
-HTML — never changes once rendered, so it gets a signature (`sig`, unique in the process) and
-travels once: the browser says which signatures it holds (`have`) and the payload carries only the
-others (and always the shown step's), deflated (the HTML repeats itself: ~10x smaller). The light
-part (title, status line) comes with every payload. The standalone page, which has no server to
-ask, gets every step whole.
+**What travels** (`pack`): a step's heavy parts — its pictures, narrative and strip, ~50 kB of
+HTML — never change once rendered, so they get a signature (`sig`, unique in the process) and
+travel once: the browser says which signatures it holds (`have`) and the payload carries only the
+others (and always the shown step's), deflated (the HTML repeats itself: ~10x smaller). The head and
+the light parts (the status line) come with every payload. The standalone page, which has no server
+to ask, gets every step whole.
 
 Markdown (status line, narrative) is rendered here to HTML with markdown-it, HTML in the source
 disabled (token texts inside the narrative are not ours). No Streamlit, no torch.
@@ -49,7 +55,6 @@ from .style import PHASE_TITLES
 # HTML off, and no images or links: a file's text (a proposer's note) must not fetch from or link
 # to another host, and the narrative uses neither (docs/design.md §3, "The trust boundary").
 _MD = MarkdownIt("commonmark", {"html": False}).disable(["image", "link", "autolink"])
-BODY = ("kv", "story", "strip")  # a step's heavy part: sent once per signature (see `pack`)
 _SIGNATURES = itertools.count(1)
 
 
@@ -129,45 +134,130 @@ def window(view: int, tl: Timeline, ahead: int) -> range:
     return range(lo, max(lo, hi) + 1)
 
 
+@dataclass(frozen=True)
+class StepView:
+    """One step as a part's builder sees it: the step, its cycle's trace and how the page draws it."""
+
+    tl: Timeline
+    step: int
+    cycle: int | None
+    phase: str
+    trace: CycleTrace | None
+    lecture: bool
+    max_rows: int | None
+    compare: Timeline | None = None  # "Compare side by side": the same run replayed into another layout
+    other: CycleTrace | None = None  # ... and its trace of this cycle
+
+
+REGIONS = ("pics", "side", "foot")  # the stage's picture column, the narrative's column beside it, under both
+HEAD = ("sig", "title", "cycle", "phase", "compute_ms")  # a step's own fields, beside its parts
+
+
+@dataclass(frozen=True)
+class Part:
+    """One view of a step, declared once (`PARTS`): its key in the step's data, its builder, and
+    where and how the stage draws it. The app's stage, the standalone page and the follower page
+    all read this table (the browser as `SV_PARTS`, `stage_js.parts_js`): a new view is one entry
+    here and its builder."""
+
+    name: str
+    build: Callable[[StepView], str | list[str]]
+    region: str  # one of REGIONS
+    patch: bool = False  # patched in place by key (morphdom: nodes transition, moved ones glide); else replaced
+    many: int = 0  # a list of up to this many fragments, each in a slot of its own (a compared layout's picture)
+    # Depends only on the step's trace and the drawing options: rendered once (memoised) and sent once
+    # per signature (`pack`). Else made afresh for every payload and patched on the step shown (the
+    # status line: "cycle 3 of 5 computed").
+    heavy: bool = True
+    css: str = ""  # its slot's class in the stage (default `svs-<name>`)
+    attrs: tuple[tuple[str, str], ...] = ()  # hooks on its slot (tests, assistive technology)
+
+    def __post_init__(self) -> None:
+        if self.region not in REGIONS or self.name in HEAD or not self.name.isidentifier():
+            raise ValueError(f"part {self.name!r}: a new name (not one of {HEAD}) in one of {REGIONS}")
+
+    def spec(self) -> dict[str, Any]:
+        """What the browser is told of it (everything but the builder)."""
+        return {"name": self.name, "region": self.region, "patch": self.patch, "many": self.many, "heavy": self.heavy,
+                "css": self.css or f"svs-{self.name}", "attrs": dict(self.attrs)}
+
+
+def _pictures(v: StepView) -> list[str]:
+    """The KV picture and, comparing, the same step replayed into another cache layout. A token tree's
+    cycle adds its panel under the picture (viz/tree_view.py: keyed nodes, so the compaction's moves
+    glide); a compared layout shows only its own verify slots and moves."""
+    pictures = [_picture(v.tl, v.step, v.trace, v.phase, v.lecture, v.max_rows)
+                + tree_view.tree_panel_html(v.trace, v.phase, v.tl.texts, lecture=v.lecture)]
+    if v.compare is not None and v.step <= v.compare.last_step:
+        pictures.append(_picture(v.compare, v.step, v.other, v.phase, v.lecture, v.max_rows)
+                        + tree_view.tree_panel_html(v.other, v.phase, v.compare.texts, lecture=v.lecture,
+                                                    parts=("cache",)))
+    return pictures
+
+
+def _status(v: StepView) -> str:
+    """The status line ("cycle 3 of 5"): counts the cycles computed so far, so it is made fresh."""
+    tl = v.tl
+    traces = tl.traces[: max((v.cycle or 0) + 1, tl.adopted)]
+    text = narrative.status_markdown(len(tl.prompt_ids), traces, v.cycle, v.phase, tl.proposer_label or tl.proposer)
+    return _status_html(text + tl.status_suffix)
+
+
+def _story(v: StepView) -> str:
+    """The narrative: the phase explained with the run's own numbers."""
+    if v.trace is None:
+        target, proposer = v.tl.prefill
+        return _MD.render(narrative.prefill_markdown(len(v.tl.prompt_ids), target.seq_len,
+                                                     proposer.seq_len if proposer is not None else None,
+                                                     v.tl.proposer))
+    return _MD.render(narrative.phase_markdown(v.trace, v.phase))
+
+
+def _strip(v: StepView) -> str:
+    """The generated text so far, token by token."""
+    tl = v.tl
+    return tokens.strip_html(tokens.strip_chips(list(tl.prompt_ids), tl.traces[: (v.cycle or 0) + 1], tl.texts,
+                                                v.cycle, v.phase))
+
+
+# A step's parts, in reading order (the standalone page's sections follow it; in the stage each part
+# goes to its region, in this order within it).
+PARTS: tuple[Part, ...] = (
+    Part("status", _status, region="side", heavy=False),
+    Part("kv", _pictures, region="pics", patch=True, many=2, css="svs-pic"),
+    Part("story", _story, region="side", attrs=(("data-role", "narrative"), ("aria-live", "polite"))),
+    Part("strip", _strip, region="foot"),
+)
+
+
+def body_keys() -> tuple[str, ...]:
+    """The keys of a step's heavy parts: sent once per signature (see `pack`)."""
+    return tuple(p.name for p in PARTS if p.heavy)
+
+
 def step_payload(tl: Timeline, step: int, *, lecture: bool, max_rows: int | None,
                  compare: Timeline | None = None) -> dict[str, Any]:
-    """One step as the browser shows it (see the module docstring).
+    """One step as the browser shows it: its head (`HEAD`) and each of `PARTS` by name.
 
-    The status line ("cycle 3 of 5") is made fresh; the rest — the pictures, the narrative, the
-    strip — depends only on the step's trace, the trace before it (the picture is computed against
-    the step before) and the drawing options, and is memoised by them in `tl.memo`."""
+    The light parts (the status line) are made fresh; the heavy ones depend only on the step's
+    trace, the trace before it (the picture is computed against the step before) and the drawing
+    options, and are memoised by them in `tl.memo`."""
     cycle, phase = view_of(step, tl)
     tr = tl.traces[cycle] if cycle is not None else None
-    traces = tl.traces[: max((cycle or 0) + 1, tl.adopted)]
-    status = narrative.status_markdown(len(tl.prompt_ids), traces, cycle, phase, tl.proposer_label or tl.proposer)
     prev = tl.traces[cycle - 1] if cycle else None
     other = compare.traces[cycle] if compare is not None and cycle is not None and cycle < len(compare.traces) else None
+    view = StepView(tl, step, cycle, phase, tr, lecture, max_rows, compare, other)
+    parts = PARTS
     # id()s of objects the entry keeps alive (its value holds them): an id is never reused meanwhile.
-    key = (id(tr), id(prev), id(other), phase, lecture, max_rows, tl.proposer, len(tl.prompt_ids), tl.texts)
+    key = (id(tr), id(prev), id(other), phase, lecture, max_rows, tl.proposer, len(tl.prompt_ids), tl.texts, parts)
     if key not in tl.memo:
         if len(tl.memo) > 400:
             tl.memo.clear()
-        # A token tree's cycle adds its panel under the picture (viz/tree_view.py: keyed nodes, so the
-        # compaction's moves glide); a compared layout shows only its own verify slots and moves.
-        pictures = [_picture(tl, step, tr, phase, lecture, max_rows)
-                    + tree_view.tree_panel_html(tr, phase, tl.texts, lecture=lecture)]
-        if compare is not None and step <= compare.last_step:
-            pictures.append(_picture(compare, step, other, phase, lecture, max_rows)
-                            + tree_view.tree_panel_html(other, phase, compare.texts, lecture=lecture,
-                                                        parts=("cache",)))
-        if tr is None:
-            target, proposer = tl.prefill
-            story = narrative.prefill_markdown(len(tl.prompt_ids), target.seq_len,
-                                               proposer.seq_len if proposer is not None else None, tl.proposer)
-        else:
-            story = narrative.phase_markdown(tr, phase)
-        strip = tokens.strip_html(tokens.strip_chips(list(tl.prompt_ids), tl.traces[: (cycle or 0) + 1], tl.texts,
-                                                     cycle, phase))
-        tl.memo[key] = ((tr, prev, other), next(_SIGNATURES), pictures, _MD.render(story), strip)
-    _, sig, pictures, story, strip = tl.memo[key]
+        tl.memo[key] = ((tr, prev, other), next(_SIGNATURES), {p.name: p.build(view) for p in parts if p.heavy})
+    _, sig, heavy = tl.memo[key]
     return {
-        "sig": sig, "title": title(cycle, phase), "cycle": cycle, "phase": phase, "kv": pictures,
-        "status": _status_html(status + tl.status_suffix), "story": story, "strip": strip,
+        "sig": sig, "title": title(cycle, phase), "cycle": cycle, "phase": phase,
+        **heavy, **{p.name: p.build(view) for p in parts if not p.heavy},
         # What computing this step's cycle took on the server (the latency bench compares with it).
         "compute_ms": round(cycle_ms(tr), 1) if tr is not None else None,
     }  # fmt: skip
@@ -197,7 +287,7 @@ def steps_payload(tl: Timeline, steps: Iterable[int], *, lecture: bool, max_rows
 def pack(steps: dict[str, dict[str, Any]], have: Collection[int] = (), shown: int | None = None,
          deflate: bool = True) -> dict[str, Any]:
     """Steps as the component is sent them: `steps` without their heavy part, and `bodies`, the
-    heavy parts (`BODY`) of the signatures not in `have` and always the `shown` step's. A browser
+    heavy parts (`body_keys`) of the signatures not in `have` and always the `shown` step's. A browser
     that does not hold a body it was not sent lacks that step, and asks for it like any step it
     lacks: the answer shows it, so its body comes with it.
 
@@ -205,8 +295,9 @@ def pack(steps: dict[str, dict[str, Any]], have: Collection[int] = (), shown: in
     component's data travels as it is. Without, a plain object, for an HTTP answer (the stage's
     route) that the web server gzips and the browser's network stack inflates off the page's
     main thread."""
-    heads = {s: {k: v for k, v in d.items() if k not in BODY} for s, d in steps.items()}
-    bodies = {str(d["sig"]): {k: d[k] for k in BODY} for s, d in steps.items()
+    body = body_keys()
+    heads = {s: {k: v for k, v in d.items() if k not in body} for s, d in steps.items()}
+    bodies = {str(d["sig"]): {k: d[k] for k in body} for s, d in steps.items()
               if d["sig"] not in have or s == str(shown)}
     if not deflate:
         return {"steps": heads, "bodies": bodies}

@@ -2,8 +2,9 @@
 
 A lecture prepared at home should play anywhere: a projector's laptop without Python, a
 student's phone. The page holds every step of the run — the prefill, then each phase of each
-cycle — built by the same data builder as the app's stage (`stage_data.steps_payload`: the KV
-picture, the status line, the narrative), and it is stepped by the same script
+cycle — built by the same data builder as the app's stage (`stage_data.steps_payload`: every part of
+a step, `stage_data.PARTS`: the KV picture, the status line, the narrative, the generated text),
+and it is stepped by the same script
 (`stage_js.core_js`: morphdom patching, transitions, FLIP), so the app and the page cannot drift.
 
 The steps are written into the page as plain HTML sections, one after the other. That is the
@@ -23,7 +24,7 @@ from __future__ import annotations
 from ..runfile import RunRecord
 from . import stage_data, stage_js
 from .kv_html import stylesheet
-from .markup import esc
+from .markup import attrs, esc
 
 
 def timeline(record: RunRecord) -> stage_data.Timeline:
@@ -33,17 +34,23 @@ def timeline(record: RunRecord) -> stage_data.Timeline:
     )  # fmt: skip
 
 
+def _section(step: dict) -> str:
+    """One step as a plain section (the no-JavaScript fallback), each part (`stage_data.PARTS`) in a
+    box named by it, one per fragment of a list: the glue reads them back into the stage's data."""
+    title = "prefill" if step["cycle"] is None else f"cycle {step['cycle'] + 1} · {step['phase']}"
+    boxes = []
+    for part in stage_data.PARTS:
+        value = step[part.name]
+        for html in value if isinstance(value, list) else [value]:
+            boxes.append(f"<div{attrs(cls=part.name, data_part=part.name, **dict(part.attrs))}>{html}</div>")
+    return f"<section class='step' data-title='{esc(title)}'>{''.join(boxes)}</section>"
+
+
 def run_html(record: RunRecord) -> str:
     """The run as one standalone page (see the module docstring)."""
     tl = timeline(record)
     steps = stage_data.steps_payload(tl, range(tl.last_step + 1), lecture=False, max_rows=None)
-    sections = []
-    for s in steps.values():  # the prefill, then each phase of each cycle
-        title = "prefill" if s["cycle"] is None else f"cycle {s['cycle'] + 1} · {s['phase']}"
-        sections.append(f"<section class='step' data-title='{esc(title)}'>"
-                        f"<div class='status'>{s['status']}</div><div class='kv'>{s['kv'][0]}</div>"
-                        f"<div class='story' data-role='narrative'>{s['story']}</div>"
-                        f"<div class='strip'>{s['strip']}</div></section>")
+    sections = [_section(s) for s in steps.values()]  # the prefill, then each phase of each cycle
     title = esc(record.title or "specviz run")
     script = (stage_js.core_js() + stage_js.read_static("standalone.js")).replace("</script", "<\\/script")
     return (

@@ -68,7 +68,7 @@ function svLecture(entry, lecture) {
 // Whether the page is being drawn again for something other than the stage's own message (a sidebar
 // setting, a button of the page, the play timer): Streamlit marks the stage's element stale from the
 // moment it asks for the run until the run has drawn the stage again. Clicks then wait for the data
-// that run brings (stage.js `go`).
+// that run brings (stage_timeline.js `go`).
 function svHeld(entry) {
   const box = entry.root.closest('[data-testid="stElementContainer"]');
   return !!box && box.dataset.stale === 'true' && !entry.own;

@@ -1,13 +1,15 @@
 // The standalone run page's glue (viz/standalone.py): read the sections into the stage's data, then
-// step locally. No server to ask.
+// step locally. No server to ask. Each part of a step (SV_PARTS) is a box of its section, named by
+// `data-part` (a list part: one box per fragment).
 document.documentElement.classList.add('js');
 const svSteps = {};
 document.querySelectorAll('section.step').forEach((sec, i) => {
-  svSteps[String(i)] = {
-    title: sec.dataset.title, kv: [sec.querySelector('.kv').innerHTML],
-    status: sec.querySelector('.status').innerHTML, story: sec.querySelector('.story').innerHTML,
-    strip: sec.querySelector('.strip').innerHTML,
-  };
+  const step = {title: sec.dataset.title};
+  for (const part of SV_PARTS) {
+    const boxes = [...sec.querySelectorAll(':scope > [data-part]')].filter(e => e.dataset.part === part.name);
+    step[part.name] = part.many ? boxes.map(e => e.innerHTML) : boxes.length ? boxes[0].innerHTML : '';
+  }
+  svSteps[String(i)] = step;
 });
 const svCounter = document.getElementById('counter');
 const svTotal = Object.keys(svSteps).length;

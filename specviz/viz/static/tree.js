@@ -2,7 +2,7 @@
 // to it -- outlines the same node everywhere in its panel: its box in the tree, its row and column
 // of the mask, its K/V cell. One delegated listener on the document (the panel is patched in place
 // step after step, so listeners on its nodes would have to be re-attached). No motion: the glides
-// of the compaction are the stage's FLIP pass (stage.js), which honours reduced motion.
+// of the compaction are the stage's FLIP pass (stage_motion.js), which honours reduced motion.
 
 function svTreeLight(e, on) {
   const t = e.target && e.target.closest ? e.target.closest('.svtree [data-n]') : null;
