@@ -256,6 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--into", type=Path, default=None)
     ap.add_argument("--systems", default="", help="only these systems (comma-separated names), e.g. "
                     "plain_hf,plain_ar,lookup_auto")
+    ap.add_argument("--section", default=NAME, help="the report section to write (a run of a few systems beside "
+                    "the full one: auto_speed_lookup)")
     ap.add_argument("--report-only", action="store_true", help="analyse what --out holds, measure nothing")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -279,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
                   law=costlaw.law_for(pair).to_dict(), kernels=os.environ.get("SPECVIZ_KERNELS", "chosen at load"))
     print(markdown(result))
     if args.into is not None:
-        separate.write_section(args.into, NAME, markdown(result), result)
+        separate.write_section(args.into, args.section, markdown(result), result)
     return 0
 
 

@@ -35,7 +35,7 @@ def run_prompt(pair: Any, ids: list[int], k: int, max_new: int, tally: dict[int,
     """One greedy lookup run; each cycle's tested and accepted drafts added to its match class."""
     dec = SpeculativeDecoder(pair, DecodeConfig(proposer="lookup", k=k, temperature=0, max_new_tokens=max_new,
                                                 instrument=False))
-    peek = LookupProposer(vocab_size_of(pair.target), torch.device("cpu"))  # the proposer's own defaults: the same match
+    peek = LookupProposer(vocab_size_of(pair.target), torch.device("cpu"))  # its own defaults: the same match
     dec.start(ids)
     while not dec.finished:
         found = match_class("lookup", peek.match(dec.committed, k)[0])

@@ -39,7 +39,8 @@ def update_json(path: Path, name: str, result: dict[str, Any]) -> None:
 
 # benchmarks with their own command and section
 SEPARATE = ("load", "browser_latency", "verify_cost", "verify_kernels", "step_profile", "tree_overhead", "quality",
-            "quality_speed", "invariant", "auto_speed", "match_acceptance")
+            "quality_speed", "invariant", "auto_speed", "auto_speed_lookup",
+            "match_acceptance")
 
 
 def read(out_dir: Path, exclude: set[str]) -> dict[str, tuple[str, Any]]:
