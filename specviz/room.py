@@ -68,6 +68,12 @@ class PollClosed(RoomError):
     status = 409
 
 
+class RunChanged(RoomError):
+    """A page asked about a run of the lecturer's that is no longer the room's (it follows into the new one)."""
+
+    status = 409
+
+
 @dataclasses.dataclass(frozen=True)
 class Question:
     """One poll question about a cycle: the options a student picks from, and which one is true."""
@@ -149,6 +155,10 @@ class Room:
     lecture: bool = False  # the lecturer's stage is in lecture layout: so are the followers'
     version: int = 0  # counts the room's changes: a follower asks "anything after version v?"
     frames: dict[str, Any] = dataclasses.field(default_factory=dict)  # the stage's steps, held once
+    # The run's cycles up to the lecturer's (the same trace objects as the lecturer's run: held once),
+    # what the follower's other views are drawn from, and whether step 0 is the start of cycle 1.
+    traces: tuple[CycleTrace, ...] = ()
+    started: bool = False
     students: dict[str, Student] = dataclasses.field(default_factory=dict)
     polls: list[Poll] = dataclasses.field(default_factory=list)
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
@@ -161,18 +171,22 @@ class Room:
         self.seen = now
 
     def move(self, key: str, run: int, step: int, frames: dict[str, Any] | None = None,
-             now: float | None = None, lecture: bool | None = None) -> int:
-        """The lecturer is at `step` of `run` (with the stage data for it, if new); the new version."""
+             now: float | None = None, lecture: bool | None = None,
+             record: tuple[Sequence[CycleTrace], bool] | None = None) -> int:
+        """The lecturer is at `step` of `run` (with the stage data for it, if new, and `record`: the
+        run's cycles up to that step and whether it has started); the new version."""
         with self.lock:
-            if lecture is not None:
-                self.lecture = bool(lecture)
             self._lecturer(key, _now(now))
             if run < 0 or step < 0:
                 raise RoomError("a run and a step are counted from 0")
+            if lecture is not None:
+                self.lecture = bool(lecture)
             if run != self.run:
-                self.frames = {}
+                self.frames, self.traces, self.started = {}, (), False
             if frames:
                 self.frames.update(frames)
+            if record is not None:
+                self.traces, self.started = tuple(record[0]), bool(record[1])
             self.run, self.step = run, step
             self.version += 1
             return self.version
@@ -235,6 +249,18 @@ class Room:
             return {"run": self.run, "step": self.step, "version": self.version, "poll": poll,
                     "behind": None if step is None or following else self.step - step,
                     "lecturer_away": now - self.seen > LECTURER_AWAY_S}
+
+    def record(self, student: str, run: int, step: int,
+               now: float | None = None) -> tuple[tuple[CycleTrace, ...], bool]:
+        """The cycles a student's page may draw its other views from at `step` of `run`: never a step
+        the lecturer has not shown (403), never an old run (409: the page follows into the new one)."""
+        with self.lock:
+            self._student(student).seen = _now(now)
+            if run != self.run:
+                raise RunChanged("the lecturer has started a new run: this page follows into it")
+            if step > self.step:
+                raise RoomForbidden("the lecturer has not shown that step yet")
+            return self.traces, self.started
 
     def answer(self, student: str, number: int, option: int, now: float | None = None) -> dict[str, Any]:
         """A student's answer to an open poll (replacing their earlier one); refused after the reveal."""
