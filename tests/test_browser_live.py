@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -254,3 +255,26 @@ def test_a_student_opens_the_other_views_at_any_step_and_keeps_following(server,
         assert hosts == {server.split("/")[2]} and not errors, (hosts, errors)  # nothing from another host
         page.screenshot(path=f"test-artifacts/browser/live-views-{width}.png", full_page=True)
         page.context.close()
+
+
+def test_a_class_joins_at_once_over_http_and_the_lecturer_keeps_going_up_to_the_rooms_cap(server, browser, lecture):
+    """200 joins released at one instant on the real server: each answers with a student of its own while
+    the lecturer's stage keeps stepping; a second burst past the room's cap gets 429 with the room's words
+    for the joins over it. (The times are `bench.live_join`'s: no timing is asserted here.)"""
+    from bench.live_join import burst
+    from specviz.room import MAX_STUDENTS
+
+    lecturer, code = lecture
+    url = f"{server}{LIVE}/{code}"
+    results, waiter = burst(url, 200)
+    for _ in range(2):
+        _lecturer_step(lecturer)  # the lecturer's page answers meanwhile
+    waiter.join(180)
+    assert len(results) == 200 and {s for s, _, _ in results} == {200}, Counter(s for s, _, _ in results)
+    assert len({key for _, key, _ in results}) == 200
+    over, waiter = burst(url, MAX_STUDENTS - 150)  # 450 and what came before: past the cap
+    waiter.join(180)
+    statuses = Counter(s for s, _, _ in over)
+    assert set(statuses) <= {200, 429} and statuses[429] >= 50 and sum(statuses.values()) == MAX_STUDENTS - 150
+    assert {m for s, m, _ in over if s == 429} == {f"this room is full ({MAX_STUDENTS} students)"}
+    _lecturer_step(lecturer)
