@@ -5,13 +5,15 @@
 lecture (as `bench.live` does). Then `--students` threads post `{"do": "join"}` to the room's route
 (`ui/live_route.py`) at the same instant (a barrier), each on its own connection, as a class's phones
 would after the code goes up on the screen. While they are in flight the lecturer clicks Next phase
-three times (Playwright's actionable click; click to its own stage's paint is timed: the lecturer's
-page must keep answering) and a thread asks the server's health endpoint every 100 ms. A second burst
+three times (Playwright's actionable click), and each click is timed to the lecturer's own paint and
+to a follower's long poll answering with that step (`bench.live.ProtocolFollower`: the lecturer's
+report went through the server while the class joined); a thread asks the server's health endpoint
+every 100 ms. A second burst
 of `--over` joins then pushes the room past its cap (`room.MAX_STUDENTS`): each join must answer 200,
 or 429 with the room's message.
 
 Per burst it reports each join's answer time (p50 / p95 / max), the statuses, whether every join
-answered within `--bound` seconds, the lecturer's click → paint during the burst, the health
+answered within `--bound` seconds, the lecturer's click → paint and → a follower during the burst, the health
 endpoint's answer times and the server's CPU seconds. The clients share the machine's cores with
 the server (one Python process of threads and a Chromium): the times are an upper bound.
 """
@@ -30,7 +32,7 @@ from collections import Counter
 from typing import Any
 
 from bench.common import cpu_name
-from bench.live import LIVE, lecturer_page
+from bench.live import LIVE, ProtocolFollower, lecturer_page
 from bench.load import CHROMIUM, CHROMIUM_ARGS, CpuSampler, percentiles, start_server, stop_server
 
 FULL = "this room is full"  # the start of the room's 429 message (specviz.room.Room.join)
@@ -96,32 +98,36 @@ class Health(threading.Thread):
                 self.times.append(None)
 
 
-def lecturer_clicks(page: Any, clicks: int) -> list[float]:
-    """Next phase `clicks` times during a burst; click (the page's pointerdown) to its paint, seconds."""
+def lecturer_clicks(page: Any, clicks: int) -> list[tuple[int, float, float]]:
+    """Next phase `clicks` times during a burst: (step, the click's time (epoch s, the page's clock),
+    click to the lecturer's own paint in s)."""
     out = []
     for _ in range(clicks):
         step = page.evaluate("window.__specvizStage.state.cur") + 1
         page.locator(".st-key-next_phase button").first.click()
         page.wait_for_function(f"window.__specvizStage.state.cur === {step}", timeout=60_000)
-        t = page.evaluate(f"""() => {{ const c = window.__clicks[window.__clicks.length - 1];
-            const p = window.__paints.find(([s, at]) => s === {step} && at >= c); return p ? p[1] - c : null; }}""")
-        if t is not None:
-            out.append(t / 1000)
+        c, t = page.evaluate(f"""() => {{ const c = window.__clicks[window.__clicks.length - 1];
+            const p = window.__paints.find(([s, at]) => s === {step} && at >= c); return [c, p ? p[1] : c]; }}""")
+        out.append((step, c / 1000, (t - c) / 1000))
         time.sleep(0.3)
     return out
 
 
 def measure(lecturer: Any, room_url: str, url: str, n: int, bound_s: float, server_pid: int) -> dict[str, Any]:
-    health = Health(url)
+    health, follower = Health(url), ProtocolFollower(room_url)  # the room's long poll, as a follower's page
     health.start()
+    follower.start()
     with CpuSampler(server_pid) as cpu:
         t0 = time.perf_counter()
         results, waiter = burst(room_url, n)
         clicks = lecturer_clicks(lecturer, 3)
         waiter.join(120)
         wall = time.perf_counter() - t0
+        time.sleep(1.0)  # the follower's answer to the last click
     health.stop.set()
+    follower.stop.set()
     health.join(5)
+    to_room = [follower.seen[step] - at if step in follower.seen else None for step, at, _ in clicks]
     statuses = Counter(s for s, _, _ in results)
     answered = [t for s, _, t in results if s]
     refused = [m for s, m, _ in results if s == 429]
@@ -130,7 +136,8 @@ def measure(lecturer: Any, room_url: str, url: str, n: int, bound_s: float, serv
     return {"joins": n, "statuses": dict(statuses), "distinct_keys": len(keys), **percentiles(answered),
             "within_bound": len(answered) == n and max(answered) <= bound_s, "bound_s": bound_s,
             "cap_message": all(m.startswith(FULL) for m in refused), "burst_wall_s": wall,
-            "lecturer_click_s": clicks, "health_p50_s": statistics.median(answers) if answers else None,
+            "lecturer_click_s": [paint for _, _, paint in clicks], "click_to_follower_s": to_room,
+            "health_p50_s": statistics.median(answers) if answers else None,
             "health_max_s": max(answers) if answers else None, "health_missed": health.times.count(None),
             "server_cpu_s": cpu.seconds("server")}
 
@@ -162,19 +169,21 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         f"`python -m bench.live_join` on {cpu_name()} ({os.cpu_count()} cores), the tiny pair, one `streamlit run`. "
         "A burst of concurrent `POST {\"do\": \"join\"}` to the room's route (threads released by a barrier, one "
         "connection each), then a second burst past the room's cap of 400 students; meanwhile the lecturer's page "
-        "clicks Next phase 3 times and the health endpoint is asked every 100 ms.",
+        "clicks Next phase 3 times (each timed to its own paint and to a follower's long poll showing the step) and "
+        "the health endpoint is asked every 100 ms.",
         "",
         "| joins in the burst | answered 200 / 429 / none | join answer p50 / p95 / max | all within | lecturer's "
-        "click → paint | health p50 / max | server CPU |",
-        "|---|---|---|---|---|---|---|",
+        "click → own paint | click → a follower | health p50 / max | server CPU |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         s = r["statuses"]
         clicks = " / ".join(f"{1000 * c:.0f}" for c in r["lecturer_click_s"]) + " ms"
+        room = " / ".join("none" if c is None else f"{1000 * c:.0f}" for c in r["click_to_follower_s"]) + " ms"
         lines.append(
             f"| {r['joins']} | {s.get(200, 0)} / {s.get(429, 0)} / {r['joins'] - s.get(200, 0) - s.get(429, 0)} | "
             f"{r['p50_s']:.2f} / {r['p95_s']:.2f} / {r['max_s']:.2f} s | {r['bound_s']:.0f} s: "
-            f"{'yes' if r['within_bound'] else 'no'} | {clicks} | {1000 * r['health_p50_s']:.0f} / "
+            f"{'yes' if r['within_bound'] else 'no'} | {clicks} | {room} | {1000 * r['health_p50_s']:.0f} / "
             f"{1000 * r['health_max_s']:.0f} ms | {r['server_cpu_s']:.1f} s |")
     return "\n".join(lines) + "\n"
 
@@ -192,7 +201,8 @@ def main(argv: list[str] | None = None) -> int:
 
         Path(args.out).write_text(json.dumps({"cpu": cpu_name(), "rows": rows}, indent=1))
     print(markdown(rows))
-    return 0 if all(r["within_bound"] and r["cap_message"] for r in rows) else 1
+    ok = all(r["within_bound"] and r["cap_message"] and None not in r["click_to_follower_s"] for r in rows)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
