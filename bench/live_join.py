@@ -36,11 +36,13 @@ from bench.live import LIVE, ProtocolFollower, lecturer_page
 from bench.load import CHROMIUM, CHROMIUM_ARGS, CpuSampler, percentiles, start_server, stop_server
 
 FULL = "this room is full"  # the start of the room's 429 message (specviz.room.Room.join)
+JOIN = {"do": "join"}
 
 
-def join(url: str, timeout_s: float = 60.0) -> tuple[int, str, float]:
-    """One student's join: (status, the student key or the error, seconds to the answer)."""
-    req = urllib.request.Request(url, data=b'{"do": "join"}', method="POST",
+def post(url: str, message: dict[str, Any] = JOIN, timeout_s: float = 60.0) -> tuple[int, str, float]:
+    """One call of the room's route: (status, the student key, the view's key or the error, seconds
+    to the whole answer)."""
+    req = urllib.request.Request(url, data=json.dumps(message).encode(), method="POST",
                                  headers={"Content-Type": "application/json"})
     t0 = time.perf_counter()
     try:
@@ -50,23 +52,23 @@ def join(url: str, timeout_s: float = 60.0) -> tuple[int, str, float]:
         status, body = e.code, json.loads(e.read() or b"{}")
     except OSError as e:  # refused, reset, timed out: the server did not answer
         return 0, f"{type(e).__name__}: {e}", time.perf_counter() - t0
-    return status, body.get("student") or body.get("error", ""), time.perf_counter() - t0
+    return status, body.get("student") or body.get("key") or body.get("error", ""), time.perf_counter() - t0
 
 
-def burst(url: str, n: int) -> tuple[list[tuple[int, str, float]], threading.Thread]:
-    """`n` joins released at one instant; returns their results (filled as they end) and a thread
-    to join for all of them."""
+def burst(url: str, n: int, messages: Any = None) -> tuple[list[tuple[int, str, float]], threading.Thread]:
+    """`n` calls (joins, or `messages[i]`) released at one instant; returns their results (filled as
+    they end) and a thread to join for all of them."""
     results: list[tuple[int, str, float]] = []
     gate = threading.Barrier(n + 1)
     lock = threading.Lock()
 
-    def one() -> None:
+    def one(i: int) -> None:
         gate.wait()
-        got = join(url)
+        got = post(url, JOIN if messages is None else messages[i])
         with lock:
             results.append(got)
 
-    threads = [threading.Thread(target=one, daemon=True) for _ in range(n)]
+    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(n)]
     for t in threads:
         t.start()
 
@@ -139,6 +141,23 @@ def measure(lecturer: Any, room_url: str, url: str, n: int, bound_s: float, serv
             "lecturer_click_s": [paint for _, _, paint in clicks], "click_to_follower_s": to_room,
             "health_p50_s": statistics.median(answers) if answers else None,
             "health_max_s": max(answers) if answers else None, "health_missed": health.times.count(None),
+            "server_cpu_s": cpu.seconds("server"), "results": results}
+
+
+def views(room_url: str, students: list[str], tab: str, server_pid: int) -> dict[str, Any]:
+    """Every student asks for the open tab's view of the lecturer's step at one instant (a class
+    following with the tab open): the room builds it once (`ui/live_route`); each answer's time."""
+    room = json.loads(urllib.request.urlopen(urllib.request.Request(
+        room_url, data=json.dumps({"do": "here", "student": students[0], "since": -1}).encode(), method="POST",
+        headers={"Content-Type": "application/json"}), timeout=30).read())
+    asks = [{"do": "view", "student": s, "run": room["run"], "step": room["step"], "tab": tab} for s in students]
+    with CpuSampler(server_pid) as cpu:
+        results, waiter = burst(room_url, len(asks), asks)
+        waiter.join(120)
+    answered = [t for st, _, t in results if st == 200]
+    shown = sorted({k for st, k, _ in results if st == 200})  # one: every student was sent the same view
+    return {"tab": tab, "asks": len(asks), "step": room["step"], "views": shown,
+            "statuses": dict(Counter(st for st, _, _ in results)), **percentiles(answered),
             "server_cpu_s": cpu.seconds("server")}
 
 
@@ -151,11 +170,16 @@ def run(students: int, over: int, bound_s: float, say: Any = print) -> list[dict
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             lecturer, code = lecturer_page(browser, url)
             room_url = f"{url}{LIVE}/{code}"
-            rows = []
+            rows, keys = [], []
             for n in (students, over):
                 row = measure(lecturer, room_url, url, n, bound_s, proc.pid)
+                keys = keys or [k for s, k, _ in row["results"] if s == 200]  # the first burst's students
+                del row["results"]
                 say(f"  {json.dumps(row)}")
                 rows.append(row)
+            for tab in ("charts", "stats"):
+                rows.append(views(room_url, keys, tab, proc.pid))
+                say(f"  {json.dumps(rows[-1])}")
             browser.close()
         return rows
     finally:
@@ -176,7 +200,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         "click → own paint | click → a follower | health p50 / max | server CPU |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for r in rows:
+    for r in (r for r in rows if "joins" in r):
         s = r["statuses"]
         clicks = " / ".join(f"{1000 * c:.0f}" for c in r["lecturer_click_s"]) + " ms"
         room = " / ".join("none" if c is None else f"{1000 * c:.0f}" for c in r["click_to_follower_s"]) + " ms"
@@ -185,6 +209,13 @@ def markdown(rows: list[dict[str, Any]]) -> str:
             f"{r['p50_s']:.2f} / {r['p95_s']:.2f} / {r['max_s']:.2f} s | {r['bound_s']:.0f} s: "
             f"{'yes' if r['within_bound'] else 'no'} | {clicks} | {room} | {1000 * r['health_p50_s']:.0f} / "
             f"{1000 * r['health_max_s']:.0f} ms | {r['server_cpu_s']:.1f} s |")
+    lines += ["", "Then each student of the first burst asks, at one instant, for a tab's view of the lecturer's step "
+              "(`do: view`, a class following with the tab open):", "",
+              "| tab | asks | answered 200 | distinct views | answer p50 / p95 / max | server CPU |",
+              "|---|---|---|---|---|---|"]
+    for r in (r for r in rows if "tab" in r):
+        lines.append(f"| {r['tab']} | {r['asks']} | {r['statuses'].get(200, 0)} | {len(r['views'])} | "
+                     f"{r['p50_s']:.2f} / {r['p95_s']:.2f} / {r['max_s']:.2f} s | {r['server_cpu_s']:.1f} s |")
     return "\n".join(lines) + "\n"
 
 
@@ -201,7 +232,8 @@ def main(argv: list[str] | None = None) -> int:
 
         Path(args.out).write_text(json.dumps({"cpu": cpu_name(), "rows": rows}, indent=1))
     print(markdown(rows))
-    ok = all(r["within_bound"] and r["cap_message"] and None not in r["click_to_follower_s"] for r in rows)
+    ok = all(r["within_bound"] and r["cap_message"] and None not in r["click_to_follower_s"]
+             for r in rows if "joins" in r) and all(r["statuses"] == {200: r["asks"]} for r in rows if "tab" in r)
     return 0 if ok else 1
 
 
