@@ -257,6 +257,35 @@ def test_a_student_opens_the_other_views_at_any_step_and_keeps_following(server,
         page.context.close()
 
 
+def test_a_student_tries_the_cycle_on_screen_on_a_decoder_of_their_own(server, browser, lecture):
+    """The follower's link opens the app on a fork of the lecture's run (ui/fork.py): the same text so far,
+    the cycle on screen stepped at the student's pace on the student's own decoder; the lecture goes on."""
+    lecturer, code = lecture
+    step = _to_resolve(lecturer)
+    cycle = (step - 1) // 5
+    student, errors = _student(browser, server, code)
+    link = student.locator("#fork")
+    link.wait_for()
+    assert link.inner_text() == f"Try cycle {cycle + 1} yourself ↗"
+    with student.context.expect_page() as opened:
+        link.click()
+    fork = opened.value
+    fork.set_default_timeout(120_000)
+    fork.get_by_text(f"Your own try of cycle {cycle + 1} of the live lecture {code}").first.wait_for()
+    fork.wait_for_function(f"window.__specvizStage && window.__specvizStage.state.cur === {5 * cycle}")
+    assert "differs from the lecture" not in fork.locator("[data-testid='stMain']").inner_text()
+    for _ in range(step - 5 * cycle):  # the student's follower page, back to the same step of the lecture
+        student.locator("#back").click()
+    student.wait_for_function(f"window.__specvizStage.state.cur === {5 * cycle}")
+    same = "(p) => window.__specvizStage.state.shown.strip"
+    assert fork.evaluate(same, None) == student.evaluate(same, None)  # the text so far is the lecture's
+    lecturer_at = _cur(lecturer)
+    assert _lecturer_step(fork) == 5 * cycle + 1  # the fork's own cycle, computed by its own decoder
+    assert _cur(lecturer) == lecturer_at and not errors
+    fork.close()
+    student.context.close()
+
+
 def test_a_class_joins_at_once_over_http_and_the_lecturer_keeps_going_up_to_the_rooms_cap(server, browser, lecture):
     """200 joins released at one instant on the real server: each answers with a student of its own while
     the lecturer's stage keeps stepping; a second burst past the room's cap gets 429 with the room's words

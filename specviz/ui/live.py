@@ -20,6 +20,12 @@ from ..timeline import at
 from ..trace import CycleTrace
 
 MAX_FRAMES = 400  # steps of the lecturer's run a room holds (80 cycles): a student may go back through them
+# The sidebar settings a student's fork of the lecturer's run starts from (`ui/fork`): what starts the
+# run (`sidebar.RESTART_WIDGETS`) and what the decoder takes live (`sidebar.LIVE`). Never the what-if
+# forcing, the lecture layout or the quiz: a fork is an exact run of the student's own.
+FORK_SETTINGS = ("pair_kind", "custom_target", "custom_draft", "proposer", "prompt", "chat", "layout", "page_size",
+                 "policy", "seed", "num_blocks", "max_context", "dtype", "k_mode", "k", "tree_width", "tree_nodes",
+                 "temperature", "top_k", "top_p", "max_new")
 
 
 @dataclasses.dataclass(eq=False)
@@ -92,12 +98,29 @@ def publish(ws: Any, run_id: int, view: int, steps: dict[str, dict[str, Any]], l
     if record is not None and room.run == run_id and _same(record[0], room.traces) and record[1] == room.started:
         record = None
     if room.run == run_id and room.step == view and room.lecture == layout and not frames and record is None:
+        _offer(lecture, ws)
         return  # nothing new: no version bump, followers' long polls keep waiting
     room.move(lecture.key, run_id, view, frames, lecture=layout, record=record)
+    _offer(lecture, ws)
     if len(room.frames) > MAX_FRAMES:
         with room.lock:
             for k in sorted(room.frames, key=int)[: len(room.frames) - MAX_FRAMES]:
                 del room.frames[k]
+
+
+def _offer(lecture: Lecture, ws: Any) -> None:
+    settings = fork_settings(ws)
+    if settings != lecture.room.settings:  # read without the lock: at worst offered once more
+        lecture.room.offer(lecture.key, settings)
+
+
+def fork_settings(ws: Any) -> dict[str, Any] | None:
+    """The lecturer's settings a fork starts from, when the run shown is live (a recording has no
+    decoder to fork) and it is the one the sidebar describes."""
+    run, widgets = getattr(ws, "run", None), getattr(ws, "widgets", None) or {}
+    if run is None or not getattr(run, "live", False) or not widgets:
+        return None
+    return {key: widgets[key] for key in FORK_SETTINGS if key in widgets}
 
 
 def _record(timeline: Any, view: int) -> tuple[tuple[CycleTrace, ...], bool] | None:

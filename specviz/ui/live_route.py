@@ -86,8 +86,9 @@ async def _page(request: Request) -> Response:
     except RoomError as no:
         return HTMLResponse(follower.join_html(_join_path(request), str(no)), status_code=no.status,
                             headers=_no_store())
-    plotly = f"{_join_path(request)}{PLOTLY_JS}?v={quote(plotly_version())}"
-    return HTMLResponse(follower.page_html(room.code, str(request.url.path), plotly), headers=_no_store())
+    base = _join_path(request)
+    plotly, app = f"{base}{PLOTLY_JS}?v={quote(plotly_version())}", base[: -len(PATH)] + "/"
+    return HTMLResponse(follower.page_html(room.code, str(request.url.path), plotly, app), headers=_no_store())
 
 
 async def _call(request: Request) -> Response:

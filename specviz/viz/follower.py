@@ -8,7 +8,8 @@ address carries only the public room code), and long-polls the room: following, 
 lecturer shows is shown here; a student may step back and forward through the room's steps
 (branched: the page says how far behind the lecturer it is) and **Follow** (key F) snaps back.
 At a poll the question and its options appear under the stage; after the reveal, the class's
-counts, your answer and the truth. Under them, tabs open the app's other views for the step on
+counts, your answer and the truth. A link opens a fork of the lecture's run at the cycle on screen
+in the app, on the student's own decoder (`ui/fork`). Under them, tabs open the app's other views for the step on
 screen (`follower_views`: Distributions, Statistics, Misconceptions); an open tab follows the
 stage, whether it follows the lecturer or the student went back.
 
@@ -37,21 +38,29 @@ def _head(title: str) -> str:
             f"{stage_js.stage_css()}</style>{stylesheet()}</head>")
 
 
-def page_html(code: str, path: str, plotly: str = "") -> str:
+def page_html(code: str, path: str, plotly: str = "", app: str = "/") -> str:
     """The follower's page for room `code`, posting to `path` (its own address); `plotly`: where the
-    live route serves plotly.js."""
+    live route serves plotly.js; `app`: the app's own page (a student's fork opens there, `ui/fork`)."""
     script = (stage_js.core_js() + stage_js.read_static("follower.js")).replace("</script", "<\\/script")
     return (
-        _head(f"Live lecture {code}") + f"<body{attrs(data_room=code, data_path=path, data_plotly=plotly)}>"
+        _head(f"Live lecture {code}") +
+        f"<body{attrs(data_room=code, data_path=path, data_plotly=plotly, data_app=app)}>"
         "<header><button id='back' aria-label='Back one step'>← Back</button>"
         "<button id='next' aria-label='Next step'>Next →</button>"
         "<button id='follow' class='primary' aria-keyshortcuts='F' hidden>Follow the lecturer (F)</button>"
         "<span id='where' aria-live='polite'>Joining…</span>"
         f"<span class='room'>Live lecture <b>{esc(code)}</b></span></header>"
-        "<main><div id='stage'></div><section id='poll' aria-live='polite' hidden></section>" + _tabs() +
+        "<main><div id='stage'></div><section id='poll' aria-live='polite' hidden></section>" + _try() + _tabs() +
         "<p class='nojs-note'>This page needs JavaScript to follow the lecture.</p></main>"
         f"<script type='module'>{script}</script></body></html>"
     )
+
+
+def _try() -> str:
+    """The link to a fork of the lecture's run at the cycle on screen (its address set by the script)."""
+    link = tag("a", "Try this cycle yourself ↗", id="fork", target="_blank", rel="noopener")
+    return tag("p", link + tag("span", " on a decoder of your own: the lecture's text so far, your own random draws"),
+               cls="svf-try", hidden=True)
 
 
 def _tabs() -> str:

@@ -17,6 +17,7 @@ const svEl = {
   where: document.getElementById('where'), follow: document.getElementById('follow'),
   poll: document.getElementById('poll'), next: document.getElementById('next'), back: document.getElementById('back'),
   views: document.getElementById('views'), tabs: [...document.querySelectorAll('.svf-tabs [role=tab]')],
+  fork: document.getElementById('fork'),
 };
 const svViews = {tab: '', pos: null, asked: null, key: null, want: 0, plotly: null};
 window.__specvizViews = svViews;
@@ -55,6 +56,17 @@ function svWhere() {
   if (svStage.state.shown) text += ` · ${svStage.state.shown.title}`;
   svEl.where.textContent = text;
   svEl.follow.hidden = svLive.following;
+  svForkLink(room, cur);
+}
+
+// The link to a fork of the lecture at the cycle on screen (ui/fork.py): not while the class answers
+// a question about that cycle, nor for a recording (no decoder to fork).
+function svForkLink(room, cur) {
+  const cycle = cur ? Math.floor((cur - 1) / 5) : 0;  // step 5c + p: cycle c (timeline.py)
+  const asked = room.poll && !room.poll.revealed && room.poll.cycle === cycle;
+  svEl.fork.parentElement.hidden = !room.fork || room.waiting || asked || cur === null || cur === undefined;
+  svEl.fork.href = `${svBody.dataset.app}?fork=${encodeURIComponent(svCode)}&cycle=${cycle}`;
+  svEl.fork.textContent = `Try cycle ${cycle + 1} yourself ↗`;
 }
 
 // The room's answer as the stage's data: following, a new `seq` moves the stage to the lecturer's step;
