@@ -307,3 +307,7 @@ def test_a_class_joins_at_once_over_http_and_the_lecturer_keeps_going_up_to_the_
     assert set(statuses) <= {200, 429} and statuses[429] >= 50 and sum(statuses.values()) == MAX_STUDENTS - 150
     assert {m for s, m, _ in over if s == 429} == {f"this room is full ({MAX_STUDENTS} students)"}
     _lecturer_step(lecturer)
+    late = browser.new_page()  # a student's page at the full room says so, in the room's words
+    late.goto(f"{server}{LIVE}/{code}", wait_until="domcontentloaded")
+    late.locator("#where").get_by_text(f"Cannot join: this room is full ({MAX_STUDENTS} students)").wait_for()
+    late.close()

@@ -106,7 +106,8 @@ async function svLoop() {
       svTake(answer);
       delay = 0;
     } catch (err) {
-      svEl.where.textContent = `Reconnecting… (${err.message || err})`;
+      svEl.where.textContent = err.status === 429  // the room's cap: its own words, and a later try
+        ? `Cannot join: ${err.message}. Trying again in a moment…` : `Reconnecting… (${err.message || err})`;
       delay = Math.min(Math.max(2 * delay, 500), 5000);
     }
   }
