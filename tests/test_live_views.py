@@ -11,6 +11,7 @@ import asyncio
 import gzip
 import json
 import re
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -170,3 +171,33 @@ def test_plotly_js_is_served_from_the_installed_package_gzipped_once():
     assert plain == raw and "content-encoding" not in headers
     page = follower.page_html("ABCDE", "/api/specviz/live/ABCDE", "/api/specviz/live/static/plotly.min.js?v=1")
     assert not re.search(r"(src|href)=['\"]?(https?:)?//", page)  # nothing from another host
+
+
+def test_a_student_leaving_while_a_view_waits_to_be_built_does_not_cancel_it_for_the_others(runs):
+    traces = runs["chain"]
+    ws = SimpleNamespace(live=None)
+    room = live.start(ws).room
+    busy = threading.Event()
+    try:
+        live.publish(ws, 4, 10, {"10": {"title": "c2"}}, seq=1, timeline=_timeline(traces))
+        a, b = (_post(room, {"do": "join"})[1]["student"] for _ in range(2))
+        live_route._builder.submit(busy.wait, 30)  # the builder is busy: the view waits in its queue
+        ask = {"do": "view", "run": 4, "step": 8, "tab": "charts", "pos": None}
+
+        def asking(student: str):
+            return asyncio.ensure_future(_asgi(live_route._call, json.dumps({**ask, "student": student}).encode(),
+                                               room.code))
+
+        async def two_ask_one_leaves():
+            first, second = asking(a), asking(b)
+            while not any(len(f._done_callbacks) == 2 for _, f in live_route._built.values()):  # both wait on it
+                await asyncio.sleep(0.01)
+            first.cancel()  # a student closes the page
+            busy.set()
+            return await second
+
+        status, body, _ = asyncio.run(two_ask_one_leaves())
+        assert status == 200 and json.loads(body)["key"] == "charts:1:accept:1"
+    finally:
+        busy.set()
+        live.end(ws)

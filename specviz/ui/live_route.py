@@ -163,14 +163,15 @@ async def _view(room: Room, message: dict[str, Any]) -> Response:
     key = (room.code, run, id(traces), follower_views.view_key(tab, traces, started, step, pos))
     with _built_lock:
         held = _built.get(key)
-        if held is None or held[0] is not traces:  # the same id, another tuple: never a stale view
+        if held is None or held[0] is not traces or held[1].cancelled():  # the same id, another tuple: rebuilt
             build = functools.partial(follower_views.view, tab, traces, started, step, pos)
             held = _built[key] = (traces, _builder.submit(lambda: build().json()))
             while len(_built) > MAX_VIEWS:
                 _built.popitem(last=False)
         _built.move_to_end(key)
     try:
-        body = await asyncio.wrap_future(held[1])
+        # Shielded: a student who leaves while the view is built must not cancel it for the others waiting.
+        body = await asyncio.shield(asyncio.wrap_future(held[1]))
     except Exception:
         with _built_lock:
             if _built.get(key) is held:
