@@ -190,7 +190,8 @@ def test_a_student_leaving_while_a_view_waits_to_be_built_does_not_cancel_it_for
 
         async def two_ask_one_leaves():
             first, second = asking(a), asking(b)
-            while not any(len(f._done_callbacks) == 2 for _, f in live_route._built.values()):  # both wait on it
+            while not any(key[0] == room.code and len(f._done_callbacks) == 2  # both wait on this room's view
+                          for key, (_, f) in live_route._built.items()):
                 await asyncio.sleep(0.01)
             first.cancel()  # a student closes the page
             busy.set()
