@@ -32,7 +32,7 @@ from specviz.config import MAX_K
 from specviz.errors import SpecvizError
 from specviz.prompting import encode_prompt
 from specviz.server import ServerSettings
-from specviz.ui import actions, live_panel, live_route, session, sidebar, stage, stage_component, stage_route
+from specviz.ui import actions, fork, live_panel, live_route, session, sidebar, stage, stage_component, stage_route
 from specviz.ui.runs import runs_panel, take_pending_scenario
 from specviz.ui.state import Run, prefetch, run_to_cycle, start_live_run, sync_config
 from specviz.ui.tab_charts import charts_tab
@@ -138,7 +138,7 @@ def ensure_run(controls: sidebar.Controls, pair: Any, settings: ServerSettings) 
                     widgets=sidebar.widget_values(),
                     prompt_text=controls.prompt, chat=controls.chat, notices=(notice,) if notice else (),
                 )  # fmt: skip
-                new = first_cycle_ahead(_scenario_start(new))
+                new = first_cycle_ahead(fork.start(_scenario_start(new), session.decoding_slot))
         except SpecvizError as exc:
             ws.playing = False
             st.error(f"Could not start: {exc}", icon=":material/error:")
@@ -210,6 +210,7 @@ def main() -> None:
     if ws is None:  # a classroom server at its bound on open pages: it said so
         return
     sidebar.init_state()
+    fork_note = fork.take()  # a student's own try of a live lecture's cycle (specviz.ui.fork)
     registry = parking.shared_registry()
     registry.touch(ws)
     released = registry.sweep(settings.idle_seconds, session.release_idle)  # sessions idle too long free their caches
@@ -217,7 +218,7 @@ def main() -> None:
     heap.settle_if_sessions_left(len(registry), released)
     if ws.whatif_spent:  # before the toggle is drawn: its value can only change now
         st.session_state.whatif, ws.whatif_spent = False, False
-    limit_notes = sidebar.apply_limits(settings)
+    limit_notes = sidebar.apply_limits(settings) + ([fork_note] if fork_note else [])
     runs_slot = st.sidebar.container()  # filled last: it lists the run this script run shows
     controls = sidebar.sidebar(settings, stage.on_walkthrough)
     live_panel.panel(session.workspace().run)

@@ -1,5 +1,6 @@
 """Screenshots of a live lecture (docs/img/live-*.png): the lecturer's screen with the class's
-answers at 1920x1080, a follower at 1366x768 and on a phone at 390x844, after a question revealed.
+answers at 1920x1080, a follower at 1366x768 and on a phone at 390x844, after a question revealed,
+and a follower at 1366x768 with the Distributions tab open under the stage.
 
     python scripts/live_screenshots.py [--out docs/img]
 
@@ -23,6 +24,17 @@ def follower(browser, url: str, width: int, height: int):
     page.goto(url, wait_until="domcontentloaded")
     page.wait_for_function("window.__specvizStage && window.__specvizStage.state.shown", timeout=60_000)
     return page
+
+
+def tabs(page, path: Path) -> None:
+    """The follower's Distributions tab for the step on screen, scrolled to its first figures."""
+    page.locator("#tab-charts").click()
+    page.wait_for_function("document.querySelectorAll('#views .js-plotly-plot .main-svg').length >= 2",
+                           timeout=60_000)
+    page.evaluate("window.scrollTo(0, document.querySelector('.svf-tabs').getBoundingClientRect().top"
+                  " + window.scrollY - 70)")
+    page.wait_for_timeout(500)
+    page.screenshot(path=str(path))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
             lecturer.screenshot(path=str(out / "live-lecturer-1920x1080.png"))
             students[0].screenshot(path=str(out / "live-follower-1366x768.png"))
             students[1].screenshot(path=str(out / "live-follower-390x844.png"), full_page=True)
+            tabs(students[2], out / "live-follower-tabs-1366x768.png")
             browser.close()
     finally:
         stop_server(proc)

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .errors import SpecvizError
+from .timeline import at
 from .trace import CycleTrace
 
 CODE_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I/L: read off a projector at the back
@@ -65,6 +66,12 @@ class RoomFull(RoomError):
 
 
 class PollClosed(RoomError):
+    status = 409
+
+
+class RunChanged(RoomError):
+    """A page asked about a run of the lecturer's that is no longer the room's (it follows into the new one)."""
+
     status = 409
 
 
@@ -149,6 +156,12 @@ class Room:
     lecture: bool = False  # the lecturer's stage is in lecture layout: so are the followers'
     version: int = 0  # counts the room's changes: a follower asks "anything after version v?"
     frames: dict[str, Any] = dataclasses.field(default_factory=dict)  # the stage's steps, held once
+    # The run's cycles up to the lecturer's (the same trace objects as the lecturer's run: held once),
+    # what the follower's other views are drawn from, and whether step 0 is the start of cycle 1.
+    traces: tuple[CycleTrace, ...] = ()
+    started: bool = False
+    # The sidebar settings that re-create the lecturer's live run (None: a recording, nothing to fork).
+    settings: dict[str, Any] | None = None
     students: dict[str, Student] = dataclasses.field(default_factory=dict)
     polls: list[Poll] = dataclasses.field(default_factory=list)
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
@@ -161,21 +174,46 @@ class Room:
         self.seen = now
 
     def move(self, key: str, run: int, step: int, frames: dict[str, Any] | None = None,
-             now: float | None = None, lecture: bool | None = None) -> int:
-        """The lecturer is at `step` of `run` (with the stage data for it, if new); the new version."""
+             now: float | None = None, lecture: bool | None = None,
+             record: tuple[Sequence[CycleTrace], bool] | None = None) -> int:
+        """The lecturer is at `step` of `run` (with the stage data for it, if new, and `record`: the
+        run's cycles up to that step and whether it has started); the new version."""
         with self.lock:
-            if lecture is not None:
-                self.lecture = bool(lecture)
             self._lecturer(key, _now(now))
             if run < 0 or step < 0:
                 raise RoomError("a run and a step are counted from 0")
+            if lecture is not None:
+                self.lecture = bool(lecture)
             if run != self.run:
-                self.frames = {}
+                self.frames, self.traces, self.started, self.settings = {}, (), False, None
             if frames:
                 self.frames.update(frames)
+            if record is not None:
+                self.traces, self.started = tuple(record[0]), bool(record[1])
             self.run, self.step = run, step
             self.version += 1
             return self.version
+
+    def offer(self, key: str, settings: dict[str, Any] | None, now: float | None = None) -> None:
+        """The settings a student's fork of the lecturer's run starts from (None: none to fork)."""
+        with self.lock:
+            self._lecturer(key, _now(now))
+            self.settings = None if settings is None else dict(settings)
+
+    def fork_basis(self, cycle: int) -> dict[str, Any]:
+        """What a student's own try of `cycle` starts from: the lecturer's settings. Refused for a run
+        that cannot be forked, a cycle the lecturer has not reached, and a cycle whose question is
+        open (a greedy run would show its answer before the reveal)."""
+        with self.lock:
+            if self.settings is None:
+                raise RoomError("the lecturer's run is a recording: there is no decoder to fork")
+            shown = at(self.step, True)[0]  # the cycle on the lecturer's screen (0: its start)
+            if not 0 <= cycle <= shown:
+                raise RoomForbidden(f"the lecturer has not reached cycle {cycle + 1} yet")
+            poll = self.polls[-1] if self.polls else None
+            if poll is not None and not poll.revealed and poll.run == self.run and poll.cycle == cycle:
+                raise PollClosed("the class is answering a question about this cycle: try it after the reveal")
+            return dict(self.settings)
 
     def open_poll(self, key: str, trace: CycleTrace, now: float | None = None) -> Poll:
         """Ask the room about `trace`'s cycle; an unrevealed earlier poll is closed unrevealed."""
@@ -234,7 +272,19 @@ class Room:
             poll = self.polls[-1].view(student=student) if self.polls else None
             return {"run": self.run, "step": self.step, "version": self.version, "poll": poll,
                     "behind": None if step is None or following else self.step - step,
-                    "lecturer_away": now - self.seen > LECTURER_AWAY_S}
+                    "lecturer_away": now - self.seen > LECTURER_AWAY_S, "fork": self.settings is not None}
+
+    def record(self, student: str, run: int, step: int,
+               now: float | None = None) -> tuple[tuple[CycleTrace, ...], bool]:
+        """The cycles a student's page may draw its other views from at `step` of `run`: never a step
+        the lecturer has not shown (403), never an old run (409: the page follows into the new one)."""
+        with self.lock:
+            self._student(student).seen = _now(now)
+            if run != self.run:
+                raise RunChanged("the lecturer has started a new run: this page follows into it")
+            if step > self.step:
+                raise RoomForbidden("the lecturer has not shown that step yet")
+            return self.traces, self.started
 
     def answer(self, student: str, number: int, option: int, now: float | None = None) -> dict[str, Any]:
         """A student's answer to an open poll (replacing their earlier one); refused after the reveal."""

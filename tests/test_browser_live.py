@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -175,3 +176,138 @@ def test_the_rooms_route_refuses_what_a_students_page_may_not_do(server, browser
     page.wait_for_function("window.__specvizLive && window.__specvizLive.room")
     assert page.url.endswith(f"{LIVE}/{code}")
     page.close()
+
+
+def _to_resolve(lecturer) -> int:
+    """The lecturer steps on to a cycle's resolve phase, with at least one cycle done before it."""
+    step = _cur(lecturer)
+    while step < 9 or step % 5 != 4:  # step 5c + 4: cycle c's resolve (timeline.at)
+        step = _lecturer_step(lecturer)
+    return step
+
+
+def _view(page, key_start: str) -> dict:
+    """Waits until the open tab shows a view whose key starts with `key_start`; its key and figures."""
+    page.wait_for_function(f"""(window.__specvizViews.key || '').startsWith({json.dumps(key_start)}) &&
+        !document.getElementById('views').hasAttribute('aria-busy')""", timeout=20_000)
+    return page.evaluate("""() => ({key: window.__specvizViews.key,
+        figures: document.querySelectorAll('#views .js-plotly-plot .main-svg').length > 0
+          ? document.querySelectorAll('#views .js-plotly-plot').length : 0})""")
+
+
+def _fits(page, width: int, before: int) -> None:
+    """The views widen nothing (the page as wide as `before` they opened, the panel and its figures within
+    the screen: what is wider scrolls in its own box); tabs big enough for a thumb, text big enough to read."""
+    sizes = page.evaluate("""() => ({page: document.documentElement.scrollWidth,
+        panel: document.getElementById('views').getBoundingClientRect().right,
+        tabs: [...document.querySelectorAll('.svf-tabs [role=tab]')].map(t => t.getBoundingClientRect().height),
+        font: parseFloat(getComputedStyle(document.getElementById('views')).fontSize),
+        figs: [...document.querySelectorAll('#views .js-plotly-plot')].filter(f => !f.closest('.svf-scroll'))
+          .map(f => f.getBoundingClientRect().right)})""")
+    assert sizes["page"] <= max(width, before) and sizes["panel"] <= width, sizes
+    assert min(sizes["tabs"]) >= 44 and sizes["font"] >= 16, sizes
+    assert sizes["figs"] and all(right <= width for right in sizes["figs"]), sizes
+
+
+def test_a_student_opens_the_other_views_at_any_step_and_keeps_following(server, browser, lecture):
+    lecturer, code = lecture
+    for width, height in ((390, 844), (1366, 768)):  # a phone, a laptop
+        step = _to_resolve(lecturer)
+        page, errors = _student(browser, server, code, width, height)
+        hosts: set[str] = set()
+        page.on("request", lambda r, hosts=hosts: hosts.add(r.url.split("/")[2]))
+        before = page.evaluate("document.documentElement.scrollWidth")
+        page.locator("#tab-charts").click()
+        cycle = (step - 1) // 5
+        shown = _view(page, f"charts:{cycle}:resolve:")
+        assert shown["figures"] >= 3  # q, the acceptance tests, (p vs q,) the resolve's distribution
+        _fits(page, width, before)
+        _lecturer_step(lecturer)  # rollback, then the next cycle's draft
+        _follows(page, _lecturer_step(lecturer))  # an open tab does not stop the following...
+        assert _view(page, f"charts:{cycle + 1}:draft:")["figures"] == 1  # ...and the view follows the stage
+        page.locator("#back").click()  # branched: back to the resolve phase of the cycle before
+        page.locator("#back").click()
+        assert _cur(page) == _cur(lecturer) - 2
+        _view(page, f"charts:{cycle}:resolve:")
+        positions = page.locator("#views .svf-pos[aria-pressed=false]")
+        if positions.count():  # p vs q at another draft position
+            pos = positions.first.get_attribute("data-pos")
+            positions.first.click()
+            _view(page, f"charts:{cycle}:resolve:{pos}")
+            assert page.locator(f"#views .svf-pos[data-pos='{pos}']").get_attribute("aria-pressed") == "true"
+        here = _cur(page)
+        page.locator("#tab-charts").focus()
+        page.keyboard.press("ArrowRight")  # the tablist's own keys: the next tab, the stage stays
+        assert page.evaluate("document.activeElement.id") == "tab-stats" and _cur(page) == here
+        stats = _view(page, f"stats:{cycle}")
+        assert stats["figures"] >= 1 and page.locator("#views table tbody tr").count() == cycle
+        _fits(page, width, before)
+        page.keyboard.press("ArrowRight")
+        page.locator("#views").get_by_text("Common misconceptions").wait_for()
+        assert "bonus token" in page.locator("#views").inner_text()
+        page.keyboard.press("f")  # Follow, with a tab open
+        _follows(page, _cur(lecturer))
+        page.locator("#tab-stats").click()
+        step = _lecturer_step(lecturer)
+        _follows(page, step)
+        _view(page, f"stats:{step // 5}")
+        assert page.locator("#views").is_visible() and "Following" in page.locator("#where").inner_text()
+        assert hosts == {server.split("/")[2]} and not errors, (hosts, errors)  # nothing from another host
+        page.screenshot(path=f"test-artifacts/browser/live-views-{width}.png", full_page=True)
+        page.context.close()
+
+
+def test_a_student_tries_the_cycle_on_screen_on_a_decoder_of_their_own(server, browser, lecture):
+    """The follower's link opens the app on a fork of the lecture's run (ui/fork.py): the same text so far,
+    the cycle on screen stepped at the student's pace on the student's own decoder; the lecture goes on."""
+    lecturer, code = lecture
+    step = _to_resolve(lecturer)
+    cycle = (step - 1) // 5
+    student, errors = _student(browser, server, code)
+    link = student.locator("#fork")
+    link.wait_for()
+    assert link.inner_text() == f"Try cycle {cycle + 1} yourself ↗"
+    with student.context.expect_page() as opened:
+        link.click()
+    fork = opened.value
+    fork.set_default_timeout(120_000)
+    fork.get_by_text(f"Your own try of cycle {cycle + 1} of the live lecture {code}").first.wait_for()
+    fork.wait_for_function(f"window.__specvizStage && window.__specvizStage.state.cur === {5 * cycle}")
+    assert "differs from the lecture" not in fork.locator("[data-testid='stMain']").inner_text()
+    for _ in range(step - 5 * cycle):  # the student's follower page, back to the same step of the lecture
+        student.locator("#back").click()
+    student.wait_for_function(f"window.__specvizStage.state.cur === {5 * cycle}")
+    same = "(p) => window.__specvizStage.state.shown.strip"
+    assert fork.evaluate(same, None) == student.evaluate(same, None)  # the text so far is the lecture's
+    lecturer_at = _cur(lecturer)
+    assert _lecturer_step(fork) == 5 * cycle + 1  # the fork's own cycle, computed by its own decoder
+    assert _cur(lecturer) == lecturer_at and not errors
+    fork.close()
+    student.context.close()
+
+
+def test_a_class_joins_at_once_over_http_and_the_lecturer_keeps_going_up_to_the_rooms_cap(server, browser, lecture):
+    """200 joins released at one instant on the real server: each answers with a student of its own while
+    the lecturer's stage keeps stepping; a second burst past the room's cap gets 429 with the room's words
+    for the joins over it. (The times are `bench.live_join`'s: no timing is asserted here.)"""
+    from bench.live_join import burst
+    from specviz.room import MAX_STUDENTS
+
+    lecturer, code = lecture
+    url = f"{server}{LIVE}/{code}"
+    results, waiter = burst(url, 200)
+    for _ in range(2):
+        _lecturer_step(lecturer)  # the lecturer's page answers meanwhile
+    waiter.join(180)
+    assert len(results) == 200 and {s for s, _, _ in results} == {200}, Counter(s for s, _, _ in results)
+    assert len({key for _, key, _ in results}) == 200
+    over, waiter = burst(url, MAX_STUDENTS - 150)  # 450 and what came before: past the cap
+    waiter.join(180)
+    statuses = Counter(s for s, _, _ in over)
+    assert set(statuses) <= {200, 429} and statuses[429] >= 50 and sum(statuses.values()) == MAX_STUDENTS - 150
+    assert {m for s, m, _ in over if s == 429} == {f"this room is full ({MAX_STUDENTS} students)"}
+    _lecturer_step(lecturer)
+    late = browser.new_page()  # a student's page at the full room says so, in the room's words
+    late.goto(f"{server}{LIVE}/{code}", wait_until="domcontentloaded")
+    late.locator("#where").get_by_text(f"Cannot join: this room is full ({MAX_STUDENTS} students)").wait_for()
+    late.close()

@@ -76,7 +76,7 @@ def test_followers_see_the_lecturers_step_and_how_far_behind_they_are():
     a, b = room.join(now=0.0), room.join(now=0.0)
     v = room.move(room.lecturer_key, 0, 7, frames={"7": {"title": "Cycle 2 · verify"}}, now=1.0)
     assert room.here(a, 7, True, now=1.5) == {"run": 0, "step": 7, "version": v, "poll": None, "behind": None,
-                                              "lecturer_away": False}
+                                              "lecturer_away": False, "fork": False}
     assert room.here(b, 4, False, now=1.5)["behind"] == 3  # branched: three steps back
     assert room.glance(room.lecturer_key, now=2.0) | {"poll": None} == {
         "code": room.code, "joined": 2, "following": 1, "branched": 1, "poll": None}
@@ -229,3 +229,47 @@ def test_the_room_follows_the_lecturers_reports_and_the_servers_moves_never_an_o
     live.end(ws)
     live.publish(ws, 2, 1, frames, seq=3)  # over: nothing more reaches the room
     assert room.step == 0
+
+
+def test_a_fork_starts_from_the_lecturers_settings_never_ahead_nor_while_the_class_answers(traces):
+    """Room.fork_basis: a student's own try of a cycle (ui/fork.py) starts from the lecturer's settings,
+    for a cycle the lecturer has reached, and not while the class answers a question about it."""
+    room = Rooms().create(now=0.0)
+    with pytest.raises(RoomError, match="recording"):
+        room.fork_basis(0)
+    with pytest.raises(RoomForbidden):
+        room.offer(room.join(now=0.0), {"seed": 3})  # only the lecturer offers
+    room.offer(room.lecturer_key, {"seed": 3, "k": 4})
+    room.move(room.lecturer_key, 0, 7, now=1.0)  # cycle 2's verify phase
+    assert room.fork_basis(1) == room.fork_basis(0) == {"seed": 3, "k": 4}
+    with pytest.raises(RoomForbidden, match="not reached cycle 3"):
+        room.fork_basis(2)
+    poll = room.open_poll(room.lecturer_key, traces["chain"][1], now=1.0)
+    with pytest.raises(PollClosed, match="after the reveal") as asked:
+        room.fork_basis(1)
+    assert asked.value.status == 409 and room.fork_basis(0)  # another cycle may be tried meanwhile
+    room.reveal(room.lecturer_key, poll.number, now=1.0)
+    assert room.fork_basis(1)
+    room.move(room.lecturer_key, 1, 0, now=2.0)  # a new run: its own settings come with its payload
+    with pytest.raises(RoomError, match="recording"):
+        room.fork_basis(0)
+
+
+def test_the_lecturer_offers_the_runs_settings_and_nothing_that_breaks_exactness():
+    from types import SimpleNamespace
+
+    from specviz.ui import live, sidebar
+
+    assert {key for key, _ in sidebar.RESTART_WIDGETS} <= set(live.FORK_SETTINGS)
+    assert {"k", "temperature", "top_k", "top_p", "tree_width", "tree_nodes", "max_new"} <= set(live.FORK_SETTINGS)
+    widgets = {"prompt": "the cat", "seed": 7, "k": 3, "whatif": True, "force_reject": [1], "lecture": True}
+    ws = SimpleNamespace(live=None, run=SimpleNamespace(live=True), widgets=widgets)
+    room = live.start(ws).room
+    try:
+        live.publish(ws, 1, 0, {"0": {"title": "start"}}, seq=1)
+        assert room.settings == {"prompt": "the cat", "seed": 7, "k": 3}  # no forcing, no lecture layout
+        ws.run = SimpleNamespace(live=False)  # a recording: nothing to fork
+        live.publish(ws, 1, 0, {"0": room.frames["0"]}, sent=("p", 1.0))
+        assert room.settings is None and room.here(room.join(), 0, True)["fork"] is False
+    finally:
+        live.end(ws)

@@ -229,7 +229,7 @@ def publish_shown(ch: Channel, event: dict[str, Any]) -> None:
         shown = [s for s in stage_data.window(event["step"], tl, PREFETCH_DEPTH) if s <= event["step"]]
         steps = stage_data.steps_payload(tl, shown, lecture=view.lecture, max_rows=view.max_rows, compare=view.compare)
     sent = (ch.token, event.get("sent", float("inf")))
-    live.publish(ch.ws, event["run"], event["step"], steps, view.lecture, sent=sent)
+    live.publish(ch.ws, event["run"], event["step"], steps, view.lecture, sent=sent, timeline=tl)
 
 
 def in_order(ch: Channel, event: dict[str, Any], run: Run, slot: Slot) -> Run:
@@ -337,7 +337,8 @@ def payload(ch: Channel, *, route: str | None = None, page: bool = False, served
         steps = stage_data.window(run.view, tl, PREFETCH_DEPTH)
         whole = stage_data.steps_payload(tl, steps, lecture=view.lecture, max_rows=view.max_rows, compare=view.compare)
         packed = stage_data.pack(whole, have=ch.have, shown=run.view, deflate=deflate)
-    live.publish(ws, run.id, run.view, whole, view.lecture, seq=seq)  # a live lecture's room follows (ui/live.py)
+    # A live lecture's room follows (ui/live.py), with the run's cycles for the followers' other views.
+    live.publish(ws, run.id, run.view, whole, view.lecture, seq=seq, timeline=tl)
     data = {
         "run": run.id, "seq": seq, "version": version, "view": run.view, "answered": answered, **packed,
         "more": can_grow(run), "end": end_text(run), "follow": view.follow, "live": view.live, "lecture": view.lecture,

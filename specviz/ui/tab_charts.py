@@ -1,6 +1,7 @@
 """The charts tab: the cycle's distributions, phase by phase, nothing revealed early: q of every
 draft, from verify on min(1, p/q) and u and p vs q at one position, from resolve on the distribution
-the extra token was drawn from. Pure functions of the trace (`specviz.viz`), shared with the export.
+the extra token was drawn from. Pure functions of the trace (`viz/cycle_charts`), shared with the
+export and the live lecture's follower page.
 """
 
 from __future__ import annotations
@@ -11,24 +12,11 @@ import streamlit as st
 
 from ..timeline import reached
 from ..trace import CycleTrace
-from ..viz import acceptance, distributions, proposals
+from ..viz.cycle_charts import cycle_figures  # the tab's figures (also the export's and the follower page's)
+
+__all__ = ["PLOT", "charts_tab", "cycle_figures"]
 
 PLOT = dict(theme=None, config={"displaylogo": False})
-
-
-def cycle_figures(tr: CycleTrace, phase: str, pos: int | None = None) -> dict[str, Any]:
-    """The charts of `tr` as far as `phase` has revealed it (p vs q at draft `pos`, by default
-    at the rejection): a pure function of the trace, shared by this tab and the export."""
-    figures = {"proposals": proposals.proposals_figure(tr)}
-    if not reached(phase, "verify"):
-        return figures
-    tested = reached(phase, "accept")
-    figures["acceptance"] = acceptance.acceptance_figure(tr, tested=tested)
-    if options := [d.index for d in tr.drafts]:
-        figures["p_vs_q"] = distributions.pq_figure(tr, pos if pos in options else (tr.rejected_at or 1), tested=tested)
-    if reached(phase, "resolve"):
-        figures["resolve"] = distributions.resolve_figure(tr)
-    return figures
 
 
 def charts_tab(tr: CycleTrace | None, phase: str) -> dict[str, Any]:

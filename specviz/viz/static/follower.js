@@ -6,6 +6,9 @@
 // the lecturer's step; branched (Back / Next / the arrow keys), the stage stays where the student
 // went and the header says how far behind the lecturer it is; Follow (F) snaps back. A poll's
 // question, options and (after the reveal) the class's counts are drawn with textContent only.
+// The tabs under the stage open the app's other views of the step on screen (viz/follower_views.py):
+// an open tab asks the room for its view of each step shown (`do: view`), the figures drawn by the
+// plotly.js the route serves, loaded the first time a tab of charts opens.
 
 const svBody = document.body;
 const svCode = svBody.dataset.room, svPath = svBody.dataset.path;
@@ -13,11 +16,15 @@ const svKeyName = `specviz.live.${svCode}`;
 const svEl = {
   where: document.getElementById('where'), follow: document.getElementById('follow'),
   poll: document.getElementById('poll'), next: document.getElementById('next'), back: document.getElementById('back'),
+  views: document.getElementById('views'), tabs: [...document.querySelectorAll('.svf-tabs [role=tab]')],
+  fork: document.getElementById('fork'),
 };
+const svViews = {tab: '', pos: null, asked: null, key: null, want: 0, plotly: null};
+window.__specvizViews = svViews;
 const svLive = {student: null, following: true, since: -1, room: null, seq: 0, stopped: false};
 document.documentElement.classList.add('js');
 
-const svStage = createStage(document.getElementById('stage'), {shown: () => svWhere()});
+const svStage = createStage(document.getElementById('stage'), {shown: () => { svWhere(); svViewRefresh(); }});
 window.__specvizStage = svStage;
 window.__specvizLive = svLive;
 
@@ -49,6 +56,17 @@ function svWhere() {
   if (svStage.state.shown) text += ` · ${svStage.state.shown.title}`;
   svEl.where.textContent = text;
   svEl.follow.hidden = svLive.following;
+  svForkLink(room, cur);
+}
+
+// The link to a fork of the lecture at the cycle on screen (ui/fork.py): not while the class answers
+// a question about that cycle, nor for a recording (no decoder to fork).
+function svForkLink(room, cur) {
+  const cycle = cur ? Math.floor((cur - 1) / 5) : 0;  // step 5c + p: cycle c (timeline.py)
+  const asked = room.poll && !room.poll.revealed && room.poll.cycle === cycle;
+  svEl.fork.parentElement.hidden = !room.fork || room.waiting || asked || cur === null || cur === undefined;
+  svEl.fork.href = `${svBody.dataset.app}?fork=${encodeURIComponent(svCode)}&cycle=${cycle}`;
+  svEl.fork.textContent = `Try cycle ${cycle + 1} yourself ↗`;
 }
 
 // The room's answer as the stage's data: following, a new `seq` moves the stage to the lecturer's step;
@@ -88,7 +106,8 @@ async function svLoop() {
       svTake(answer);
       delay = 0;
     } catch (err) {
-      svEl.where.textContent = `Reconnecting… (${err.message || err})`;
+      svEl.where.textContent = err.status === 429  // the room's cap: its own words, and a later try
+        ? `Cannot join: ${err.message}. Trying again in a moment…` : `Reconnecting… (${err.message || err})`;
       delay = Math.min(Math.max(2 * delay, 500), 5000);
     }
   }
@@ -152,6 +171,101 @@ async function svAnswer(number, option) {
   else svEl.where.textContent = answer.error || `The answer was not taken (${status}).`;
 }
 
+// ---------------------------------------------------------------- the other views (tabs)
+
+function svTab(name) {
+  svViews.tab = name;
+  svViews.asked = svViews.key = null;
+  for (const t of svEl.tabs) t.setAttribute('aria-selected', String(t.dataset.tab === name));
+  const box = svEl.views;
+  svPurge();
+  box.replaceChildren();
+  box.hidden = !name;
+  box.setAttribute('aria-labelledby', `tab-${name || 'stage'}`);
+  if (name === 'myths') box.append(document.getElementById('myths').content.cloneNode(true));
+  else if (name) svViewRefresh();
+}
+
+function svPurge() {
+  if (window.Plotly) svEl.views.querySelectorAll('.js-plotly-plot').forEach(el => window.Plotly.purge(el));
+}
+
+function svPlotly() {
+  if (!svViews.plotly) {
+    svViews.plotly = new Promise((done, fail) => {
+      const script = document.createElement('script');
+      script.src = svBody.dataset.plotly;
+      script.onload = done;
+      script.onerror = () => { svViews.plotly = null; fail(new Error('the charts could not be loaded')); };
+      document.head.append(script);
+    });
+  }
+  return svViews.plotly;
+}
+
+// The open tab's view of the step shown: asked once per step (the room builds it once for everyone),
+// drawn only when it shows something else than what is drawn (its `key`); an answer overtaken by a
+// newer ask is dropped.
+async function svViewRefresh() {
+  const tab = svViews.tab, run = svStage.state.run, step = svStage.state.cur;
+  if ((tab !== 'charts' && tab !== 'stats') || step === null || step === undefined || !svLive.student) return;
+  const asked = `${run}:${step}:${tab}:${svViews.pos}`;
+  if (asked === svViews.asked) return;
+  svViews.asked = asked;
+  const want = ++svViews.want;
+  svEl.views.setAttribute('aria-busy', 'true');
+  try {
+    const [{status, answer}] = await Promise.all([
+      svPost({do: 'view', student: svLive.student, run, step, tab, pos: svViews.pos}), svPlotly()]);
+    if (want !== svViews.want) return;
+    if (status !== 200) {
+      svViews.asked = null;
+      if (status !== 409) svNote(answer.error || `the server answered ${status}`);  // 409: a new run, followed next
+      return;
+    }
+    if (answer.key === svViews.key) return;
+    svViews.key = answer.key;
+    svPurge();
+    svEl.views.innerHTML = answer.html;  // built by the server, every value escaped (viz/markup.py)
+    svEl.views.querySelectorAll('.svf-fig').forEach(el => {
+      const fig = answer.figures[Number(el.dataset.fig)];
+      window.Plotly.newPlot(el, fig.data, fig.layout, {responsive: true, displaylogo: false});
+    });
+  } catch (err) {
+    if (want === svViews.want) { svViews.asked = null; svNote(err.message || String(err)); }
+  } finally {
+    if (want === svViews.want) svEl.views.removeAttribute('aria-busy');
+  }
+}
+
+function svNote(text) {
+  const p = document.createElement('p');
+  p.className = 'svf-note';
+  p.textContent = `This view could not be shown: ${text}`;
+  svPurge();
+  svViews.key = null;
+  svEl.views.replaceChildren(p);
+}
+
+svEl.tabs.forEach(t => t.addEventListener('click', () => svTab(t.dataset.tab)));
+svEl.views.addEventListener('click', e => {
+  const pos = e.target.closest && e.target.closest('.svf-pos');
+  if (!pos) return;
+  svViews.pos = Number(pos.dataset.pos);
+  svViewRefresh();
+});
+
+// ← → on a focused tab move between the tabs (the tablist's own keys); elsewhere they step the stage.
+function svTabKeys(e) {
+  const at = svEl.tabs.indexOf(e.target);
+  if (at < 0 || (e.key !== 'ArrowLeft' && e.key !== 'ArrowRight') || e.altKey || e.ctrlKey || e.metaKey) return false;
+  e.preventDefault();
+  const to = svEl.tabs[(at + (e.key === 'ArrowRight' ? 1 : svEl.tabs.length - 1)) % svEl.tabs.length];
+  to.focus();
+  svTab(to.dataset.tab);
+  return true;
+}
+
 svEl.next.addEventListener('click', () => svBranch(() => svStage.next()));
 svEl.back.addEventListener('click', () => svBranch(() => svStage.back()));
 svEl.follow.addEventListener('click', svFollow);
@@ -163,6 +277,7 @@ window.addEventListener('keydown', e => {
     svFollow();
     return;
   }
+  if (svTabKeys(e)) return;
   svArrows(e);
 }, true);
 svLoop();
