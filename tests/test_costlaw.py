@@ -276,7 +276,8 @@ def test_a_keyed_proposers_cycles_are_counted_by_match_length():
     origins = ["accepted", "accepted", "corrected", "generated", "accepted", "bonus"]
     classes = [3, 3, 3, None, 1, 1]
     assert costlaw.acceptance_counts(costlaw.class_origins(origins, classes, 3)) == ([1, 1, 1], [1, 1, 0])
-    assert costlaw.acceptance_counts(costlaw.class_origins(origins, classes, 1)) == ([1], [1])  # one accepted, then the bonus
+    # Class 1: one draft accepted, then the bonus.
+    assert costlaw.acceptance_counts(costlaw.class_origins(origins, classes, 1)) == ([1], [1])
     # The prior follows the class: a 3-token match is trusted more than a 1-token one.
     assert costlaw.estimate("lookup", [], [], 2, 3)[0] > costlaw.estimate("lookup", [], [], 2, 1)[0]
 
