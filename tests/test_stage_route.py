@@ -24,7 +24,7 @@ import pytest
 
 import specviz
 from specviz.config import DecodeConfig
-from specviz.ui import stage_route
+from specviz.ui import route_body, stage_route
 from specviz.ui.stage_protocol import Channel, PageView
 from specviz.ui.state import PREFETCH_DEPTH, Workspace, advance_cycle, start_live_run
 from specviz.viz import stage_data
@@ -105,7 +105,7 @@ def test_the_endpoint_answers_a_session_and_turns_away_the_rest(pair):
     assert _post(b"not json")[0] == 400
     assert _post(json.dumps({"token": ch.token, "event": {"kind": "explode"}}).encode())[0] == 400
     assert _post(json.dumps({"token": "guess", "event": event}).encode())[0] == 410
-    assert _post(b" " * (stage_route.MAX_BODY + 1))[0] == 413
+    assert _post(b" " * (route_body.MAX_BODY + 1))[0] == 413
     ch.ws.run = None  # a Reset: the next script run starts the new run
     assert _post(json.dumps({"token": ch.token, "event": event}).encode())[0] == 409
 
@@ -217,7 +217,7 @@ def test_an_oversized_body_is_refused_before_it_is_read():
     status, data, asked = _asgi(ten_mb, [(b"content-length", str(10 << 20).encode())])
     assert (status, asked) == (413, 0) and "too large" in data["error"]  # refused from its length alone
     status, _, asked = _asgi([b"x" * 16384] * 640)  # chunked, no length: read only up to the limit
-    assert status == 413 and asked == stage_route.MAX_BODY // 16384 + 1
+    assert status == 413 and asked == route_body.MAX_BODY // 16384 + 1
     assert _asgi([b"{}"], [(b"content-length", b"-5")])[0] == 400
 
 

@@ -22,7 +22,7 @@ while a tab is open, so the long poll's answer stays the stage's alone. A view i
 the whole room (cached by what it shows: every student at that step asking at once waits for the
 one build), in one worker thread, never on the event loop.
 
-Everything here is refused before it is spent on: bodies over `MAX_BODY`, JSON that is not an
+Everything here is refused before it is spent on: bodies too large or not JSON (`route_body`), JSON that is not an
 object of the expected fields (400), a code that is unknown (404) or ended (410), a key that is
 not a student of the room (403), an answer after the reveal (409), a full room (429).
 """
@@ -34,7 +34,6 @@ import collections
 import concurrent.futures
 import functools
 import gzip
-import json
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -43,7 +42,7 @@ from urllib.parse import quote
 from ..room import Room, RoomError, normalise_code
 from ..viz import follower, follower_views, stage_data
 from . import live
-from .stage_route import _body, _finite, _no_constant, _Refused
+from .route_body import Refused, parse_json, read_body
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -95,7 +94,7 @@ async def _call(request: Request) -> Response:
     from starlette.responses import JSONResponse
 
     try:
-        message = _message(await _body(request))
+        message = _message(await read_body(request))
         room = live.rooms().find(request.path_params["code"])
         do = message.get("do")
         if do == "join":
@@ -107,21 +106,18 @@ async def _call(request: Request) -> Response:
         if do == "view":
             return await _view(room, message)
         if do in LECTURER_ONLY:  # the lecturer's moves are the lecturer's session's, never a page's call
-            raise _Refused(403, "only the lecturer's own page can do that")
-        raise _Refused(400, "'do' is one of join, here, answer, view")
-    except _Refused as no:
+            raise Refused(403, "only the lecturer's own page can do that")
+        raise Refused(400, "'do' is one of join, here, answer, view")
+    except Refused as no:
         return JSONResponse({"error": no.error}, status_code=no.status)
     except RoomError as no:
         return JSONResponse({"error": str(no)}, status_code=no.status)
 
 
 def _message(body: bytes) -> dict[str, Any]:
-    try:
-        message = json.loads(body, parse_constant=_no_constant, parse_float=_finite)
-    except (ValueError, RecursionError):
-        raise _Refused(400, "not a live-lecture message (JSON with finite numbers)") from None
+    message = parse_json(body, "a live-lecture message")
     if not isinstance(message, dict):
-        raise _Refused(400, "not a live-lecture message (a JSON object)")
+        raise Refused(400, "not a live-lecture message (a JSON object)")
     return message
 
 
@@ -129,7 +125,7 @@ async def _here(room: Room, message: dict[str, Any]) -> dict[str, Any]:
     """Where the student is, said; the room's state once it is newer than the student's `since`."""
     step, since, have = message.get("step"), message.get("since", -1), message.get("have", [])
     if not (step is None or _count(step)) or not _count(since, low=-1) or not isinstance(have, list):
-        raise _Refused(400, "'step' and 'since' are counts, 'have' a list of step signatures")
+        raise Refused(400, "'step' and 'since' are counts, 'have' a list of step signatures")
     have = {h for h in have[:MAX_HAVE] if _count(h)}
     student = str(message.get("student"))
     room.here(student, step, message.get("following") is not False)  # 403 for a stranger, at once
@@ -158,7 +154,7 @@ async def _view(room: Room, message: dict[str, Any]) -> Response:
 
     tab, run, step, pos = message.get("tab"), message.get("run"), message.get("step"), message.get("pos")
     if tab not in follower_views.TABS or not _count(run) or not _count(step) or not (pos is None or _count(pos)):
-        raise _Refused(400, "'tab' is charts or stats, 'run' and 'step' are counts, 'pos' a count or null")
+        raise Refused(400, "'tab' is charts or stats, 'run' and 'step' are counts, 'pos' a count or null")
     traces, started = room.record(str(message.get("student")), run, step)
     key = (room.code, run, id(traces), follower_views.view_key(tab, traces, started, step, pos))
     with _built_lock:

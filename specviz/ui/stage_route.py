@@ -7,9 +7,9 @@ would send, `{"token": ..., "event": {...}}`, answered as the trigger's (`stage_
 something for the page to say (an error, the end of the text) carries `redraw`.
 
 The route is open to anyone who can reach the server, so it spends nothing on what is not a stage
-message of a live session: a body over `MAX_BODY` is refused from its Content-Length before a byte
-is read, or as soon as a chunked body passes it (413); a body that is not JSON, or whose numbers
-are not finite (`1e999`), or that is no stage event, is 400; an unknown or ended session 410 (the
+message of a live session: a body too large (413) or not JSON with finite numbers (400) is refused
+before it is read or parsed any further (`route_body`, shared with the live lecture's route); one
+that is no stage event is 400; an unknown or ended session 410 (the
 page then stops using the route); and one session has at most `MAX_SESSION_CALLS` calls in flight
 (429), so no client holds the worker threads that every session's calls share.
 """
@@ -19,13 +19,13 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import math
 import time
 import weakref
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from . import offline
+from .route_body import Refused, parse_json, read_body
 from .stage_protocol import Channel, handle, parse, payload, served_stamp
 
 if TYPE_CHECKING:
@@ -33,7 +33,6 @@ if TYPE_CHECKING:
     from starlette.responses import Response
 
 PATH = "/api/specviz/stage"
-MAX_BODY = 64 * 1024  # a message is a few hundred bytes (its `have` list at most a few kB)
 # Worker threads for the route's calls, apart from the web server's shared pool (which also serves
 # the page's files): a call may wait for the session's lock or a decoding slot for a while, and a
 # classroom's waiting calls must not hold up a page that is opening.
@@ -105,63 +104,29 @@ def answer(channel: Channel, event: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-class _Refused(Exception):
-    def __init__(self, status: int, error: str) -> None:
-        super().__init__(error)
-        self.status, self.error = status, error
-
-
 async def _endpoint(request: Request) -> Response:
     from starlette.responses import JSONResponse
 
     try:
-        channel, event = _message(await _body(request))
+        channel, event = _message(await read_body(request))
         return await _answered(channel, event)
-    except _Refused as no:
+    except Refused as no:
         return JSONResponse({"error": no.error}, status_code=no.status)
 
 
-async def _body(request: Request) -> bytes:
-    """The request's body, refused (413) before it is read when it says it is too large, and as soon
-    as a body that does not say (chunked) passes `MAX_BODY`."""
-    length = request.headers.get("content-length")
-    if length is not None and not (length.isdigit() and int(length) <= MAX_BODY):
-        raise _Refused(413 if length.isdigit() else 400, "message too large" if length.isdigit() else "bad length")
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_BODY:
-            raise _Refused(413, "message too large")
-    return bytes(body)
-
-
 def _message(body: bytes) -> tuple[Channel, dict[str, Any]]:
-    """The session's channel and the parsed event, or `_Refused` with the status that says why."""
-    try:
-        message = json.loads(body, parse_constant=_no_constant, parse_float=_finite)
-    except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
-        raise _Refused(400, "not a stage message (JSON with finite numbers)") from None
+    """The session's channel and the parsed event, or `Refused` with the status that says why."""
+    message = parse_json(body, "a stage message")
     token = message.get("token") if isinstance(message, dict) else None
     event = parse(message.get("event")) if isinstance(token, str) else None
     if event is None:
-        raise _Refused(400, "not a stage event")
+        raise Refused(400, "not a stage event")
     channel = _channels.get(token)
     if channel is None or channel.view is None or not channel.current:
-        raise _Refused(410, "no such session (it ended, or the server restarted)")
+        raise Refused(410, "no such session (it ended, or the server restarted)")
     if channel.ws.run is None:  # a Reset on its way: the page's next run starts the new one
-        raise _Refused(409, "no run is shown")
+        raise Refused(409, "no run is shown")
     return channel, event
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a number here")
-
-
-def _finite(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"{text[:20]} is not a finite number")
-    return value
 
 
 async def _answered(channel: Channel, event: dict[str, Any]) -> Response:
@@ -173,7 +138,7 @@ async def _answered(channel: Channel, event: dict[str, Any]) -> Response:
     if _limiter is None:
         _limiter = anyio.CapacityLimiter(MAX_CALLS)
     if channel.calls >= MAX_SESSION_CALLS:  # counted in the event loop's one thread: no lock needed
-        raise _Refused(429, f"more than {MAX_SESSION_CALLS} calls of this session at once")
+        raise Refused(429, f"more than {MAX_SESSION_CALLS} calls of this session at once")
     channel.calls += 1
     try:
         data = await anyio.to_thread.run_sync(answer, channel, event, limiter=_limiter)
