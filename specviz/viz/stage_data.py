@@ -43,7 +43,7 @@ from .. import narrative
 from ..stats import cycle_ms
 from ..timeline import at, end_of, snapshot_at
 from ..trace import CacheSnapshot, CycleTrace, PhaseSnapshot
-from . import kv_html, tokens, tree_view
+from . import dist_table, kv_html, tokens, tree_view
 from .style import PHASE_TITLES
 
 # HTML off, and no images or links: a file's text (a proposer's note) must not fetch from or link
@@ -155,6 +155,8 @@ def step_payload(tl: Timeline, step: int, *, lecture: bool, max_rows: int | None
             pictures.append(_picture(compare, step, other, phase, lecture, max_rows)
                             + tree_view.tree_panel_html(other, phase, compare.texts, lecture=lecture,
                                                         parts=("cache",)))
+        # At resolve, what the token was drawn from, with its numbers, under the words that explain it.
+        chart = dist_table.resolve_table(tr) if phase == "resolve" else ""
         if tr is None:
             target, proposer = tl.prefill
             story = narrative.prefill_markdown(len(tl.prompt_ids), target.seq_len,
@@ -163,7 +165,7 @@ def step_payload(tl: Timeline, step: int, *, lecture: bool, max_rows: int | None
             story = narrative.phase_markdown(tr, phase)
         strip = tokens.strip_html(tokens.strip_chips(list(tl.prompt_ids), tl.traces[: (cycle or 0) + 1], tl.texts,
                                                      cycle, phase))
-        tl.memo[key] = ((tr, prev, other), next(_SIGNATURES), pictures, _MD.render(story), strip)
+        tl.memo[key] = ((tr, prev, other), next(_SIGNATURES), pictures, _MD.render(story) + chart, strip)
     _, sig, pictures, story, strip = tl.memo[key]
     return {
         "sig": sig, "title": title(cycle, phase), "cycle": cycle, "phase": phase, "kv": pictures,
