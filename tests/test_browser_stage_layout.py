@@ -111,3 +111,59 @@ def test_resolve_shows_p_q_and_the_residual_with_their_numbers(server: str, brow
     (OUT / f"stage-layout-resolve-{width}x{height}.json").write_text(json.dumps(figures, indent=1), encoding="utf-8")
     page.close()
     assert not errors, errors
+
+
+# The generated-text strip as laid out: its box, its newest chip's box and type, the narrative's type,
+# and the top of the pictures under it.
+STRIP_JS = r"""() => {
+  const stage = document.querySelector('.svs'), box = e => { const r = e.getBoundingClientRect();
+    return [r.top, r.bottom, r.left, r.right]; };
+  const text = stage.querySelector('.svs-strip [data-role=strip-text]');
+  const chips = [...text.querySelectorAll('.svs-strip-lines > span[title]')];
+  const last = chips[chips.length - 1], story = stage.querySelector('.svs-story p, .svs-story li');
+  return {title: stage.dataset.title, vw: innerWidth, vh: innerHeight, box: box(text), last: box(last),
+    lastText: last.textContent, chips: chips.length, px: parseFloat(getComputedStyle(last).fontSize),
+    storyPx: parseFloat(getComputedStyle(story).fontSize), pics: box(stage.querySelector('.svs-pics')),
+    side: box(stage.querySelector('.svs-side'))};
+}"""
+
+
+def _strip_bad(m: dict) -> list[str]:
+    """What is wrong with the strip at one measured step: its newest chip out of sight, its type not
+    the narrative's, or its box over the pictures or the narrative's column."""
+    where, bad = f"{m['vw']}x{m['vh']} {m['title']}", []
+    top, bottom, left, right = m["last"]
+    b = m["box"]
+    if not (_inside(m["last"], m["vw"], m["vh"]) and top >= b[0] - 0.5 and bottom <= b[1] + 0.5):
+        bad.append(f"{where}: the newest chip {m['lastText']!r} at {m['last']} is out of sight (strip {b})")
+    if abs(m["px"] - m["storyPx"]) > 0.5:
+        bad.append(f"{where}: strip type {m['px']} px, narrative {m['storyPx']} px")
+    if b[1] > m["pics"][0] + 0.5 or b[3] > m["side"][2] + 0.5:
+        bad.append(f"{where}: the strip {b} overlaps the pictures {m['pics']} or the narrative {m['side']}")
+    return bad
+
+
+def test_lecture_mode_shows_the_newest_generated_text_on_the_first_screen(server: str, browser) -> None:
+    """Every phase of a cycle in lecture mode, at 1920x1080 and 1280x720: the generated-text strip sits
+    above the picture, in its column, its newest chip inside the viewport and inside the strip's
+    visible box (the strip shows its last lines), its type the narrative's (24 px at 1080, 18 px at
+    720: the strip was 13 px and below the fold)."""
+    errors: list[str] = []
+    page = _lecture_page(browser, server, *SIZES[0], errors)
+    bad, figures = [], {}
+    start = page.evaluate("window.__specvizStage.state.cur")
+    for n in range(len(PHASES)):
+        _step(page, start + 1 + n)
+        for width, height in SIZES:
+            page.set_viewport_size({"width": width, "height": height})
+            _settle(page)
+            m = page.evaluate(STRIP_JS)
+            figures.setdefault(f"{width}x{height}", []).append({k: m[k] for k in ("title", "box", "last", "px")})
+            bad += _strip_bad(m)
+            if n == 3:
+                page.screenshot(path=str(OUT / f"stage-layout-strip-{width}x{height}.png"))
+        page.set_viewport_size({"width": SIZES[0][0], "height": SIZES[0][1]})
+    (OUT / "stage-layout-strip.json").write_text(json.dumps(figures, indent=1), encoding="utf-8")
+    page.close()
+    assert not bad, "\n".join(bad)
+    assert not errors, errors
