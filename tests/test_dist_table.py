@@ -117,3 +117,23 @@ def test_the_stage_shows_the_table_under_the_narrative_at_resolve_only():
     steps = stage_data.steps_payload(tl, range(1, 6), lecture=True, max_rows=3)
     has = {s["phase"]: "data-role='resolve-chart'" in s["story"] for s in steps.values()}
     assert has == {"draft": False, "verify": False, "accept": False, "resolve": True, "rollback": False}, has
+
+
+def test_an_auto_runs_chip_names_the_k_the_cost_law_chose_for_the_cycle():
+    """The status line's "K = auto" chip (ui/stage.py `settings_chip`) says, on each cycle's steps, the
+    K that cycle's auto choice recorded; a fixed K and the prefill are left as they are."""
+    import dataclasses
+
+    from specviz.trace import AutoChoice
+
+    token_text, traces = run(temperature=1.0, seed=3, cycles=2)
+    chose = [dataclasses.replace(tr, auto=AutoChoice(k, 2.0, 1.5, 1.33, "why")) for tr, k in zip(traces, (3, 0))]
+    suffix = f" · {stage_data.AUTO_CHIP} `T = 1` `draft model` `chain`"
+    assert stage_data.chosen_k(suffix, chose[0]) == " · `K = 3 (auto)` `T = 1` `draft model` `chain`"
+    assert stage_data.chosen_k(suffix, chose[1]).startswith(" · `K = 0 (auto)`")
+    assert stage_data.chosen_k(suffix, None) == suffix  # the prefill: nothing chosen yet
+    assert stage_data.chosen_k(" · `K = 4` `T = 1`", chose[0]) == " · `K = 4` `T = 1`"
+    tl = stage_data.Timeline(prompt_ids=(1, 2, 3), prefill=(traces[0].snapshot("draft").target, None),
+                             traces=tuple(chose), texts=token_text, proposer="draft", status_suffix=suffix)
+    status = [s["status"] for s in stage_data.steps_payload(tl, range(1, 11), lecture=False, max_rows=3).values()]
+    assert all("K = 3 (auto)" in s for s in status[:5]) and all("K = 0 (auto)" in s for s in status[5:])

@@ -22,6 +22,7 @@ import streamlit as st
 from ..errors import SpecvizError
 from ..proposers import registry
 from ..timeline import end_of, reached
+from ..viz.stage_data import AUTO_CHIP
 from ..viz.style import PHASE_TITLES
 from . import quiz, stage_component
 from .runs import compare_settings, compare_timeline, compare_title, record_fields
@@ -188,7 +189,9 @@ def settings_chip(run: Run) -> str:
     config = run.dec.config if run.dec is not None else run.config
     temperature = "greedy" if config.temperature == 0 else f"T = {config.temperature:g}"
     layout = "chain" if config.tree_width <= 1 else f"tree {config.tree_width}×{config.tree_nodes}"
-    return f" · `K = {config.k}` `{temperature}` `{proposer_label(run)}` `{layout}`"
+    # An auto run's chip names each cycle's chosen K on its steps (`stage_data.chosen_k`).
+    k = AUTO_CHIP if config.k == "auto" else f"`K = {config.k}`"
+    return f" · {k} `{temperature}` `{proposer_label(run)}` `{layout}`"
 
 
 QUIZ_ANSWERS = ("quiz_accepted", "quiz_dropped", "quiz_freed", "quiz_path")  # the question's widgets

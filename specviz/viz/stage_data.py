@@ -169,10 +169,23 @@ def step_payload(tl: Timeline, step: int, *, lecture: bool, max_rows: int | None
     _, sig, pictures, story, strip = tl.memo[key]
     return {
         "sig": sig, "title": title(cycle, phase), "cycle": cycle, "phase": phase, "kv": pictures,
-        "status": _status_html(status + tl.status_suffix), "story": story, "strip": strip,
+        "status": _status_html(status + chosen_k(tl.status_suffix, tr)), "story": story, "strip": strip,
         # What computing this step's cycle took on the server (the latency bench compares with it).
         "compute_ms": round(cycle_ms(tr), 1) if tr is not None else None,
     }  # fmt: skip
+
+
+AUTO_CHIP = "`K = auto`"  # the settings chip of a k="auto" run (ui/stage.py `settings_chip`)
+
+
+def chosen_k(suffix: str, tr: CycleTrace | None) -> str:
+    """The status line's settings chips with an auto run's "K = auto" naming what the cost law chose
+    for this cycle ("K = 3 (auto)", a tree's node budget "16 nodes (auto)"); before the first cycle,
+    "K = auto"."""
+    if tr is None or tr.auto is None or AUTO_CHIP not in suffix:
+        return suffix
+    k = f"{tr.auto.k} nodes" if tr.tree is not None else f"K = {tr.auto.k}"
+    return suffix.replace(AUTO_CHIP, f"`{k} (auto)`")
 
 
 @functools.lru_cache(maxsize=2048)
