@@ -21,7 +21,7 @@ from functools import cache
 from ..proposers import registry
 from ..timeline import VERDICT_GLYPHS
 from ..timeline import phase_index as _step
-from ..trace import CacheSnapshot, CycleTrace, DraftStep, PhaseSnapshot, TokenProb
+from ..trace import CacheSnapshot, ContextMatch, CycleTrace, DraftStep, PhaseSnapshot, TokenProb
 from .cache_words import events_text, memory_text, no_cache_html, panel_title
 from .markup import esc
 from .stage_js import read_static
@@ -416,7 +416,21 @@ def _matched_html(trace: CycleTrace, token_text: TokenText) -> str:
     return (f"<p class='svkv-sub2 svkv-matched' data-role='matched'>Retrieved: the context's last {len(m.tokens)} "
             f"token(s) {suffix} (positions {esc(m.first)}–{esc(m.first + len(m.tokens) - 1)}) occur "
             f"{esc(m.occurrences)} time(s) in {where} (first at its position {esc(m.where)}); the drafts copy what "
-            "followed them there.</p>")
+            f"followed them there.</p>{_source_html(m, token_text)}")
+
+
+def _source_html(m: ContextMatch, token_text: TokenText) -> str:
+    """The source text around the match's first occurrence: what came before, the matched suffix
+    (marked) and what followed it there (underlined: the drafts copy it). Shown in lecture mode too:
+    "datastore position 239311" alone says nothing about where a guess came from."""
+    if not (m.before or m.after):  # a run recorded before the source text was kept
+        return ""
+    text = lambda ids: esc("".join(show_token(token_text(t), 10**6) for t in ids))  # noqa: E731
+    store = "the datastore" if m.source == "datastore" else "an earlier text of this session"
+    tip = "highlighted: the context's matched suffix; underlined: what followed it there, which the drafts copy"
+    return (f"<p class='svkv-source' data-role='retrieval-source' title='{esc(tip)}'>Source, {esc(store)}: "
+            f"<span class='svkv-srctext'>…{text(m.before)}<mark class='svkv-srcm'>{text(m.tokens)}</mark>"
+            f"<span class='svkv-srcnext'>{text(m.after)}</span>…</span></p>")
 
 
 def _cycle_html(trace: CycleTrace, phase: str, token_text: TokenText, lecture: bool = False) -> str:
