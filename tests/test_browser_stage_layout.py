@@ -20,7 +20,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_browser_lecture import SIZES, _lecture_page, _settle, _step
+from test_browser_lecture import (
+    MEASURE_JS,
+    MIN_NARRATIVE_PX,
+    SIZES,
+    _check,
+    _fixed_k,
+    _lecture_page,
+    _rerun,
+    _settle,
+    _sidebar,
+    _step,
+)
 
 from bench.load import CHROMIUM, start_server, stop_server
 from specviz.viz.style import PHASE_TITLES
@@ -167,3 +178,198 @@ def test_lecture_mode_shows_the_newest_generated_text_on_the_first_screen(server
     page.close()
     assert not bad, "\n".join(bad)
     assert not errors, errors
+
+
+def _quiz_lecture_page(browser, server: str, width: int, height: int, errors: list[str]):
+    """A fresh page with fixed K, the quiz on and then lecture mode on, each switched by a click."""
+    page = browser.new_page(viewport={"width": width, "height": height})
+    page.set_default_timeout(300_000)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(server, wait_until="domcontentloaded")
+    page.locator(".st-key-next_phase button").first.wait_for(timeout=300_000)
+    _settle(page)
+    _fixed_k(page)
+    _rerun(page, lambda: page.get_by_text("Quiz: predict").first.click())
+    _rerun(page, lambda: page.get_by_text("Lecture mode").first.click())
+    page.wait_for_function("() => !!document.querySelector('.svs .svkv.svkv-lecture') && document.querySelector("
+                           "\"section[data-testid='stSidebar']\").getAttribute('data-collapsed') === 'true'",
+                           timeout=300_000, polling=100)
+    _settle(page)
+    return page
+
+
+QUIZ_JS = r"""() => {
+  const box = e => { const r = e.getBoundingClientRect(); return [r.top, r.bottom, r.left, r.right]; };
+  const form = document.querySelector('.st-key-quiz_form');
+  const texts = form ? [...form.querySelectorAll('label, [data-testid=stWidgetLabel] p, [data-testid=stMarkdown] p')]
+    .filter(e => e.getBoundingClientRect().height > 0) : [];
+  return {vw: innerWidth, vh: innerHeight, title: document.querySelector('.svs').dataset.title,
+    cards: [...document.querySelectorAll('.svs [data-role=drafts] .svkv-draft')].map(box),
+    bars: [...document.querySelectorAll('.svs [data-role=drafts] .svkv-draft .svkv-barrow')].map(box),
+    form: form && box(form), labelPx: texts.map(e => parseFloat(getComputedStyle(e).fontSize))};
+}"""
+MIN_QUIZ_PX = {1080: 20.0, 720: 17.0}
+
+
+@pytest.mark.parametrize("width, height", SIZES)
+def test_the_quiz_in_lecture_mode_leaves_the_draft_cards_whole(server: str, browser, width: int, height: int) -> None:
+    """Lecture mode with the quiz on, at the verify phase of two cycles (where the question is asked):
+    every draft card, with its q and p rows, lies inside the viewport (they were cut at the bottom
+    edge), the question's box too, and its labels and choices are in the narrative's scale (≥ 20 px at
+    1080, ≥ 17 px at 720; Streamlit's are 14 px)."""
+    errors: list[str] = []
+    page = _quiz_lecture_page(browser, server, width, height, errors)
+    figures = []
+    for cycle in range(2):
+        _to_phase(page, "verify")
+        page.wait_for_selector(".st-key-quiz_form", timeout=120_000)
+        _settle(page)
+        m = page.evaluate(QUIZ_JS)
+        figures.append(m)
+        page.screenshot(path=str(OUT / f"stage-layout-quiz-{width}x{height}-{cycle + 1}.png"))
+        assert m["cards"] and m["bars"], m
+        assert all(_inside(b, m["vw"], m["vh"]) for b in m["cards"] + m["bars"]), m
+        assert m["form"] is not None and _inside(m["form"], m["vw"], m["vh"]), m["form"]
+        assert m["labelPx"] and min(m["labelPx"]) >= MIN_QUIZ_PX[height], m["labelPx"]
+        # answer, so the next cycle asks again (a pending question holds the first Next)
+        _rerun(page, lambda: page.locator(".st-key-quiz_form label").filter(has_text="0").first.click())
+        _rerun(page, lambda: page.locator(".st-key-quiz_submit button").click())
+        _settle(page)
+    (OUT / f"stage-layout-quiz-{width}x{height}.json").write_text(json.dumps(figures, indent=1), encoding="utf-8")
+    page.close()
+    assert not errors, errors
+
+
+def test_an_auto_run_names_the_chosen_k_in_its_chip(server: str, browser) -> None:
+    """A new run of the default pair is auto: at each cycle's steps the status line's first chip says
+    the K the cost law chose for it ("K = 3 (auto)"), as the narrative's own sentence does."""
+    errors: list[str] = []
+    page = browser.new_page(viewport={"width": 1366, "height": 768})
+    page.set_default_timeout(300_000)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(server, wait_until="domcontentloaded")
+    page.locator(".st-key-next_phase button").first.wait_for(timeout=300_000)
+    _settle(page)
+    for _ in range(2):
+        _step(page, page.evaluate("window.__specvizStage.state.cur") + 1)
+        chip = page.evaluate("document.querySelector('.svs .svs-status code').textContent")
+        story = page.locator(".svs .svs-story").inner_text()
+        chosen = re.search(r"Auto \(this machine's cost law\) chose (K = \d+|a plain step)", story)
+        assert re.fullmatch(r"K = \d+ \(auto\)", chip), chip
+        if chosen and chosen.group(1) != "a plain step":
+            assert chip == chosen.group(1) + " (auto)", (chip, chosen.group(0))
+    page.close()
+    assert not errors, errors
+
+
+TOAST_JS = r"""(words) => {
+  const box = e => { const r = e.getBoundingClientRect(); return [r.top, r.bottom, r.left, r.right]; };
+  const toast = [...document.querySelectorAll('[data-testid=stToast]')].find(t => t.textContent.includes(words));
+  if (!toast) return null;
+  const text = toast.querySelector('[data-testid=stToastText]'), p = text.querySelector('p') || text;
+  const more = toast.querySelector('[data-testid=stToastViewButton]');
+  return {vw: innerWidth, vh: innerHeight, box: box(toast), scroll: [text.scrollHeight, text.clientHeight],
+    px: parseFloat(getComputedStyle(p).fontSize), more: !!more && more.getBoundingClientRect().height > 0,
+    text: text.textContent, side: box(document.querySelector('.svs .svs-side'))};
+}"""
+
+
+@pytest.mark.parametrize("width, height", SIZES)
+def test_a_scenarios_lesson_is_read_whole_in_lecture_mode(server: str, browser, width: int, height: int) -> None:
+    """A scenario loaded in lecture mode says its lesson in a toast: the whole text shown (Streamlit clamps
+    a toast to three lines behind "view more"), in type ≥ 21 px at 1080 and ≥ 16 px at 720, inside the
+    viewport and clear of the narrative's column."""
+    from specviz.scenarios import load_scenarios
+
+    errors: list[str] = []
+    page = _lecture_page(browser, server, width, height, errors)
+    scenario = max((s for s in load_scenarios() if s.tree_width <= 1), key=lambda s: len(s.lesson))
+    _sidebar(page, True)
+    button = page.locator(f".st-key-scenario_{scenario.id} button").first
+    if not button.is_visible():  # the gallery is open on a fresh page, folded once a run was shown
+        page.locator("section[data-testid='stSidebar'] summary").filter(has_text="Scenario gallery").first.click()
+    button.click()
+    words = scenario.lesson[:40]
+    page.wait_for_function(f"() => !!({TOAST_JS})({json.dumps(words)})", timeout=300_000, polling=100)
+    _sidebar(page, False)
+    m = page.evaluate(TOAST_JS, words)
+    page.screenshot(path=str(OUT / f"stage-layout-lesson-{width}x{height}.png"))
+    (OUT / f"stage-layout-lesson-{width}x{height}.json").write_text(json.dumps(m, indent=1), encoding="utf-8")
+    assert not m["more"] and m["scroll"][0] <= m["scroll"][1] + 1, m
+    assert " ".join(scenario.lesson.split())[-30:] in " ".join(m["text"].split()), (scenario.lesson, m["text"])
+    assert m["px"] >= (21.0 if height == 1080 else 16.0), m["px"]
+    assert _inside(m["box"], m["vw"], m["vh"]) and m["box"][3] <= m["side"][2] + 0.5, (m["box"], m["side"])
+    page.close()
+    assert not errors, errors
+
+
+@pytest.fixture(scope="module")
+def default_run_page(tmp_path_factory) -> Path:
+    """The standalone page of 2 cycles (K = 5) of the default pair, with the app's prompt template."""
+    import specviz
+    from specviz.prompting import encode_prompt
+    from specviz.ui.runs import record_of
+    from specviz.ui.state import advance_cycle, start_live_run
+    from specviz.viz.standalone import run_html
+
+    pair = specviz.load_default_pair()
+    cfg = specviz.DecodeConfig(k=5, page_size=16, seed=1)
+    run = start_live_run(1, "A lecture prepared at home", (), pair, cfg,
+                         encode_prompt(pair.tokenizer, "Explain in a few sentences why the sky is blue."))
+    for _ in range(2):
+        run = advance_cycle(run)
+    path = tmp_path_factory.mktemp("standalone") / "run.html"
+    path.write_text(run_html(record_of(run)), encoding="utf-8")
+    return path
+
+
+HEADER_JS = r"""() => {
+  const box = e => { const r = e.getBoundingClientRect(); return [r.top, r.bottom, r.left, r.right]; };
+  const h = document.querySelector('header');
+  return {header: box(h), parts: [...h.querySelectorAll('button, #counter')].map(e => ({box: box(e),
+    over: e.scrollWidth > e.clientWidth + 1, text: e.textContent}))};
+}"""
+
+
+@pytest.mark.parametrize("width, height", SIZES)
+def test_the_standalone_page_opens_in_the_lecture_layout(browser, default_run_page: Path, width: int,
+                                                         height: int) -> None:
+    """The standalone run page of the default pair, every phase of two cycles at 1920x1080 and 1280x720:
+    the lecture layout's bounds (tests/test_browser_lecture.py `_check`: cells by the six-character rule,
+    unclipped, token text ≥ 18 / 14 px; drafts, verdicts and narrative inside the viewport; no text
+    overflowing), the narrative in the lecture type (≥ 24 / 18 px: it was 16), the generated text's newest
+    chip on the screen, and the header one line, its buttons and counter whole and inside the viewport."""
+    errors: list[str] = []
+    page = browser.new_page(viewport={"width": width, "height": height})
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(default_run_page.as_uri())
+    page.wait_for_function("() => window.__specvizStage && window.__specvizStage.state.cur === 0")
+    bad, lowest = [], 0.0
+    for n in range(2 * len(PHASES)):
+        page.mouse.click(*_centre(page, "#next"))
+        page.wait_for_function(f"() => window.__specvizStage.state.cur === {n + 1}")
+        page.wait_for_function("() => document.querySelector('.svs').getAnimations({subtree: true})"
+                               ".every(a => a.playState !== 'running')", polling=100)
+        m = page.evaluate(MEASURE_JS)
+        bad += _check(m, height, False, PHASES[n % len(PHASES)])
+        lowest = max([lowest, *(b[1] for b in m["drafts"] + m["verdicts"] + m["narrative"])])
+        bad += _strip_bad(page.evaluate(STRIP_JS))
+        px = page.evaluate("parseFloat(getComputedStyle(document.querySelector('.svs .svs-story p')).fontSize)")
+        if px < MIN_NARRATIVE_PX[height]:
+            bad.append(f"{width}x{height} step {n + 1}: narrative {px} px")
+        if n == 3:
+            page.screenshot(path=str(OUT / f"stage-layout-standalone-{width}x{height}.png"))
+    h = page.evaluate(HEADER_JS)
+    assert h["header"][1] - h["header"][0] < 60, h  # one line
+    for part in h["parts"]:
+        assert _inside(part["box"], width, height) and not part["over"], part
+    (OUT / f"stage-layout-standalone-{width}x{height}.json").write_text(json.dumps({"lowest": lowest, **h}, indent=1),
+                                                                       encoding="utf-8")
+    page.close()
+    assert not bad, "\n".join(bad[:12])
+    assert not errors, errors
+
+
+def _centre(page, selector: str) -> tuple[float, float]:
+    box = page.locator(selector).first.bounding_box()
+    return box["x"] + box["width"] / 2, box["y"] + box["height"] / 2

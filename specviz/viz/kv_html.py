@@ -30,6 +30,9 @@ from .style import KIND_COLORS, PHASE_TITLES, SLOT_COLORS, SLOT_TEXT_COLORS, fmt
 TokenText = Callable[[int], str]
 CONTIGUOUS_ROW = 16  # slots per drawn row of a contiguous buffer
 MAX_ROWS, MAX_ROWS_LECTURE = 20, 12  # rows per cache before the view windows around the action
+# A lecture stage draws the action rows and at most two rows of context (the rest in the overview strip):
+# the app's lecture mode and the standalone page's lecture layout (docs/design.md §3, "One screen").
+LECTURE_ROWS = 3
 # Drawing is bounded by what is shown, not by what a snapshot claims: at most this many rows where
 # something happens (a 128-node tree at page size 1 changes 129), and an overview of at most this many cells.
 HOT_ROWS_MAX, OVERVIEW_MAX = 160, 256
