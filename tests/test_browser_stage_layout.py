@@ -373,3 +373,97 @@ def test_the_standalone_page_opens_in_the_lecture_layout(browser, default_run_pa
 def _centre(page, selector: str) -> tuple[float, float]:
     box = page.locator(selector).first.bounding_box()
     return box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+
+
+# What a step changed, as laid out: the drafts panel's cards, their p rows, the verdicts, the corrected
+# (bonus) card and the cache rows the phase changed.
+ACTION_JS = r"""() => {
+  const box = e => { const r = e.getBoundingClientRect(); return [r.top, r.bottom, r.left, r.right]; };
+  const all = s => [...document.querySelectorAll('.svs ' + s)].filter(e => e.getBoundingClientRect().height > 0)
+    .map(box);
+  return {vw: innerWidth, vh: innerHeight, title: document.querySelector('.svs').dataset.title,
+    cards: all('[data-role=drafts] .svkv-draft[data-d]'), p: all('[data-role=drafts] .svkv-bar-p'),
+    verdicts: all('[data-role=verdict]'), result: all('.svkv-result'), rows: all('[data-role=action]'),
+    intro: all('.svs-intro'), introList: all('.svs-intro ol')};
+}"""
+
+
+def _on_screen(boxes: list, vh: float, line: float = 30.0) -> bool:
+    """At least one box begins on the first screen, a line of it in view."""
+    return any(b[0] >= -0.5 and b[0] + min(line, b[1] - b[0]) <= vh + 0.5 for b in boxes)
+
+
+def test_a_student_alone_sees_what_each_step_changed_on_the_first_screen(server: str, browser) -> None:
+    """The normal layout at 1366x768 (sidebar open, the guided start not dismissed): at every phase of two
+    cycles, what the phase changed begins on the first screen -- the new draft cards, their p rows at
+    verify, the verdicts, the corrected (bonus) card, the cache rows the rollback cut -- where they sat
+    at y 648-2600 under both caches. The guided start folds to its first paragraph once stepping began."""
+    errors: list[str] = []
+    page = browser.new_page(viewport={"width": 1366, "height": 768})
+    page.set_default_timeout(300_000)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(server, wait_until="domcontentloaded")
+    page.locator(".st-key-next_phase button").first.wait_for(timeout=300_000)
+    _settle(page)
+    _fixed_k(page)
+    want = {"draft": ("cards",), "verify": ("p",), "accept": ("verdicts",), "resolve": ("result",),
+            "rollback": ("rows",)}
+    bad, figures = [], []
+    start = page.evaluate("window.__specvizStage.state.cur")
+    for n in range(2 * len(PHASES)):
+        _step(page, start + 1 + n)
+        m = page.evaluate(ACTION_JS)
+        phase = PHASES[n % len(PHASES)]
+        figures.append(m)
+        for part in want[phase]:
+            if not _on_screen(m[part], m["vh"]):
+                bad.append(f"{m['title']}: {part} {m[part][:3]} not on the first screen")
+        if not m["intro"] or m["introList"]:
+            bad.append(f"{m['title']}: the guided start {m['intro']}, its list {m['introList']}")
+        if n == 4:
+            page.screenshot(path=str(OUT / "stage-layout-alone-1366x768-rollback.png"))
+    (OUT / "stage-layout-alone-1366x768.json").write_text(json.dumps(figures, indent=1), encoding="utf-8")
+    page.close()
+    assert not bad, "\n".join(bad)
+    assert not errors, errors
+
+
+GLOSS_JS = r"""() => [...document.querySelectorAll('.svs abbr.svs-gloss')].filter(e => {
+  const r = e.getBoundingClientRect(); return r.height > 0 && r.top >= 0 && r.bottom <= innerHeight; })
+  .map(e => { const r = e.getBoundingClientRect(); return {text: e.textContent, title: e.title,
+    x: r.left + r.width / 2, y: r.top + r.height / 2}; })"""
+
+
+def test_the_jargon_a_student_meets_is_explained_where_it_stands(server: str, browser) -> None:
+    """The normal layout at 1366x768: stepping through a cycle, the terms of the glossary's table met on the
+    first screen (K/V, logits, x_n, block table, residual, U(0,1), ...) carry their explanation; a mouse
+    click (a tap) on one focuses it and shows the explanation as a popover beside it."""
+    from specviz.viz.glossary import TERMS
+
+    errors: list[str] = []
+    page = browser.new_page(viewport={"width": 1366, "height": 768})
+    page.set_default_timeout(300_000)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(server, wait_until="domcontentloaded")
+    page.locator(".st-key-next_phase button").first.wait_for(timeout=300_000)
+    _settle(page)
+    _fixed_k(page)
+    meanings = {t.meaning for t in TERMS}
+    met: dict[str, str] = {}
+    start = page.evaluate("window.__specvizStage.state.cur")
+    for n in range(len(PHASES)):
+        _step(page, start + 1 + n)
+        for g in page.evaluate(GLOSS_JS):
+            assert g["title"] in meanings, g
+            met.setdefault(g["text"].lower(), g["title"])
+    assert {"k/v", "logits", "x_n", "residual"} <= set(met) and len(met) >= 6, sorted(met)
+    g = page.evaluate(GLOSS_JS)[0]
+    page.mouse.click(g["x"], g["y"])
+    popover = page.evaluate("""() => { const e = document.activeElement;
+      return e && e.matches('abbr.svs-gloss') ? {text: e.textContent, after: getComputedStyle(e, '::after').content,
+        px: parseFloat(getComputedStyle(e, '::after').fontSize)} : null; }""")
+    assert popover is not None and popover["text"] == g["text"], popover
+    assert g["title"] in popover["after"] and popover["px"] >= 14, popover
+    page.screenshot(path=str(OUT / "stage-layout-glossary-1366x768.png"))
+    page.close()
+    assert not errors, errors

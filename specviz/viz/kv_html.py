@@ -23,6 +23,7 @@ from ..timeline import VERDICT_GLYPHS
 from ..timeline import phase_index as _step
 from ..trace import CacheSnapshot, ContextMatch, CycleTrace, DraftStep, PhaseSnapshot, TokenProb
 from .cache_words import events_text, memory_text, no_cache_html, panel_title
+from .glossary import explain
 from .markup import esc
 from .stage_js import read_static
 from .style import KIND_COLORS, PHASE_TITLES, SLOT_COLORS, SLOT_TEXT_COLORS, fmt_p, show_token
@@ -77,7 +78,7 @@ def kv_stage_html(now: PhaseSnapshot, before: PhaseSnapshot | None, token_text: 
     tree_phase = trace is not None and trace.tree is not None and _step("draft") <= _step(phase) < _step("rollback")
     mode = (" svkv-lecture" + (" svkv-fold" if tree_phase else "")) if lecture else ""
     return "".join([
-        f"<div class='svkv{mode}' role='figure' aria-label='{esc(label)}'>",
+        f"<div class='svkv{mode}' role='figure' aria-label='{esc(label)}' data-phase='{esc(phase)}'>",
         f"<style>{_css(len(drafts))}</style>" if inline_css else "",
         f"<div class='svkv-phase'>{esc(cycle + title)}</div>",
         *body,
@@ -303,7 +304,7 @@ def _heading(cache: _Cache, lecture: bool) -> str:
             detail.append(memory_text(snap))
         lines.append(f"<p class='svkv-sub'>{esc(' · '.join(detail))}</p>")
     lines.append(f"<p class='svkv-ev'>{esc(cache.events)}</p>")
-    return "".join(lines)
+    return explain("".join(lines))  # its jargon (block_table, allocated, provisional...) explained in place
 
 
 def _next_write(snap: CacheSnapshot, width: int) -> str:

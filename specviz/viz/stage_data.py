@@ -43,7 +43,7 @@ from .. import narrative
 from ..stats import cycle_ms
 from ..timeline import at, end_of, snapshot_at
 from ..trace import CacheSnapshot, CycleTrace, PhaseSnapshot
-from . import dist_table, kv_html, tokens, tree_view
+from . import dist_table, glossary, kv_html, tokens, tree_view
 from .style import PHASE_TITLES
 
 # HTML off, and no images or links: a file's text (a proposer's note) must not fetch from or link
@@ -165,7 +165,9 @@ def step_payload(tl: Timeline, step: int, *, lecture: bool, max_rows: int | None
             story = narrative.phase_markdown(tr, phase)
         strip = tokens.strip_html(tokens.strip_chips(list(tl.prompt_ids), tl.traces[: (cycle or 0) + 1], tl.texts,
                                                      cycle, phase))
-        tl.memo[key] = ((tr, prev, other), next(_SIGNATURES), pictures, _MD.render(story) + chart, strip)
+        # The jargon in the narrative explained where it stands (viz/glossary.py: hover, tap or Tab).
+        story_html = glossary.explain(_MD.render(story)) + chart
+        tl.memo[key] = ((tr, prev, other), next(_SIGNATURES), pictures, story_html, strip)
     _, sig, pictures, story, strip = tl.memo[key]
     return {
         "sig": sig, "title": title(cycle, phase), "cycle": cycle, "phase": phase, "kv": pictures,
