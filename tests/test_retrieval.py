@@ -252,6 +252,10 @@ def test_a_match_keeps_the_source_text_around_its_first_occurrence(pair):
     assert f"<mark class='svkv-srcm'>{''.join(map(str, m.tokens))}</mark>" in source
     assert f"<span class='svkv-srcnext'>{''.join(map(str, m.after))}</span>" in source
     assert source.count("…") == 2 and "".join(map(str, m.before)) in source
+    from specviz import narrative
+
+    said = narrative.phase_markdown(tr, "draft")  # the note ends its own sentence: no 'token(s)..'
+    assert "proposing" in said and not re.search(r"\.\.(\s|$)", said), said
     old = dataclasses.replace(tr, matched=dataclasses.replace(m, before=(), after=()))  # an older run file
     assert "retrieval-source" not in kv_stage_html(tr.snapshot("draft"), None, str, trace=old, phase="draft",
                                                    proposer="retrieval")
