@@ -194,6 +194,8 @@ class ContextMatchModel(_Model):
     source: Literal["datastore", "session"]
     where: Annotated[int, Strict(), Field(ge=0, le=1 << 40)]
     occurrences: Annotated[int, Strict(), Field(ge=0, le=1 << 40)]
+    before: tuple[TokenId, ...] = Field(default=(), max_length=64)
+    after: tuple[TokenId, ...] = Field(default=(), max_length=64)
 
 
 class EmittedTokenModel(_Model):

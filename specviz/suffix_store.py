@@ -45,6 +45,17 @@ class Match:
     continuations: tuple[tuple[tuple[int, ...], int], ...]  # (tokens that followed, how often), most often first
     source: str  # "datastore" or "session"
     example: int = -1  # the first occurrence's start in its store (for the drafts panel)
+    # The source text around that occurrence (the drafts panel shows it): up to AROUND tokens before the
+    # matched suffix, and up to AROUND after it (what followed there, which the drafts copy).
+    before: tuple[int, ...] = ()
+    after: tuple[int, ...] = ()
+
+
+AROUND = 8  # tokens of source text kept on either side of the first occurrence
+
+
+def _ids(tokens: np.ndarray) -> tuple[int, ...]:
+    return tuple(int(t) for t in tokens)
 
 
 def suffix_array(tokens: np.ndarray) -> np.ndarray:
@@ -135,7 +146,10 @@ class SuffixStore:
         picks = np.linspace(lo, hi - 1, num=min(hi - lo, max_occurrences)).astype(np.int64)
         starts = np.unique(self.suffixes[picks].astype(np.int64) + length)
         paths = [tuple(int(t) for t in self.tokens[s : s + depth]) for s in starts]
-        return Match(length, hi - lo, _count(paths, limit), "datastore", int(self.suffixes[lo]))
+        first = int(self.suffixes[lo])
+        return Match(length, hi - lo, _count(paths, limit), "datastore", first,
+                     _ids(self.tokens[max(0, first - AROUND) : first]),
+                     _ids(self.tokens[first + length : first + length + AROUND]))
 
 
 class SessionStore:
@@ -171,17 +185,19 @@ class SessionStore:
             texts = [t.astype(np.int64) for t in self.texts]
         for m in range(min(max_len, len(context)), min_len - 1, -1):
             pattern = np.asarray(context[-m:], dtype=np.int64)
-            paths, first = [], -1
+            paths, first, around = [], -1, ((), ())
             offset = 0
             for text in texts:
                 if len(text) > m:
                     windows = np.lib.stride_tricks.sliding_window_view(text[:-1], m)
                     for s in np.flatnonzero((windows == pattern).all(axis=1)):
                         paths.append(tuple(int(t) for t in text[s + m : s + m + depth]))
-                        first = offset + int(s) if first < 0 else first
+                        if first < 0:
+                            first = offset + int(s)
+                            around = (_ids(text[max(0, s - AROUND) : s]), _ids(text[s + m : s + m + AROUND]))
                 offset += len(text)
             if paths:
-                return Match(m, len(paths), _count(paths, limit), "session", first)
+                return Match(m, len(paths), _count(paths, limit), "session", first, *around)
         return Match(0, 0, (), "session")
 
 

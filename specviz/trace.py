@@ -168,6 +168,11 @@ class ContextMatch:
     source: str  # "datastore" or "session" (this session's earlier texts)
     where: int  # the first occurrence's start in that store
     occurrences: int  # how often the suffix occurs there
+    # The source text around that first occurrence (up to suffix_store.AROUND tokens each side): what
+    # came before the matched suffix there, and what followed it (what the drafts copy). Empty in
+    # runs recorded before it was kept.
+    before: tuple[int, ...] = ()
+    after: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

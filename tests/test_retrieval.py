@@ -218,3 +218,44 @@ def test_a_merged_tree_names_who_proposed_each_node(pair):
     assert tr.proposer_note.startswith(tr.drafts[0].source)
     html = kv_stage_html(tr.snapshot("draft"), None, str, trace=tr, phase="draft", proposer="feature+retrieval")
     assert html.count(f"data-role='draft-source'>from {tr.drafts[0].source}<") == len(tr.drafts)
+
+
+def test_a_match_keeps_the_source_text_around_its_first_occurrence(pair):
+    """The datastore's and the session's matches keep up to AROUND tokens before the matched suffix at
+    its first occurrence and up to AROUND after it; the trace records them, a run file carries them
+    (validated), and the drafts panel shows them, the suffix marked and what followed underlined."""
+    from specviz.run_schema import ContextMatchModel
+    from specviz.suffix_store import AROUND
+    from specviz.viz.kv_html import kv_stage_html
+
+    text = list(range(1, 30)) + [5, 6, 7, 40, 41]
+    store = SuffixStore(np.array(text))
+    m = store.continuations([90, 91, 5, 6, 7], depth=3, min_len=2)
+    assert (m.length, m.example) == (3, 4)  # 5, 6, 7 first occurs at index 4
+    assert m.before == tuple(text[0:4]) and m.after == tuple(text[7:7 + AROUND])
+    session = SessionStore()
+    session.add([50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62])
+    s = session.continuations([1, 2, 60, 61], depth=2, min_len=2)
+    assert s.before == (52, 53, 54, 55, 56, 57, 58, 59) and s.after == (62,)
+
+    rpair = retrieval_pair(pair)
+    dec = SpeculativeDecoder(rpair, DecodeConfig(proposer="retrieval", k=3, temperature=0.0, max_new_tokens=6))
+    dec.start(EXACT_PROMPT)
+    tr = dec.step()
+    m = tr.matched
+    stored = rpair.retrieval_store.tokens.tolist()
+    assert list(m.before) == stored[max(0, m.where - AROUND):m.where]
+    assert list(m.after) == stored[m.where + len(m.tokens):m.where + len(m.tokens) + AROUND]
+    assert ContextMatchModel.model_validate(dataclasses.asdict(m)).after == m.after
+    html = kv_stage_html(tr.snapshot("draft"), None, str, trace=tr, phase="draft", proposer="retrieval", lecture=True)
+    source = re.search(r"<p class='svkv-source' data-role='retrieval-source'[^>]*>(.*?)</p>", html).group(1)
+    assert f"<mark class='svkv-srcm'>{''.join(map(str, m.tokens))}</mark>" in source
+    assert f"<span class='svkv-srcnext'>{''.join(map(str, m.after))}</span>" in source
+    assert source.count("…") == 2 and "".join(map(str, m.before)) in source
+    from specviz import narrative
+
+    said = narrative.phase_markdown(tr, "draft")  # the note ends its own sentence: no 'token(s)..'
+    assert "proposing" in said and not re.search(r"\.\.(\s|$)", said), said
+    old = dataclasses.replace(tr, matched=dataclasses.replace(m, before=(), after=()))  # an older run file
+    assert "retrieval-source" not in kv_stage_html(tr.snapshot("draft"), None, str, trace=old, phase="draft",
+                                                   proposer="retrieval")

@@ -185,7 +185,7 @@ register(ProposerEntry(
     words=Words(
         noun="retrieval", short="retrieval",
         no_cache="it only searches a datastore of the target's earlier answers and this session's texts",
-        drafts="No model runs and no cache is written: the guesses come from text the target wrote before. {note}. "
+        drafts="No model runs and no cache is written: the guesses come from text the target wrote before. {note} "
                "A lookup is deterministic, so each q_i is **one-hot** (q = 1 on the retrieved token): {proposals}. "
                "Exactness never depends on where guesses come from: the target's test decides.",
         tree="It merges the continuations that followed the context's longest suffix, in a datastore of the "

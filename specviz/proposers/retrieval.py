@@ -79,7 +79,7 @@ def context_match(match: Match, context: Sequence[int]) -> ContextMatch | None:
     if not match.length:
         return None
     return ContextMatch(len(context) - match.length, tuple(context[-match.length:]), match.source, match.example,
-                        match.occurrences)
+                        match.occurrences, match.before, match.after)
 
 
 def node_paths(tree: trees.TokenTree) -> list[tuple[int, ...]]:

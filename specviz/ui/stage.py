@@ -22,6 +22,8 @@ import streamlit as st
 from ..errors import SpecvizError
 from ..proposers import registry
 from ..timeline import end_of, reached
+from ..viz.kv_html import LECTURE_ROWS
+from ..viz.stage_data import AUTO_CHIP
 from ..viz.style import PHASE_TITLES
 from . import quiz, stage_component
 from .runs import compare_settings, compare_timeline, compare_title, record_fields
@@ -36,7 +38,7 @@ WALKTHROUGH = ((1, True), (2, True), (3, True), (4, False))
 # action above the fold at 1440x900 with the buttons and the status line; in lecture mode the
 # action rows and at most two rows of context, which a screen under 820 px leaves out (kv.css: a
 # block of 16 readable tokens takes two lines at 1280x720).
-STAGE_ROWS, LECTURE_ROWS = 6, 3
+STAGE_ROWS = 6
 HISTORY = "history"  # the history slider's key prefix
 
 
@@ -188,7 +190,9 @@ def settings_chip(run: Run) -> str:
     config = run.dec.config if run.dec is not None else run.config
     temperature = "greedy" if config.temperature == 0 else f"T = {config.temperature:g}"
     layout = "chain" if config.tree_width <= 1 else f"tree {config.tree_width}×{config.tree_nodes}"
-    return f" · `K = {config.k}` `{temperature}` `{proposer_label(run)}` `{layout}`"
+    # An auto run's chip names each cycle's chosen K on its steps (`stage_data.chosen_k`).
+    k = AUTO_CHIP if config.k == "auto" else f"`K = {config.k}`"
+    return f" · {k} `{temperature}` `{proposer_label(run)}` `{layout}`"
 
 
 QUIZ_ANSWERS = ("quiz_accepted", "quiz_dropped", "quiz_freed", "quiz_path")  # the question's widgets
@@ -200,6 +204,7 @@ def quiz_box(run: Run, cycle: int | None, phase: str) -> None:
     and the running score (which would tell whether the rollback guesses were right) only from the
     rollback phase on, in the narrative's type size (`QUIZ_CSS`)."""
     tr = run.traces[cycle] if cycle is not None and phase != "start" else None
+    st.html(QUIZ_CSS)
     result = next((q for q in run.quiz if tr is not None and q.cycle == cycle), None)
     if tr is not None and result is None and phase == "verify" and run.revealed == run.view and tr.k > 0:
         _quiz_question(tr, run.id, cycle)
@@ -209,16 +214,18 @@ def quiz_box(run: Run, cycle: int | None, phase: str) -> None:
         rows = " · ".join(f"{'✓' if ok else '✗'} {q}: you said {yours}, it was {real}" for q, yours, real, ok in shown)
         right, asked = quiz.tally(run.quiz)
         score = f" Score over this run: {right}/{asked}." if at_end else " The rest of your answers at the rollback."
-        st.html(QUIZ_CSS)
         with st.container(border=True, key="quiz_feedback"):
             st.markdown(f"**Quiz** — {rows}.{score}")
     else:
         st.caption("**Quiz**: at each cycle's verify phase, predict here what the target will accept.")
 
 
-# The feedback as large as the narrative beside it (stage.css `.svs-story`, also in lecture mode).
+# The feedback as large as the narrative beside it (stage.css `.svs-story`, also in lecture mode), and in
+# lecture mode the question's labels and choices too (Streamlit's 14 px is not read from the back row).
 QUIZ_CSS = ("<style>.st-key-quiz_feedback p { font-size: 16px; line-height: 1.5; } .stApp:has(.svs-lecture) "
-            ".st-key-quiz_feedback p { font-size: clamp(17px, 1.95vh, 21px); line-height: 1.35; }</style>")
+            ".st-key-quiz_feedback p { font-size: clamp(17px, 1.95vh, 21px); line-height: 1.35; } "
+            ".stApp:has(.svs-lecture) .st-key-quiz_form :is(p, label, input, [data-baseweb='select'] span, button) "
+            "{ font-size: clamp(17px, 1.95vh, 21px); line-height: 1.3; }</style>")
 
 
 def _quiz_question(tr: Any, run_id: int, cycle: int) -> None:
@@ -322,7 +329,10 @@ def stage() -> None:
     )  # fmt: skip
     # The quiz sits beside the stage, where its question is seen with the verdicts it asks about.
     # (Switching the quiz on moves the stage into a column: mounted afresh once, then it stays there.)
-    stage_col, quiz_col = st.columns([3, 1], gap="medium") if ss.get("quiz") else (None, None)
+    # In lecture mode the picture keeps more of the width: at a quarter the quiz squeezed it, and the draft
+    # cards, whose q and p the question asks about, fell off the bottom of a 720 px screen.
+    ratio = [4, 1] if lecture else [3, 1]
+    stage_col, quiz_col = st.columns(ratio, gap="medium") if ss.get("quiz") else (None, None)
     with stage_col if stage_col is not None else contextlib.nullcontext():
         stage_component.show(view, page)
     with top:

@@ -21,8 +21,9 @@ from functools import cache
 from ..proposers import registry
 from ..timeline import VERDICT_GLYPHS
 from ..timeline import phase_index as _step
-from ..trace import CacheSnapshot, CycleTrace, DraftStep, PhaseSnapshot, TokenProb
+from ..trace import CacheSnapshot, ContextMatch, CycleTrace, DraftStep, PhaseSnapshot, TokenProb
 from .cache_words import events_text, memory_text, no_cache_html, panel_title
+from .glossary import explain
 from .markup import esc
 from .static_files import read_static
 from .style import KIND_COLORS, PHASE_TITLES, SLOT_COLORS, SLOT_TEXT_COLORS, fmt_p, show_token
@@ -30,6 +31,9 @@ from .style import KIND_COLORS, PHASE_TITLES, SLOT_COLORS, SLOT_TEXT_COLORS, fmt
 TokenText = Callable[[int], str]
 CONTIGUOUS_ROW = 16  # slots per drawn row of a contiguous buffer
 MAX_ROWS, MAX_ROWS_LECTURE = 20, 12  # rows per cache before the view windows around the action
+# A lecture stage draws the action rows and at most two rows of context (the rest in the overview strip):
+# the app's lecture mode and the standalone page's lecture layout (docs/design.md §3, "One screen").
+LECTURE_ROWS = 3
 # Drawing is bounded by what is shown, not by what a snapshot claims: at most this many rows where
 # something happens (a 128-node tree at page size 1 changes 129), and an overview of at most this many cells.
 HOT_ROWS_MAX, OVERVIEW_MAX = 160, 256
@@ -74,7 +78,7 @@ def kv_stage_html(now: PhaseSnapshot, before: PhaseSnapshot | None, token_text: 
     tree_phase = trace is not None and trace.tree is not None and _step("draft") <= _step(phase) < _step("rollback")
     mode = (" svkv-lecture" + (" svkv-fold" if tree_phase else "")) if lecture else ""
     return "".join([
-        f"<div class='svkv{mode}' role='figure' aria-label='{esc(label)}'>",
+        f"<div class='svkv{mode}' role='figure' aria-label='{esc(label)}' data-phase='{esc(phase)}'>",
         f"<style>{_css(len(drafts))}</style>" if inline_css else "",
         f"<div class='svkv-phase'>{esc(cycle + title)}</div>",
         *body,
@@ -300,7 +304,7 @@ def _heading(cache: _Cache, lecture: bool) -> str:
             detail.append(memory_text(snap))
         lines.append(f"<p class='svkv-sub'>{esc(' · '.join(detail))}</p>")
     lines.append(f"<p class='svkv-ev'>{esc(cache.events)}</p>")
-    return "".join(lines)
+    return explain("".join(lines))  # its jargon (block_table, allocated, provisional...) explained in place
 
 
 def _next_write(snap: CacheSnapshot, width: int) -> str:
@@ -416,7 +420,21 @@ def _matched_html(trace: CycleTrace, token_text: TokenText) -> str:
     return (f"<p class='svkv-sub2 svkv-matched' data-role='matched'>Retrieved: the context's last {len(m.tokens)} "
             f"token(s) {suffix} (positions {esc(m.first)}–{esc(m.first + len(m.tokens) - 1)}) occur "
             f"{esc(m.occurrences)} time(s) in {where} (first at its position {esc(m.where)}); the drafts copy what "
-            "followed them there.</p>")
+            f"followed them there.</p>{_source_html(m, token_text)}")
+
+
+def _source_html(m: ContextMatch, token_text: TokenText) -> str:
+    """The source text around the match's first occurrence: what came before, the matched suffix
+    (marked) and what followed it there (underlined: the drafts copy it). Shown in lecture mode too:
+    "datastore position 239311" alone says nothing about where a guess came from."""
+    if not (m.before or m.after):  # a run recorded before the source text was kept
+        return ""
+    text = lambda ids: esc("".join(show_token(token_text(t), 10**6) for t in ids))  # noqa: E731
+    store = "the datastore" if m.source == "datastore" else "an earlier text of this session"
+    tip = "highlighted: the context's matched suffix; underlined: what followed it there, which the drafts copy"
+    return (f"<p class='svkv-source' data-role='retrieval-source' title='{esc(tip)}'>Source, {esc(store)}: "
+            f"<span class='svkv-srctext'>…{text(m.before)}<mark class='svkv-srcm'>{text(m.tokens)}</mark>"
+            f"<span class='svkv-srcnext'>{text(m.after)}</span>…</span></p>")
 
 
 def _cycle_html(trace: CycleTrace, phase: str, token_text: TokenText, lecture: bool = False) -> str:

@@ -49,7 +49,7 @@ from .. import narrative
 from ..stats import cycle_ms
 from ..timeline import at, end_of, snapshot_at
 from ..trace import CacheSnapshot, CycleTrace, PhaseSnapshot
-from . import kv_html, tokens, tree_view
+from . import dist_table, glossary, kv_html, tokens, tree_view
 from .style import PHASE_TITLES
 
 # HTML off, and no images or links: a file's text (a proposer's note) must not fetch from or link
@@ -200,17 +200,21 @@ def _status(v: StepView) -> str:
     tl = v.tl
     traces = tl.traces[: max((v.cycle or 0) + 1, tl.adopted)]
     text = narrative.status_markdown(len(tl.prompt_ids), traces, v.cycle, v.phase, tl.proposer_label or tl.proposer)
-    return _status_html(text + tl.status_suffix)
+    return _status_html(text + chosen_k(tl.status_suffix, v.trace))
 
 
 def _story(v: StepView) -> str:
-    """The narrative: the phase explained with the run's own numbers."""
+    """The narrative: the phase explained with the run's own numbers, its jargon explained where it
+    stands (viz/glossary.py: hover, tap or Tab) and, at resolve, what the token was drawn from, with
+    its numbers, under the words that explain it (viz/dist_table.py)."""
     if v.trace is None:
         target, proposer = v.tl.prefill
-        return _MD.render(narrative.prefill_markdown(len(v.tl.prompt_ids), target.seq_len,
-                                                     proposer.seq_len if proposer is not None else None,
-                                                     v.tl.proposer))
-    return _MD.render(narrative.phase_markdown(v.trace, v.phase))
+        story = narrative.prefill_markdown(len(v.tl.prompt_ids), target.seq_len,
+                                           proposer.seq_len if proposer is not None else None, v.tl.proposer)
+    else:
+        story = narrative.phase_markdown(v.trace, v.phase)
+    chart = dist_table.resolve_table(v.trace) if v.phase == "resolve" else ""
+    return glossary.explain(_MD.render(story)) + chart
 
 
 def _strip(v: StepView) -> str:
@@ -261,6 +265,19 @@ def step_payload(tl: Timeline, step: int, *, lecture: bool, max_rows: int | None
         # What computing this step's cycle took on the server (the latency bench compares with it).
         "compute_ms": round(cycle_ms(tr), 1) if tr is not None else None,
     }  # fmt: skip
+
+
+AUTO_CHIP = "`K = auto`"  # the settings chip of a k="auto" run (ui/stage.py `settings_chip`)
+
+
+def chosen_k(suffix: str, tr: CycleTrace | None) -> str:
+    """The status line's settings chips with an auto run's "K = auto" naming what the cost law chose
+    for this cycle ("K = 3 (auto)", a tree's node budget "16 nodes (auto)"); before the first cycle,
+    "K = auto"."""
+    if tr is None or tr.auto is None or AUTO_CHIP not in suffix:
+        return suffix
+    k = f"{tr.auto.k} nodes" if tr.tree is not None else f"K = {tr.auto.k}"
+    return suffix.replace(AUTO_CHIP, f"`{k} (auto)`")
 
 
 @functools.lru_cache(maxsize=2048)

@@ -15,6 +15,13 @@ scripts, the few lines of glue at the end read the sections into the stage's dat
 and show one step at a time: Next / Back buttons, the arrow keys (Shift+→ a whole cycle), a
 step counter.
 
+It opens in the **lecture layout** (docs/design.md §3, "One screen in lecture mode"): a prepared run is
+most often shown to a room. The pictures are the lecture pictures (the action rows and two of context,
+`kv_html.LECTURE_ROWS`), the stage takes the app's lecture classes (the narrative in a column beside the
+picture in type that scales with the screen, the generated text above the picture), and the header is
+one short line. Without scripts the sections still read as the whole run, the lecture pictures with
+their legend and text description put back (standalone.css).
+
 No server, no network: the styles and the script (static/standalone.css and standalone.js, with the
 stage's) are inlined, there are no external resources.
 """
@@ -23,7 +30,7 @@ from __future__ import annotations
 
 from ..runfile import RunRecord
 from . import stage_data, stage_js
-from .kv_html import stylesheet
+from .kv_html import LECTURE_ROWS, stylesheet
 from .markup import attrs, esc
 
 
@@ -43,13 +50,13 @@ def _section(step: dict) -> str:
         value = step[part.name]
         for html in value if isinstance(value, list) else [value]:
             boxes.append(f"<div{attrs(cls=part.name, data_part=part.name, **dict(part.attrs))}>{html}</div>")
-    return f"<section class='step' data-title='{esc(title)}'>{''.join(boxes)}</section>"
+    return f"<section class='step' data-title='{esc(title)}'><h2>{esc(step['title'])}</h2>{''.join(boxes)}</section>"
 
 
 def run_html(record: RunRecord) -> str:
     """The run as one standalone page (see the module docstring)."""
     tl = timeline(record)
-    steps = stage_data.steps_payload(tl, range(tl.last_step + 1), lecture=False, max_rows=None)
+    steps = stage_data.steps_payload(tl, range(tl.last_step + 1), lecture=True, max_rows=LECTURE_ROWS)
     sections = [_section(s) for s in steps.values()]  # the prefill, then each phase of each cycle
     title = esc(record.title or "specviz run")
     script = (stage_js.core_js() + stage_js.read_static("standalone.js")).replace("</script", "<\\/script")
@@ -59,9 +66,9 @@ def run_html(record: RunRecord) -> str:
         f"<style>{stage_js.read_static('standalone.css')}{stage_js.stage_css()}</style>{stylesheet()}</head><body>"
         "<header><button id='back' aria-label='Back one step'>← Back</button>"
         "<button id='next' class='primary' aria-label='Next step'>Next →</button>"
-        f"<span id='counter' aria-live='polite'></span><span style='margin-left:auto'>{title} · "
+        f"<span id='counter' aria-live='polite'></span><span class='run-title'>{title} · "
         f"{esc(record.pair)}</span></header>"
-        "<main><div id='stage'></div>"
+        "<main><div id='stage' data-lecture='1'></div>"
         "<p class='nojs-note'>Scripts are off: every step of the run follows, one after the other.</p>"
         f"<div class='steps'>{''.join(sections)}</div></main>"
         f"<script type='module'>{script}</script></body></html>"

@@ -139,23 +139,25 @@ _LEGEND = (("prompt", "prompt"), ("accepted", "accepted draft"), ("corrected", "
 
 
 def strip_html(chips: Sequence[Chip], head: int = 16, tail: int = 48) -> str:
-    """Render chips as a self-contained HTML fragment (inline styles; no scripts). A prompt longer
+    """Render chips as an HTML fragment (no scripts; the chips' colours inline, the box's look the
+    stage's stylesheet, `.svs-strip-text`). A prompt longer
     than head + tail (+ a few: folding three tokens away helps nobody) shows its first `head` and
     last `tail` tokens; the rest wait in a <details> element."""
-    parts = ["<div style='font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:13px;line-height:2.0;"
-             "padding:8px 10px;border:1px solid #e5e7eb;border-radius:8px;background:#fafafa;overflow-wrap:anywhere'>"]
+    # Its look is the stage's stylesheet (static/stage.css `.svs-strip-text`): a size that scales with
+    # the screen in lecture mode, where only its newest lines are shown, above the picture.
+    parts = ["<div class='svs-strip-text' data-role='strip-text'><div class='svs-strip-lines'>"]
     num_prompt = sum(c.kind == "prompt" for c in chips)
     chip_html = [_chip_html(c) for c in chips]
     if num_prompt > head + tail + FOLD_SLACK:  # the prompt's chips come first (`strip_chips`)
         chip_html[head : num_prompt - tail] = [_details(chip_html[head : num_prompt - tail])]
-    parts += [*chip_html, "</div>"]
+    parts += [*chip_html, "</div></div>"]
     items = [_swatch(f";border-radius:2px;background:{KIND_COLORS[k]}") + esc(name) for k, name in _LEGEND]
     if any(c.forced for c in chips):
         items.append(_swatch(FORCED_STYLE) + "what-if (forced) cycle")
     if any(c.character for c in chips):
         items.append("<code>&lt;0xF0&gt;</code> a byte: tokens are bytes, and a character may take several (hover one)")
     legend = " ".join(f"<span style='display:inline-block;margin-right:10px'>{item}</span>" for item in items)
-    parts.append(f"<div style='font-size:13px;color:#374151;margin-top:4px'>{legend}</div>")  # as large as the strip
+    parts.append(f"<div class='svs-strip-legend'>{legend}</div>")
     return "".join(parts)
 
 
@@ -198,5 +200,5 @@ def _chip_html(c: Chip) -> str:
         style += ";border-bottom:2px dotted #6b7280"  # the pieces of one character, visibly together
     chip = f"<span title='{esc(c.tooltip)}' style='{esc(style)}'>{text}</span>"
     if c.character_end:
-        chip += f"<span style='font-size:10px;color:#6b7280;margin-right:2px'>={esc(c.character)}</span>"
+        chip += f"<span style='font-size:.75em;color:#6b7280;margin-right:2px'>={esc(c.character)}</span>"
     return chip + "<wbr>"

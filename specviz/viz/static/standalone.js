@@ -16,8 +16,9 @@ const svTotal = Object.keys(svSteps).length;
 const svStage = createStage(document.getElementById('stage'), {
   shown: (step, d) => { svCounter.textContent = `step ${step + 1} of ${svTotal} · ${d.title}`; },
 });
+// The lecture layout (viz/standalone.py): the stage's lecture classes, as the app's lecture mode.
 svStage.update({run: 0, seq: 0, view: 0, steps: svSteps, more: false, follow: false, quiz: [],
-  end: 'This is the last step of the run.'});
+  lecture: document.getElementById('stage').dataset.lecture === '1', end: 'This is the last step of the run.'});
 document.getElementById('next').onclick = () => svStage.next();
 document.getElementById('back').onclick = () => svStage.back();
 window.addEventListener('keydown', stageKeys(svStage), true);
