@@ -196,15 +196,16 @@ def _view(page, key_start: str) -> dict:
 
 
 def _fits(page, width: int, before: int) -> None:
-    """The views widen nothing (the page as wide as `before` they opened, the panel and its figures within
-    the screen: what is wider scrolls in its own box); tabs big enough for a thumb, text big enough to read."""
+    """The page fits the screen before the views open and after (the panel and its figures within the
+    screen: what is wider scrolls in its own box); tabs big enough for a thumb, text big enough to read."""
+    assert before <= width, f"the follower's page is {before} px wide on a {width} px screen"
     sizes = page.evaluate("""() => ({page: document.documentElement.scrollWidth,
         panel: document.getElementById('views').getBoundingClientRect().right,
         tabs: [...document.querySelectorAll('.svf-tabs [role=tab]')].map(t => t.getBoundingClientRect().height),
         font: parseFloat(getComputedStyle(document.getElementById('views')).fontSize),
         figs: [...document.querySelectorAll('#views .js-plotly-plot')].filter(f => !f.closest('.svf-scroll'))
           .map(f => f.getBoundingClientRect().right)})""")
-    assert sizes["page"] <= max(width, before) and sizes["panel"] <= width, sizes
+    assert sizes["page"] <= width and sizes["panel"] <= width, sizes
     assert min(sizes["tabs"]) >= 44 and sizes["font"] >= 16, sizes
     assert sizes["figs"] and all(right <= width for right in sizes["figs"]), sizes
 
