@@ -153,6 +153,18 @@ def _settle(page) -> None:
     page.wait_for_timeout(150)
 
 
+def _app_page(server: str, browser, errors: list[str], width: int = 1366, height: int = 768):
+    """A new page of the app at width x height (the normal layout: lecture mode off), its stage mounted
+    and still; the page's errors go to `errors`."""
+    page = browser.new_page(viewport={"width": width, "height": height})
+    page.set_default_timeout(300_000)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(server, wait_until="domcontentloaded")
+    page.locator(".st-key-next_phase button").first.wait_for(timeout=300_000)
+    _settle(page)
+    return page
+
+
 def _set_number(page, label: str, value: str) -> None:
     """Type `value` into the sidebar's number box `label` (once it is enabled), then let the run end."""
     page.wait_for_function(f"() => [...document.querySelectorAll(\"input[aria-label='{label}']\")]"
@@ -342,12 +354,7 @@ def test_a_128_node_tree_stays_in_its_panel_with_the_mask_beside_it(server: str,
     cycle, the tree panel lies inside the viewport -- shrunk to fit, or scrolling inside its own box
     -- and at verify the attention mask stands beside the tree, not below it."""
     errors: list[str] = []
-    page = browser.new_page(viewport={"width": width, "height": height})
-    page.set_default_timeout(300_000)
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(server, wait_until="domcontentloaded")
-    page.locator(".st-key-next_phase button").first.wait_for(timeout=300_000)
-    _settle(page)
+    page = _app_page(server, browser, errors, width, height)
     _fixed_k(page)
     _set_number(page, "Tree width (1 = chain)", "8")
     _set_number(page, "Tree nodes (budget)", "128")
@@ -397,12 +404,7 @@ ROOM_JS = r"""() => {
 
 def _lecture_page(browser, server: str, width: int, height: int, errors: list[str], tree_width: str | None = None):
     """A fresh page at width x height with lecture mode on (switched on by a mouse click on its toggle)."""
-    page = browser.new_page(viewport={"width": width, "height": height})
-    page.set_default_timeout(300_000)
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(server, wait_until="domcontentloaded")
-    page.locator(".st-key-next_phase button").first.wait_for(timeout=300_000)
-    _settle(page)
+    page = _app_page(server, browser, errors, width, height)
     _fixed_k(page)
     if tree_width:
         _set_number(page, "Tree width (1 = chain)", tree_width)
@@ -528,12 +530,7 @@ def test_a_student_alone_at_1366x768_clicks_and_reads_the_same_stage(server: str
     Next phase clicked by the mouse; the narrative and the status line at their boxes' sizes (Streamlit's
     `p` rule does not win there either); the chips in the status line; the lecture heading left out."""
     errors: list[str] = []
-    page = browser.new_page(viewport={"width": 1366, "height": 768})
-    page.set_default_timeout(300_000)
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(server, wait_until="domcontentloaded")
-    page.locator(".st-key-next_phase button").first.wait_for(timeout=300_000)
-    _settle(page)
+    page = _app_page(server, browser, errors)
     _fixed_k(page)
     for key in BUTTONS:
         sel = f".st-key-{key} button"

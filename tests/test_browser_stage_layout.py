@@ -24,6 +24,7 @@ from test_browser_lecture import (
     MEASURE_JS,
     MIN_NARRATIVE_PX,
     SIZES,
+    _app_page,
     _check,
     _fixed_k,
     _lecture_page,
@@ -185,12 +186,7 @@ def test_lecture_mode_shows_the_newest_generated_text_on_the_first_screen(server
 
 def _quiz_lecture_page(browser, server: str, width: int, height: int, errors: list[str]):
     """A fresh page with fixed K, the quiz on and then lecture mode on, each switched by a click."""
-    page = browser.new_page(viewport={"width": width, "height": height})
-    page.set_default_timeout(300_000)
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(server, wait_until="domcontentloaded")
-    page.locator(".st-key-next_phase button").first.wait_for(timeout=300_000)
-    _settle(page)
+    page = _app_page(server, browser, errors, width, height)
     _fixed_k(page)
     _rerun(page, lambda: page.get_by_text("Quiz: predict").first.click())
     _rerun(page, lambda: page.get_by_text("Lecture mode").first.click())
@@ -247,12 +243,7 @@ def test_an_auto_run_names_the_chosen_k_in_its_chip(server: str, browser) -> Non
     """A new run of the default pair is auto: at each cycle's steps the status line's first chip says
     the K the cost law chose for it ("K = 3 (auto)"), as the narrative's own sentence does."""
     errors: list[str] = []
-    page = browser.new_page(viewport={"width": 1366, "height": 768})
-    page.set_default_timeout(300_000)
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(server, wait_until="domcontentloaded")
-    page.locator(".st-key-next_phase button").first.wait_for(timeout=300_000)
-    _settle(page)
+    page = _app_page(server, browser, errors)
     for _ in range(2):
         _step(page, page.evaluate("window.__specvizStage.state.cur") + 1)
         chip = page.evaluate("document.querySelector('.svs .svs-status code').textContent")
@@ -402,12 +393,7 @@ def test_a_student_alone_sees_what_each_step_changed_on_the_first_screen(server:
     verify, the verdicts, the corrected (bonus) card, the cache rows the rollback cut -- where they sat
     at y 648-2600 under both caches. The guided start folds to its first paragraph once stepping began."""
     errors: list[str] = []
-    page = browser.new_page(viewport={"width": 1366, "height": 768})
-    page.set_default_timeout(300_000)
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(server, wait_until="domcontentloaded")
-    page.locator(".st-key-next_phase button").first.wait_for(timeout=300_000)
-    _settle(page)
+    page = _app_page(server, browser, errors)
     _fixed_k(page)
     want = {"draft": ("cards",), "verify": ("p",), "accept": ("verdicts",), "resolve": ("result",),
             "rollback": ("rows",)}
@@ -444,12 +430,7 @@ def test_the_jargon_a_student_meets_is_explained_where_it_stands(server: str, br
     from specviz.viz.glossary import TERMS
 
     errors: list[str] = []
-    page = browser.new_page(viewport={"width": 1366, "height": 768})
-    page.set_default_timeout(300_000)
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(server, wait_until="domcontentloaded")
-    page.locator(".st-key-next_phase button").first.wait_for(timeout=300_000)
-    _settle(page)
+    page = _app_page(server, browser, errors)
     _fixed_k(page)
     meanings = {t.meaning for t in TERMS}
     met: dict[str, str] = {}
