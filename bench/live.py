@@ -16,7 +16,10 @@ Per N it reports:
 * the lecturer's own Next phase: click to its stage showing the step (median);
 * late followers: any follower not on the lecturer's step 5 s after the last click;
 * the server's memory (RSS of its process tree) idle with the lecture started, and with N
-  followers connected: the difference per follower; and the server's CPU seconds per click.
+  followers connected: the difference per follower; and the server's CPU seconds per click;
+* with `--poll`, then a question (issue 35: counts reach the lecturer within 2 s at N = 40): the
+  lecturer steps to a verify phase and asks; every follower answers, 0.1 s apart; from each
+  answer's POST returning to the lecturer's glance counting it; p50 / p95 / max (`poll_phase`).
 """
 
 from __future__ import annotations
@@ -97,7 +100,40 @@ def follower_page(browser: Any, url: str) -> Any:
     return page
 
 
-def run_n(n: int, browsers: int, clicks: int, say: Any = print) -> dict[str, Any]:
+ANSWERED_JS = """k => { const m = (document.querySelector("[data-testid='stSidebar']")?.innerText || '')
+  .match(/(\\d+) answered/); return m && Number(m[1]) >= k; }"""
+
+
+def poll_phase(lecturer: Any, pages: list[Any], light: list[ProtocolFollower], spacing_s: float = 0.1) -> list[float]:
+    """The poll bound of issue 35: the lecturer (clicking like a person) steps to a verify phase and
+    asks the class; the followers answer one after another, `spacing_s` apart (the protocol clients
+    POST `do: answer`, the Chromium followers click an option). Measured per answer: from its POST
+    returning (a Chromium click returning) to the lecturer's glance showing a count that includes it
+    (the sidebar's "k answered", watched on every animation frame); seconds, in answer order."""
+    while lecturer.evaluate("window.__specvizStage.state.shown.title").split("· ")[-1] != "Target verifies":
+        step = lecturer.evaluate("window.__specvizStage.state.cur") + 1
+        lecturer.locator(".st-key-next_phase button").first.click()
+        shown = f"window.__specvizStage.state.cur === {step} && !window.__specvizStage.state.waiting"
+        lecturer.wait_for_function(shown)
+    lecturer.locator(".st-key-live_ask button").first.click()
+    lecturer.wait_for_function(ANSWERED_JS, arg=0)
+    for page in pages:
+        page.locator("#poll button.sv-option").first.wait_for(timeout=30_000)
+    lat = []
+    answerers = [(f, None) for f in light] + [(None, page) for page in pages]
+    for i, (f, page) in enumerate(answerers):
+        if f is not None:
+            f._post({"do": "answer", "student": f.student, "poll": 1, "option": i % 2})
+        else:
+            page.locator("#poll button.sv-option").nth(i % 2).click()
+        t0 = time.time()
+        lecturer.wait_for_function(ANSWERED_JS, arg=i + 1, timeout=30_000)
+        lat.append(time.time() - t0)
+        time.sleep(spacing_s)  # pacing the next answer, not a wait
+    return lat
+
+
+def run_n(n: int, browsers: int, clicks: int, say: Any = print, poll: bool = False) -> dict[str, Any]:
     from playwright.sync_api import sync_playwright
 
     proc, url = start_server("tiny", ready_s=120)
@@ -139,12 +175,14 @@ def run_n(n: int, browsers: int, clicks: int, say: Any = print) -> dict[str, Any
                 late += f.step != final
                 f.stop.set()
             missed = n * clicks - len(lat)
+            poll_lat = poll_phase(lecturer, pages, light) if poll else []  # after "late": it moves the stage
             browser.close()
         return {"followers": n, "browsers": len(pages), "clicks": clicks, **percentiles(sorted(lat)),
                 "missed_steps": missed, "late_after_5s": late, "lecturer_click_median_s": statistics.median(own),
                 "rss_idle_mb": idle_mb, "rss_connected_mb": connected_mb,
                 "mb_per_follower": (connected_mb - idle_mb) / n,
-                "server_cpu_s_per_click": cpu.seconds("server") / clicks}
+                "server_cpu_s_per_click": cpu.seconds("server") / clicks,
+                **({"poll": {"answers": len(poll_lat), **percentiles(sorted(poll_lat))}} if poll else {})}
     finally:
         stop_server(proc)
 
@@ -167,6 +205,14 @@ def markdown(rows: list[dict[str, Any]]) -> str:
             f"{r['missed_steps']} | {r['late_after_5s']} | {1000 * r['lecturer_click_median_s']:.0f} ms | "
             f"{r['rss_idle_mb']:.0f} → {r['rss_connected_mb']:.0f} MB | {r['mb_per_follower']:.2f} MB | "
             f"{r['server_cpu_s_per_click']:.3f} s |")
+    polled = [r for r in rows if "poll" in r]
+    if polled:
+        lines += ["", "The poll (`--poll`): at a verify phase the lecturer asks; the followers answer one by one, "
+                  "0.1 s apart. From an answer's POST returning (a Chromium follower's click) to the lecturer's glance "
+                  "showing a count that includes it (issue 35's bound: 2 s at N = 40).", "",
+                  "| followers (Chromium) | answers | answer → lecturer's count p50 / p95 / max |", "|---|---|---|"]
+        lines += [f"| {r['followers']} ({r['browsers']}) | {r['poll']['answers']} | {r['poll']['p50_s']:.2f} / "
+                  f"{r['poll']['p95_s']:.2f} / {r['poll']['max_s']:.2f} s |" for r in polled]
     return "\n".join(lines) + "\n"
 
 
@@ -175,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--followers", default="10,40,100")
     ap.add_argument("--browsers", type=int, default=4)
     ap.add_argument("--clicks", type=int, default=20)
+    ap.add_argument("--poll", action="store_true", help="then a question: answer → lecturer's count, per answer")
     ap.add_argument("--out", help="also write the rows as JSON here")
     args = ap.parse_args(argv)
     import os
@@ -182,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rows = []
     for n in (int(x) for x in args.followers.split(",")):
-        row = run_n(n, args.browsers, args.clicks)
+        row = run_n(n, args.browsers, args.clicks, poll=args.poll)
         row["cores"] = os.cpu_count()
         rows.append(row)
         print(f"  {json.dumps(row)}", flush=True)
