@@ -264,7 +264,7 @@ class SpeculativeDecoder:
         k = max(1, min(cfg.max_k, room, remaining - 1))
         found = None if cfg.is_tree else s.proposer.match(s.committed, k)
         match_class = None if found is None else costlaw.match_class(cfg.proposer, found[0])
-        auto = self._auto(s, cfg, min(k, remaining - 1), room, found) if cfg.auto else None
+        auto = self._auto(s, cfg, min(k, remaining - 1), room, found, match_class) if cfg.auto else None
 
         saved = self._save(s)
         try:
@@ -290,16 +290,15 @@ class SpeculativeDecoder:
             self._cost_law = costlaw.law_for(self.pair)
         return self._cost_law
 
-    def _auto(self, s: _Session, cfg: DecodeConfig, k: int, room: int, found: tuple[int, int] | None) -> AutoChoice:
+    def _auto(self, s: _Session, cfg: DecodeConfig, k: int, room: int, found: tuple[int, int] | None,
+              matched: int | None) -> AutoChoice:
         """k="auto": the drafts (a tree: the node budget; 0 = a plain step) that maximise expected
         tokens per unit of time under this machine's cost law and the acceptance seen so far in
         this run (read from the committed tokens' origins, so a rebuilt decoder decides alike). A
-        keyed proposer's (`found`: its match) is the acceptance of earlier cycles after a match as
-        long, and it is asked for no more drafts than the match has."""
+        keyed proposer's (`found`: its match, in class `matched`) is the acceptance of earlier cycles
+        after a match as long, and it is asked for no more drafts than the match has."""
         origins = s.origins[s.num_prompt_tokens:]
-        matched = None
         if found is not None:
-            matched = costlaw.match_class(cfg.proposer, found[0])
             if matched is None:
                 return AutoChoice(0, 1.0, 1.0, 1.0, "plain step: the context's last tokens occur nowhere earlier, "
                                   "so there is nothing to copy")
