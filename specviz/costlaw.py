@@ -44,15 +44,20 @@ MARGIN = 0.03  # the predicted gain a speculative cycle must beat to replace a p
 PRIOR_WEIGHT = 4.0  # the prior counts as this many tested drafts per depth
 # P(d_i accepted | tested) per proposer, from the benchmarks (docs/benchmarks.md, natural set,
 # T = 0, chain of 4: accepted / tested drafts); a proposer not listed gets DEFAULT_PRIOR.
-PRIORS = {"draft": 0.36, "feature": 0.41, "lookup": 0.44, "retrieval": 0.28, "feature+retrieval": 0.41}
+PRIORS = {"draft": 0.36, "feature": 0.41, "lookup": 0.44, "retrieval": 0.28, "feature+retrieval": 0.41,
+          "feature+lookup": 0.41}
 DEFAULT_PRIOR = 0.35
 # A keyed proposer (prompt lookup) proposes what followed an earlier occurrence of the context's last
 # n tokens: how far that can be trusted depends on n far more than on anything else the run has seen
 # (`python -m bench.match_acceptance`, natural and grounded sets together: the first draft passes
 # after 18 % of 1-token matches, 55 % of 2-token ones and 85 % of longer ones). Its cycles are counted
-# per match length (1, 2, 3 or more), each starting from that share as its prior.
-MATCH_PRIORS = {"lookup": {1: 0.2, 2: 0.55, 3: 0.85}}
-VERSION = 3  # bump when what is measured changes: cached laws are measured again
+# per match length (1, 2, 3 or more), each starting from that share as its prior. The merged
+# `feature+lookup` copies only after 2 or more tokens and drafts with its feature head elsewhere:
+# class 0, the head's prior.
+MATCH_PRIORS = {"lookup": {1: 0.2, 2: 0.55, 3: 0.85}, "feature+lookup": {0: PRIORS["feature"], 2: 0.55, 3: 0.85}}
+# A merged proposer whose matched classes are copies: their drafts cost what this copier's do.
+COPYING = {"feature+lookup": "lookup"}
+VERSION = 4  # bump when what is measured changes: cached laws are measured again
 
 Progress = Callable[[str, "float | None"], None]
 
@@ -137,9 +142,16 @@ def run_acceptance(traces: Sequence[Any], proposer: str, depth: int = AUTO_MAX_K
 
 def match_class(proposer: str, matched: int) -> int | None:
     """The class a keyed proposer's cycle is counted in: its match length, 3 and longer together
-    (None: the proposer is not keyed, or it found no match)."""
+    (None: the proposer is not keyed, or it found no match and has no class 0 to draft in)."""
     classes = MATCH_PRIORS.get(proposer)
-    return min(matched, max(classes)) if classes and matched > 0 else None
+    if not classes or (matched <= 0 and 0 not in classes):
+        return None
+    return min(max(matched, 0), max(classes))
+
+
+def payer(proposer: str, matched: int | None) -> str:
+    """Whose draft cost a cycle pays: a merged proposer's copier after a match, else the proposer's."""
+    return COPYING[proposer] if proposer in COPYING and matched else proposer
 
 
 def class_origins(origins: Sequence[str], classes: Sequence[int | None], wanted: int | None) -> list[str]:
@@ -165,9 +177,12 @@ def choose(law: CostLaw, proposer: str, acceptance: Sequence[float], k_max: int,
     """The k in 0..k_max with the largest E(k)/T(k); a plain step unless some k gains > MARGIN.
     `matched`: a keyed proposer's match class, which the acceptance was estimated for (said in the reason)."""
     after = ""
-    if matched is not None:
+    if matched == 0:
+        after = "nothing to copy, the feature head drafts: "
+    elif matched is not None:
         longest = matched == max(MATCH_PRIORS[proposer])
         after = f"after a {matched}{' or more' if longest else ''}-token match: "
+    proposer = payer(proposer, matched)
     best = AutoChoice(0, 1.0, 1.0, 1.0, "")
     for k in range(1, min(k_max, len(acceptance)) + 1):
         e, t = expected_tokens(acceptance, k), cycle_cost(law, proposer, k)

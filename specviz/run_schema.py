@@ -99,7 +99,7 @@ def _known_proposer(name: str) -> str:
 
 
 FinishReason = Literal["eos", "max_new_tokens", "context_full"]
-Source = Literal["", "retrieval", "feature head", "both"]
+Source = Literal["", "retrieval", "feature head", "both", "prompt lookup", "feature head + prompt lookup"]
 
 _Int = Annotated[int, Strict()]
 Count = Annotated[int, Strict(), Field(ge=0, le=MAX_POSITIONS)]  # a size, position or block id

@@ -156,7 +156,9 @@ class DraftStep:
     target_top: tuple[TokenProb, ...]
     # sum_x min(p_i(x), q_i(x)): the probability that a draft sampled from q_i passes (alpha_i)
     overlap: float | None = None
-    source: str = ""  # a merged proposer's: which of its sources proposed d_i ("retrieval", "feature head", "both")
+    # a merged proposer's: which of its sources proposed d_i ("feature head", "retrieval", "both" =
+    # feature head and retrieval, "prompt lookup", "feature head + prompt lookup")
+    source: str = ""
 
 
 @dataclass(frozen=True)

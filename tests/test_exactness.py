@@ -10,7 +10,8 @@ alone is rejected by the same test, which shows the test has the power to fail.
 The other proposers get the same test on the joint of the first three tokens (K = 2, so
 rejections at either draft, the corrected token and the bonus all fall inside the window): an
 untrained feature head whose vocabulary is trimmed, so some tokens come only from the residual,
-and prompt lookup on a prompt whose last n-gram occurred before. Their control is the classic
+and prompt lookup (alone, and merged with the feature head) on a prompt whose last n-gram occurred
+before. Their control is the classic
 bug of sampling a rejected position from p instead of the residual: the same samples reject
 the first-token law that bug would produce.
 
@@ -111,6 +112,7 @@ class ProposerRuns:
     kinds: collections.Counter
     drafted: set[int]
     first_q: list[float]
+    sources: collections.Counter  # a merged proposer's: drafts per source
 
 
 def sample_proposer(pair, cfg: DecodeConfig, prompt: list[int]) -> ProposerRuns:
@@ -122,12 +124,14 @@ def sample_proposer(pair, cfg: DecodeConfig, prompt: list[int]) -> ProposerRuns:
     counts: collections.Counter = collections.Counter()
     kinds: collections.Counter = collections.Counter()
     drafted: set[int] = set()
+    sources: collections.Counter = collections.Counter()
     window = slice(len(prompt), len(prompt) + WINDOW)
     for dec, traces in seeded_windows(pair, cfg, prompt, PROPOSER_RUNS, WINDOW):
         drafted.update(d.token_id for tr in traces for d in tr.drafts)
+        sources.update(d.source for tr in traces for d in tr.drafts)
         counts[tuple(dec.committed[window])] += 1
         kinds.update(dec.origins[window])
-    return ProposerRuns(exact_joint(pair.target, cfg, prompt, WINDOW), counts, kinds, drafted, first_q)
+    return ProposerRuns(exact_joint(pair.target, cfg, prompt, WINDOW), counts, kinds, drafted, first_q, sources)
 
 
 @pytest.fixture(scope="module")
@@ -142,6 +146,14 @@ def lookup_runs(pair):
     return sample_proposer(pair, cfg, LOOKUP_PROMPT)
 
 
+@pytest.fixture(scope="module")
+def feature_lookup_runs(pair):
+    """The merged proposer: lookup copies after the prompt's repeated 3-gram, the head drafts
+    wherever the sampled text has no earlier 2-gram -- both sources inside the window."""
+    cfg = DecodeConfig(k=2, proposer="feature+lookup", page_size=2, instrument=False, max_new_tokens=16)
+    return sample_proposer(pair, cfg, LOOKUP_PROMPT)
+
+
 def residual_is_p_law(p: dict[int, float], q: list[float]) -> dict[int, float]:
     """The law of x1 if a rejected position were resampled from p instead of norm(max(0, p - q)):
     min(p, q) + (1 - sum min(p, q)) p. It differs from p wherever q does."""
@@ -149,7 +161,7 @@ def residual_is_p_law(p: dict[int, float], q: list[float]) -> dict[int, float]:
     return {t: min(p[t], q[t]) + (1 - overlap) * p[t] for t in range(VOCAB)}
 
 
-@pytest.mark.parametrize("runs_name", ["feature_runs", "lookup_runs"])
+@pytest.mark.parametrize("runs_name", ["feature_runs", "lookup_runs", "feature_lookup_runs"])
 def test_proposer_samples_match_the_target_distribution(request, runs_name):
     runs: ProposerRuns = request.getfixturevalue(runs_name)
     stat, pvalue = chi_square(runs.counts, runs.expected, PROPOSER_RUNS)
@@ -161,6 +173,8 @@ def test_proposer_samples_match_the_target_distribution(request, runs_name):
     p_first = marginal(runs.expected, 0)
     assert chi_square(first, p_first, PROPOSER_RUNS)[1] > 0.01
     assert chi_square(first, residual_is_p_law(p_first, runs.first_q), PROPOSER_RUNS)[1] < 1e-6
+    if runs_name == "feature_lookup_runs":  # both of the merged proposer's sources were tested
+        assert min(runs.sources["prompt lookup"], runs.sources["feature head"]) >= 200, runs.sources
 
 
 def test_tokens_outside_the_head_vocabulary_keep_their_target_probability(feature_runs):

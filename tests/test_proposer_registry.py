@@ -108,13 +108,13 @@ def test_a_fourth_proposer_is_offered_by_the_sidebar_the_cli_and_the_benchmarks(
     assert "proposer zero (always proposes token 0)" in out.getvalue() and "proposer zero ===" in out.getvalue()
 
 
-ALL = ("draft", "feature", "lookup", "retrieval", "feature+retrieval")
+ALL = ("draft", "feature", "lookup", "retrieval", "feature+retrieval", "feature+lookup")
 
 
 def test_the_table_knows_every_name_and_says_why_a_pair_cannot_run_one():
     assert registry.names() == ALL and "zero" not in registry.names()
     with pytest.raises(ConfigError, match=r"one of \('draft', 'feature', 'lookup', 'retrieval', "
-                       r"'feature\+retrieval'\), "
+                       r"'feature\+retrieval', 'feature\+lookup'\), "
                        r"got 'medusa'"):
         DecodeConfig(proposer="medusa")
     with pytest.raises(ConfigError, match="proposer must be one of"):

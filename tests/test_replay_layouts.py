@@ -212,7 +212,8 @@ def test_cache_token_offsets():
     """Which token a proposer's cache entry p holds: x[p] for a draft model, x[p+1] for a feature head
     (pinned here; the replay's equality above depends on it)."""
     assert {e.name: e.cache_token_offset for e in registry.entries()} == {
-        "draft": 0, "feature": 1, "lookup": None, "retrieval": None, "feature+retrieval": 1}
+        "draft": 0, "feature": 1, "lookup": None, "retrieval": None, "feature+retrieval": 1,
+        "feature+lookup": 1}
 
 
 def test_bad_settings_and_damaged_records():

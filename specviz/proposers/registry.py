@@ -215,3 +215,18 @@ register(ProposerEntry(
     missing="this pair carries no feature head, which the merged tree grows from",
     cache_title="Feature head cache (1 layer: pairs of target feature + next token)", cache_token_offset=1,
 ))  # fmt: skip
+register(ProposerEntry(
+    name="feature+lookup",
+    label="Feature head + prompt lookup (copy, else guess)",
+    description="prompt lookup where the context's last tokens occur earlier, the feature head elsewhere",
+    cli_help="prompt lookup's copy where the context's last 2+ tokens occur earlier, the feature head's drafts "
+             "elsewhere (a tree: lookup's trie merged into the head's)",
+    cls="specviz.proposers.feature_lookup:FeatureLookupProposer",
+    words=Words(noun="feature head with prompt lookup", short="feature head + lookup", cache="feature head's cache",
+                proposals="top {n} of each q_i (K = {k}); the head's drafts are sampled, copied ones one-hot",
+                plain="a small add-on network that guesses from what the target computed inside (a feature head), "
+                      "except where the text repeats itself: there it copies what followed the same words earlier"),
+    needs="feature_head",
+    missing="this pair carries no feature head, which drafts wherever nothing is copied",
+    cache_title="Feature head cache (1 layer: pairs of target feature + next token)", cache_token_offset=1,
+))  # fmt: skip

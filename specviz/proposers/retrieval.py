@@ -90,11 +90,14 @@ def node_paths(tree: trees.TokenTree) -> list[tuple[int, ...]]:
     return paths
 
 
-def sources_of(merged: trees.TokenTree, head: trees.TokenTree, found: trees.TokenTree) -> list[str]:
-    """Who proposed each node of a merged tree: "feature head", "retrieval" or "both"."""
-    from_head, retrieved = set(node_paths(head)), set(node_paths(found))
-    names = {(True, False): "feature head", (False, True): "retrieval", (True, True): "both"}
-    return [names[path in from_head, path in retrieved] for path in node_paths(merged)[1:]]
+def sources_of(merged: trees.TokenTree, head: trees.TokenTree, found: trees.TokenTree,
+               copier: str = "retrieval") -> list[str]:
+    """Who proposed each node of a merged tree: "feature head", the copier, or both ("both" for
+    retrieval, as run files have always said; "feature head + prompt lookup" for lookup)."""
+    from_head, copied = set(node_paths(head)), set(node_paths(found))
+    both = "both" if copier == "retrieval" else f"feature head + {copier}"
+    names = {(True, False): "feature head", (False, True): copier, (True, True): both}
+    return [names[path in from_head, path in copied] for path in node_paths(merged)[1:]]
 
 
 def confidence(match: Match) -> float:

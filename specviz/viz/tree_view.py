@@ -155,8 +155,7 @@ def _tree_html(trace: CycleTrace, step: int, token_text: TokenText, key: str, le
                 "the rejected siblings zeroed and renormalised; no q in the test")
     intro = "q: the proposer's probability of the node given its parent" + (
         "; p: the target's, from the verify pass" if step >= _step("verify") else "") + (
-        "; R: a branch retrieval copied from earlier text, R+F: one the feature head proposed too"
-        if any(d.source in SOURCE_MARKS for d in trace.drafts) else "")
+        _marks_legend(trace))
     summary = _summary(trace, step)
     return (
         "<section class='svtree-sec svtree-treesec' aria-label='The token tree'>"
@@ -168,8 +167,19 @@ def _tree_html(trace: CycleTrace, step: int, token_text: TokenText, key: str, le
     )
 
 
-# A merged tree marks the nodes retrieval proposed (alone, or with the feature head): R, R+F.
-SOURCE_MARKS = {"retrieval": "R", "both": "R+F"}
+# A merged tree marks the nodes its copier proposed (alone, or with the feature head): R, R+F for
+# retrieval, L, L+F for prompt lookup.
+SOURCE_MARKS = {"retrieval": "R", "both": "R+F", "prompt lookup": "L", "feature head + prompt lookup": "L+F"}
+
+
+def _marks_legend(trace: CycleTrace) -> str:
+    """What the source marks on this tree's nodes mean ("": none carries one)."""
+    sources = {d.source for d in trace.drafts}
+    if sources & {"retrieval", "both"}:
+        return "; R: a branch retrieval copied from earlier text, R+F: one the feature head proposed too"
+    if sources & {"prompt lookup", "feature head + prompt lookup"}:
+        return "; L: a branch prompt lookup copied from earlier in the context, L+F: one the feature head proposed too"
+    return ""
 
 
 def _node_html(node: TreeNode, step: int, greedy: bool, on_path: bool, kids: bool, key: str, row: int,
