@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from specviz.cachedir import cpu_model
+from specviz.cachedir import cpu_model, isa_caps
 from specviz.prompting import chat_ids
 
 REPO = Path(__file__).resolve().parent.parent
@@ -233,7 +233,11 @@ def machine() -> dict[str, Any]:
             "git_commit": _git("rev-parse", "--short", "HEAD")}
 
 
-cpu_name = cpu_model  # the CPU's model name, printed beside every figure (specviz.cachedir)
+def cpu_name() -> str:
+    """The CPU's model name, printed beside every figure (specviz.cachedir), with the instruction-set
+    caps in force when a run emulates a smaller CPU (`ONEDNN_MAX_CPU_ISA=AVX2` …: `cachedir.isa_caps`)."""
+    caps = isa_caps()
+    return cpu_model() + (f" (ISA capped: {caps})" if caps else "")
 
 
 def _git(*args: str) -> str:

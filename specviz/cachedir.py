@@ -29,3 +29,14 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+# The instruction-set caps the matrix libraries honour: with them an AVX-512 machine runs the code an
+# AVX2-only CPU would (ATen's vectorised kernels, oneDNN's primitives, MKL's sgemm), so timings made
+# under a cap belong to that cap, not to the machine.
+ISA_CAPS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+
+
+def isa_caps() -> str:
+    """The caps in force, as "NAME=value" words ("" when none is set)."""
+    return " ".join(f"{name}={os.environ[name]}" for name in ISA_CAPS if os.environ.get(name))

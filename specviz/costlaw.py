@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .cachedir import cpu_model
+from .cachedir import cpu_model, isa_caps
 from .config import AUTO_MAX_K
 from .trace import AutoChoice
 
@@ -252,6 +252,8 @@ def machine_key(pair: Any) -> tuple[str, str]:
     chip = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model()
     config = getattr(model, "config", None)
     shape = "\n".join(_shape(m) for m in (model, pair.draft, pair.feature_head))
+    if device.type == "cpu" and (caps := isa_caps()):
+        chip += f" (capped: {caps})"
     parts = [chip, f"{torch.get_num_threads()} threads", f"torch {torch.__version__}", str(weight.dtype),
              os.environ.get("SPECVIZ_KERNELS", ""), _kernel_choice(), f"v{VERSION}"]
     digest = hashlib.sha1("\n".join([*parts, shape]).encode()).hexdigest()[:16]

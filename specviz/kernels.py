@@ -42,6 +42,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .cachedir import isa_caps
+
 MODE_ENV = "SPECVIZ_KERNELS"  # "reference": plain nn.Linear; unset or "selected": timed at load
 VERSION = 5  # bump when candidates or the timing method change: cached timings are measured again
 # Row counts timed; a count between two buckets uses the larger bucket's kernel (unpadded), and a
@@ -446,13 +448,15 @@ def selected_kernels(model: nn.Module) -> dict[str, int]:
 
 
 def machine() -> tuple[str, str]:
-    """(description, key) of what kernel timings depend on: the CPU model and its vector ISA, the
-    torch version and its thread count, this module's version."""
+    """(description, key) of what kernel timings depend on: the CPU model and its vector ISA (and
+    the caps on it in force, `cachedir.isa_caps`), the torch version and its thread count, this
+    module's version."""
     model, flags = _cpu()
     isa = [f for f in ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16") if f in flags]
     parts = [
         model,
         " ".join(isa) or platform.machine(),
+        *([f"capped: {caps}"] if (caps := isa_caps()) else []),
         f"torch {torch.__version__}",
         f"{torch.get_num_threads()} threads",
         f"v{VERSION}",

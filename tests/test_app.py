@@ -652,6 +652,7 @@ def test_proposer_selector_opens_on_the_preferred_proposer_and_restarts_like_a_c
         "Prompt lookup (n-gram copy)",
         "Retrieval (text the target wrote before)",
         "Feature head + retrieval (merged tree)",
+        "Feature head + prompt lookup (copy, else guess)",
     ]
     click(at, "next_cycle", 2)
     at.radio(key="proposer").set_value("lookup").run()

@@ -25,7 +25,8 @@ PROMPT = [1, 2, 3, 4, 5, 6, 7, 8]
 NS = (1, 2, 3, 4, 5, 6, 7, 8, 9)
 
 
-def law(slope: float, c: float = 0.0, proposers=("draft", "feature", "lookup", "retrieval")) -> CostLaw:
+def law(slope: float, c: float = 0.0,
+        proposers=("draft", "feature", "lookup", "retrieval", "feature+lookup")) -> CostLaw:
     """A cost curve given as data: v(N) = 1 + slope * (N - 1), every proposer costing c per draft."""
     return CostLaw(ns=NS, verify=tuple(1 + slope * (n - 1) for n in NS), step_ms=10.0,
                    draft_cost=dict.fromkeys(proposers, c), machine="test")
@@ -126,7 +127,7 @@ def run(pair, cfg: DecodeConfig, cost_law: CostLaw) -> tuple[SpeculativeDecoder,
     return dec, traces
 
 
-@pytest.mark.parametrize("proposer", ["draft", "feature", "lookup", "retrieval"])
+@pytest.mark.parametrize("proposer", ["draft", "feature", "lookup", "retrieval", "feature+lookup"])
 @pytest.mark.parametrize("cost_law", [STEEP, FLAT, law(0.25, 0.05)], ids=["steep", "flat", "mid"])
 def test_auto_greedy_equals_target_greedy(pair, proposer, cost_law):
     new = 20
@@ -318,3 +319,29 @@ def test_a_parked_lookup_run_keeps_its_match_classes_and_decides_alike(pair, mon
     later = [back.step() for _ in range(7) if not back.finished]
     assert back.committed == straight.committed
     assert [t.auto for t in later] == [t.auto for t in straight_traces[5 : 5 + len(later)]]
+
+
+def test_the_merged_proposer_copies_after_a_long_match_and_lets_the_head_draft_elsewhere(pair):
+    """feature+lookup is keyed: class 0 (nothing to copy) drafts with the feature head at the head's
+    cost, classes 2 and 3+ copy at lookup's (none); a 1-token match is the head's, not a copy."""
+    assert [costlaw.match_class("feature+lookup", n) for n in (0, 2, 3, 9)] == [0, 2, 3, 3]
+    assert costlaw.payer("feature+lookup", 0) == "feature+lookup" and costlaw.payer("feature+lookup", 3) == "lookup"
+    assert costlaw.payer("feature", None) == "feature"
+    dear_head = law(0.3, 0.5)  # every draft costs half a step, except a copy (lookup costs nothing)
+    dear_head = CostLaw(ns=dear_head.ns, verify=dear_head.verify, step_ms=10.0, machine="test",
+                        draft_cost={"feature": 0.5, "feature+lookup": 0.5, "lookup": 0.0})
+    cfg = DecodeConfig(k="auto", proposer="feature+lookup", temperature=0, max_new_tokens=12)
+    copying = SpeculativeDecoder(pair, cfg, cost_law=dear_head)
+    copying.start([5, 6, 7, 8, 9, 5, 6, 7])  # [5, 6, 7] occurred before
+    first = copying.step()
+    assert first.auto.k > 0 and first.auto.reason.startswith("after a 3 or more-token match"), first.auto
+    assert {d.source for d in first.drafts} == {"prompt lookup"} and "c = 0.000" in first.auto.reason
+    guessing = SpeculativeDecoder(pair, cfg, cost_law=dear_head)
+    guessing.start([9, 1, 2, 3, 4, 5, 6, 7, 8, 9])  # only the last token occurred before: no copy
+    first = guessing.step()
+    assert first.auto.reason.startswith("nothing to copy, the feature head drafts: plain step"), first.auto
+    cheap_head = SpeculativeDecoder(pair, cfg, cost_law=FLAT)
+    cheap_head.start([9, 1, 2, 3, 4, 5, 6, 7, 8, 9])
+    first = cheap_head.step()
+    assert first.auto.k > 0 and {d.source for d in first.drafts} == {"feature head"}, first.auto
+    assert cheap_head._require().match_classes[-1] == 0

@@ -294,3 +294,19 @@ def test_sampling_under_packed_kernels_follows_the_target_distribution():
     assert pvalue > 0.01, (stat, pvalue)
     draft_law = exact_joint(pair.draft, cfg)  # power: the draft's own law is far from these samples
     assert chi_square(counts, draft_law, runs)[1] < 1e-6
+
+
+def test_timings_made_under_an_isa_cap_are_kept_apart(monkeypatch):
+    """Under ONEDNN_MAX_CPU_ISA=AVX2 (and its siblings) an AVX-512 machine runs an AVX2-only CPU's
+    code: its kernel timings and cost law must not be mistaken for the machine's own."""
+    from bench.common import cpu_name
+    from specviz import cachedir
+
+    for name in cachedir.ISA_CAPS:
+        monkeypatch.delenv(name, raising=False)
+    plain_description, plain_key = kernels.machine()
+    assert cachedir.isa_caps() == "" and "capped" not in plain_description and "capped" not in cpu_name()
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    description, key = kernels.machine()
+    assert key != plain_key and "capped: ONEDNN_MAX_CPU_ISA=AVX2" in description
+    assert cpu_name().endswith("(ISA capped: ONEDNN_MAX_CPU_ISA=AVX2)")
