@@ -56,6 +56,8 @@ from typing import Any
 
 import torch
 
+from specviz.cachedir import isa_caps
+
 from . import separate
 from .common import Log, cpu_name, dtype_names, median, summary
 from .gpu import Clock
@@ -259,6 +261,7 @@ def run(shape: str, dtypes: tuple[str, ...], threads: tuple[int, ...], ns: tuple
     if device.type == "cpu":  # kernels are chosen at load for the thread count then in force
         torch.set_num_threads(threads[0])
     result["cpu_isa"] = machine()[0]
+    result["isa_caps"] = isa_caps()
     benches: dict[str, Bench] = {}
     for dtype in dtypes:
         for kernel in kernels:
@@ -412,10 +415,12 @@ def kernels_markdown(result: dict[str, Any], note: str = "") -> str:
     memory = "; ".join(f"{key}: {m['packed_bytes'] / 2**20:.0f} MiB packed, {m['dropped_bytes'] / 2**20:.0f} MiB "
                        f"of plain weights dropped, {m['extra_bytes'] / 2**20:+.0f} MiB net"
                        for key, m in result["kernel_memory"].items() if m and key.endswith("/selected"))
+    caps = result["isa_caps"] + " " if result.get("isa_caps") else ""  # the environment the run was capped by
     lines = [
         "## Verify cost per kernel: reference (`nn.Linear`) against the kernels chosen at load",
         "",
-        f"`python -m bench.verify_cost --kernels reference,selected --threads {','.join(map(str, result['threads']))} "
+        f"`{caps}python -m bench.verify_cost --kernels reference,selected "
+        f"--threads {','.join(map(str, result['threads']))} "
         f"--ns {','.join(map(str, result['ns']))} --reps {result['reps']}` — {result['target']}, "
         f"CPU **{result['cpu']}** ({result['cores']} cores; {result['cpu_isa']}); a contiguous cache of "
         f"{result['past']} past positions, "
@@ -446,7 +451,9 @@ def _bounds(result: dict[str, Any]) -> str:
     by = {(r["kernel"], r["n"]): r for r in result["rows"] if r["dtype"] == "float32" and r["threads"] == n_threads}
     if not all((k, n) in by for k in KERNELS for n in (1, 2, 4)):
         return ""
-    wide = any(f in result.get("cpu_isa", "") for f in ("avx512f", "amx"))
+    isa = result.get("cpu_isa", "")
+    capped = "=avx2" in isa.lower()  # ONEDNN_MAX_CPU_ISA=AVX2 …: the code an AVX2-only CPU runs
+    wide = not capped and any(f in isa for f in ("avx512f", "amx"))
     parts = []
     for n, limit in ((2, 1.25), (4, 1.45)):
         sel, ref = by["selected", n]["v_same"], by["reference", n]["v_same"]
@@ -458,7 +465,8 @@ def _bounds(result: dict[str, Any]) -> str:
     step = median([b / a for a, b in zip(raw["reference"], raw["selected"])])
     parts.append(f"plain step selected ÷ reference {step:.2f} (no slower: {'met' if step <= 1.02 else '**not met**'}, "
                  "2 % for timing noise)")
-    where = f"float32, {n_threads} thread, this CPU{' with AVX512' if wide else ''}"
+    cpu = "this CPU" + (" with AVX512" if wide else "") + (" capped to AVX2" if capped else "")
+    where = f"float32, {n_threads} thread, {cpu}"
     return f"**Bounds** ({where}): " + "; ".join(parts) + "."
 
 
@@ -506,6 +514,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--into", type=Path, help="a docs directory: the table into benchmarks.md (gpu.md on CUDA)")
     ap.add_argument("--report", choices=["benchmarks", "gpu"], default=None,
                     help="which report --into writes (default: gpu on CUDA, benchmarks otherwise)")
+    ap.add_argument("--section", default=None, help="the report's section (default: verify_kernels with both "
+                    "kernels, verify_cost otherwise); e.g. verify_kernels_avx2 for a run under ONEDNN_MAX_CPU_ISA=AVX2 "
+                    "ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2, beside the machine's own")
     args = ap.parse_args(argv)
     device = torch.device(args.device or "cpu")
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -519,9 +530,10 @@ def main(argv: list[str] | None = None) -> int:
                  plain_tokens=args.plain_tokens)
     report = args.report or ("gpu" if device.type == "cuda" else "benchmarks")
     if len(kernels) > 1:
-        separate.publish(KERNELS_NAME, kernels_markdown(result, args.note), result, args.json, args.into, report)
+        separate.publish(args.section or KERNELS_NAME, kernels_markdown(result, args.note), result, args.json,
+                         args.into, report)
     else:
-        separate.publish(NAME, markdown(result, args.note), result, args.json, args.into, report)
+        separate.publish(args.section or NAME, markdown(result, args.note), result, args.json, args.into, report)
     return 0
 
 
