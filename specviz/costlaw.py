@@ -41,6 +41,13 @@ TREE_BUDGETS = (4, 8, 16, 32)  # node budgets auto weighs for a token tree
 MEASURED_NS = (*range(1, AUTO_MAX_K + 2), 13, 17, 25, 33)  # verify sizes timed at load
 PAST = 128  # cached positions a timed verify attends to: a run's typical context
 MARGIN = 0.03  # the predicted gain a speculative cycle must beat to replace a plain step
+# Auto decides on a_i + DOUBT · sd(a_i): the posterior mean plus half a standard deviation while few
+# drafts were tested. On the mean alone, two unlucky cycles at the start of a run (35 % likely for a
+# proposer right 41 % of the time) pull a_1 under the break-even, and plain steps test nothing, so
+# the run never drafts again; with the doubt it stops drafting only once the evidence is firm (a
+# simulation over a_1 = 0.05 … 0.75 with this machine's law: +4–6 % mean speed-up where drafts pay,
+# -2 % where they never do).
+DOUBT = 0.5
 PRIOR_WEIGHT = 4.0  # the prior counts as this many tested drafts per depth
 # P(d_i accepted | tested) per proposer, from the benchmarks (docs/benchmarks.md, natural set,
 # T = 0, chain of 4: accepted / tested drafts); a proposer not listed gets DEFAULT_PRIOR.
@@ -55,6 +62,10 @@ DEFAULT_PRIOR = 0.35
 # `feature+lookup` copies only after 2 or more tokens and drafts with its feature head elsewhere:
 # class 0, the head's prior.
 MATCH_PRIORS = {"lookup": {1: 0.2, 2: 0.55, 3: 0.85}, "feature+lookup": {0: PRIORS["feature"], 2: 0.55, 3: 0.85}}
+# Where measured, the prior per depth (a_1, a_2, …; the last repeats deeper): a model's first draft
+# passes more often than its later ones (`python -m bench.match_acceptance --proposer NAME`). The
+# merged feature+lookup's class 0 (the head drafts) uses the feature head's.
+DEPTH_PRIORS: dict[str, tuple[float, ...]] = {}
 # A merged proposer whose matched classes are copies: their drafts cost what this copier's do.
 COPYING = {"feature+lookup": "lookup"}
 VERSION = 4  # bump when what is measured changes: cached laws are measured again
@@ -164,18 +175,40 @@ def estimate(proposer: str, tested: Sequence[int], accepted: Sequence[int], dept
              matched: int | None = None) -> tuple[float, ...]:
     """a_1..a_depth: each depth's Beta posterior mean, the prior worth `PRIOR_WEIGHT` tested drafts
     (a keyed proposer's after a match of `matched` tokens: its class's prior)."""
-    prior = PRIORS.get(proposer, DEFAULT_PRIOR) if matched is None else MATCH_PRIORS[proposer][matched]
+    priors = prior_per_depth(proposer, matched)
     out = []
     for i in range(depth):
         t, a = (tested[i], accepted[i]) if i < len(tested) else (0, 0)
-        out.append((a + PRIOR_WEIGHT * prior) / (t + PRIOR_WEIGHT))
+        out.append((a + PRIOR_WEIGHT * priors[min(i, len(priors) - 1)]) / (t + PRIOR_WEIGHT))
     return tuple(out)
 
 
-def choose(law: CostLaw, proposer: str, acceptance: Sequence[float], k_max: int, matched: int | None = None
-           ) -> AutoChoice:
+def optimistic(acceptance: Sequence[float], tested: Sequence[int]) -> tuple[float, ...]:
+    """Each a_i raised by DOUBT standard deviations of its Beta posterior (tested + PRIOR_WEIGHT
+    draws): what auto decides on, so that an early run of bad luck does not end the drafting."""
+    out = []
+    for i, a in enumerate(acceptance):
+        n = (tested[i] if i < len(tested) else 0) + PRIOR_WEIGHT
+        out.append(min(1.0, a + DOUBT * math.sqrt(a * (1 - a) / (n + 1))))
+    return tuple(out)
+
+
+def prior_per_depth(proposer: str, matched: int | None = None) -> tuple[float, ...]:
+    """The prior a_1, a_2, … (the last repeats deeper): a keyed proposer's class's, else the measured
+    per-depth one, else the proposer's flat benchmark figure."""
+    if matched == 0 and proposer in COPYING:  # a merged proposer's class 0: its model drafts
+        model = proposer.split("+")[0]
+        return DEPTH_PRIORS.get(model, (MATCH_PRIORS[proposer][0],))
+    if matched is not None:
+        return (MATCH_PRIORS[proposer][matched],)
+    return DEPTH_PRIORS.get(proposer, (PRIORS.get(proposer, DEFAULT_PRIOR),))
+
+
+def choose(law: CostLaw, proposer: str, acceptance: Sequence[float], k_max: int, matched: int | None = None,
+           seen: float | None = None) -> AutoChoice:
     """The k in 0..k_max with the largest E(k)/T(k); a plain step unless some k gains > MARGIN.
-    `matched`: a keyed proposer's match class, which the acceptance was estimated for (said in the reason)."""
+    `matched`: a keyed proposer's match class, which the acceptance was estimated for (said in the reason);
+    `seen`: the estimated a_1 when `acceptance` is `optimistic` (said beside it)."""
     after = ""
     if matched == 0:
         after = "nothing to copy, the feature head drafts: "
@@ -189,16 +222,18 @@ def choose(law: CostLaw, proposer: str, acceptance: Sequence[float], k_max: int,
         if e / t > best.expected_speedup:
             best = AutoChoice(k, e, t, e / t, "")
     a1 = acceptance[0] if acceptance else 0.0
+    doubt = "" if seen is None or round(seen, 2) == round(a1, 2) else f", {seen:.2f} seen so far"
     if best.k and best.expected_speedup > 1 + MARGIN:
         return dataclasses.replace(best, reason=(
             f"{after}{best.k} draft{'s' if best.k > 1 else ''}: {best.expected_tokens:.2f} tokens expected for "
             f"{best.cycle_cost:.2f} steps "
-            f"(v({best.k + 1}) = {law.v(best.k + 1):.2f}, c = {law.cost_of(proposer):.3f}, a1 = {a1:.2f})"))
+            f"(v({best.k + 1}) = {law.v(best.k + 1):.2f}, c = {law.cost_of(proposer):.3f}, a1 = {a1:.2f}{doubt})"))
     one = break_even(law, proposer, 1)
     pays = f"pays only if accepted over {one:.0%}" if one < 1 else "never pays"
+    so_far = f"acceptance so far {a1:.0%}" if seen is None else f"acceptance so far {seen:.0%} (at most {a1:.0%})"
     return AutoChoice(0, 1.0, 1.0, 1.0, (
         f"{after}plain step: no K gains over {MARGIN:.0%} here (best {best.expected_speedup:.2f}x); one draft costs "
-        f"{cycle_cost(law, proposer, 1):.2f} steps and {pays}, acceptance so far {a1:.0%}"))
+        f"{cycle_cost(law, proposer, 1):.2f} steps and {pays}, {so_far}"))
 
 
 def break_even(law: CostLaw, proposer: str, k: int) -> float:

@@ -305,11 +305,12 @@ class SpeculativeDecoder:
             origins = costlaw.class_origins(origins, s.match_classes[s.num_prompt_tokens:], matched)
             k = min(k, found[1])
         tested, accepted = costlaw.acceptance_counts(origins)
-        acceptance = costlaw.estimate(cfg.proposer, tested, accepted, cfg.max_k, matched)
+        seen = costlaw.estimate(cfg.proposer, tested, accepted, cfg.max_k, matched)
+        acceptance = costlaw.optimistic(seen, tested)  # an early run of bad luck does not end the drafting
         if cfg.is_tree:
             return costlaw.choose_tree(self.cost_law, cfg.proposer, acceptance, cfg.tree_width,
                                        min(cfg.tree_nodes, room) if k > 0 else 0)
-        return costlaw.choose(self.cost_law, cfg.proposer, acceptance, max(k, 0), matched)
+        return costlaw.choose(self.cost_law, cfg.proposer, acceptance, max(k, 0), matched, seen[0] if seen else None)
 
     def _cycle(self, s: _Session, cfg: DecodeConfig, n: int, k: int, remaining: int, room: int,
                auto: AutoChoice | None = None, match_class: int | None = None) -> CycleTrace:

@@ -175,7 +175,7 @@ def test_auto_samples_match_the_target_distribution():
     drafts and a rejection makes the next a plain step: both kinds of cycle sample p exactly."""
     pair = make_pair("llama", vocab_size=VOCAB, noise=1.0, seed=3)
     cfg = DecodeConfig(k="auto", proposer="draft", temperature=1.0, instrument=False, max_new_tokens=16)
-    middling = law(0.3, 0.0)
+    middling = law(0.38, 0.0)  # one draft pays on the prior's doubt (a_1 <= 0.47), not after a rejection (<= 0.38)
     expected = exact_joint(pair.target, cfg)
     counts: collections.Counter = collections.Counter()
     plain = drafted = 0
@@ -345,3 +345,19 @@ def test_the_merged_proposer_copies_after_a_long_match_and_lets_the_head_draft_e
     first = cheap_head.step()
     assert first.auto.k > 0 and {d.source for d in first.drafts} == {"feature head"}, first.auto
     assert cheap_head._require().match_classes[-1] == 0
+
+
+def test_two_unlucky_cycles_do_not_end_the_drafting_but_firm_evidence_does():
+    """Plain steps test nothing, so a decision on the posterior mean alone would stop drafting for
+    good after two early rejections; auto decides on the mean plus DOUBT standard deviations."""
+    here = law(0.25, 0.065)  # v(2) = 1.25: one draft pays above ~35 % acceptance
+    unlucky = costlaw.estimate("feature", [2], [0], 4)
+    assert costlaw.choose(here, "feature", unlucky, 4).k == 0  # the mean alone: plain from now on
+    doubted = costlaw.optimistic(unlucky, [2])
+    assert doubted[0] > unlucky[0] and doubted[1] > unlucky[1]  # untested depths keep the prior's doubt
+    choice = costlaw.choose(here, "feature", doubted, 4, seen=unlucky[0])
+    assert choice.k > 0 and f"{unlucky[0]:.2f} seen so far" in choice.reason
+    firm = costlaw.estimate("feature", [12], [1], 4)
+    plain = costlaw.choose(here, "feature", costlaw.optimistic(firm, [12]), 4, seen=firm[0])
+    assert plain.k == 0 and "(at most" in plain.reason
+    assert costlaw.optimistic([1.0, 0.0], [50, 50]) == (1.0, 0.0)  # certainty has no doubt
