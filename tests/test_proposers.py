@@ -445,3 +445,28 @@ def test_adaptive_k_is_a_live_setting_with_range_checks(pair):
     for bad in (-0.1, 1.0, float("nan")):
         with pytest.raises(ConfigError, match="draft_confidence"):
             DecodeConfig(draft_confidence=bad)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "gpt2"])
+def test_the_prefill_reads_every_feature_but_scores_the_last_position_only(arch):
+    """A feature proposer's prefill needs the target's features at every prompt position but no
+    logits: the output head runs on the last position only, and the features, read from the decoder
+    stack's output, are exactly what the output head reads in a full pass."""
+    from specviz.runtime import forward_with_features, output_head_inputs, sized_cache
+    from specviz.kv import num_attention_layers
+
+    target = make_pair(arch).target
+    cfg = DecodeConfig(cache_layout="contiguous", max_new_tokens=4)
+    cache, features = open_cache_with_features(target, cfg, 64, PROMPT)
+    with output_head_inputs(target) as caught:
+        target(input_ids=torch.tensor([PROMPT[:-1]]))
+    assert features.shape == (len(PROMPT) - 1, target.config.hidden_size)
+    assert torch.equal(features, caught[0][0])
+    rows = []
+    hook = target.get_output_embeddings().register_forward_hook(lambda _m, args, _o: rows.append(args[0].shape[1]))
+    try:
+        fresh = sized_cache(num_attention_layers(target), cfg, 64, 64)
+        logits, again = forward_with_features(target, fresh, PROMPT[:-1], "prefill", last_only=True)
+    finally:
+        hook.remove()
+    assert rows == [1] and logits.shape[0] == 1 and torch.equal(again, features)
