@@ -16,6 +16,7 @@ import pytest
 from engine_helpers import assert_invariant, make_pair
 
 from specviz import DecodeConfig, SpeculativeDecoder
+from specviz.narrative import phase_markdown
 from specviz.proposers.feature_lookup import MIN_COPY_MATCH, copy_trust
 from specviz.viz.kv_html import kv_stage_html
 from specviz.viz.tree_view import tree_panel_html
@@ -45,6 +46,9 @@ def test_a_long_match_is_copied_and_a_short_one_left_to_the_head(pair):
     assert all(d.draft_prob == 1.0 for d in copied.drafts)  # a copy is one-hot
     assert copied.proposer_note.startswith("prompt lookup: the last 3 token(s)")
     assert dec.proposer.match(COPYING, 3) == (3, 3)
+    told = phase_markdown(copied, "draft")  # the narrative tells the copy, not the head's mechanism
+    assert told.startswith("**Prompt lookup proposes.** No model runs") and "feature head is not run" in told
+    assert "catch-up" not in told
     assert_invariant(dec)
 
     dec, guessed = first_cycle(pair, GUESSING)
@@ -52,6 +56,7 @@ def test_a_long_match_is_copied_and_a_short_one_left_to_the_head(pair):
     assert guessed.proposer_note.startswith("feature head (the last 2+ tokens occur nowhere earlier)")
     assert dec.proposer.match(GUESSING, 3) == (0, 3)  # class 0: the head drafts (lookup alone: a 1-token match)
     assert guessed.catch_up  # the head caught up on the pairs it lacked
+    assert "catch-up" in phase_markdown(guessed, "draft")
     html = kv_stage_html(guessed.snapshot("draft"), None, str, trace=guessed, phase="draft", proposer="feature+lookup")
     assert html.count("data-role='draft-source'>from feature head<") == len(guessed.drafts)
     assert_invariant(dec)

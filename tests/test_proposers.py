@@ -452,8 +452,8 @@ def test_the_prefill_reads_every_feature_but_scores_the_last_position_only(arch)
     """A feature proposer's prefill needs the target's features at every prompt position but no
     logits: the output head runs on the last position only, and the features, read from the decoder
     stack's output, are exactly what the output head reads in a full pass."""
-    from specviz.runtime import forward_with_features, output_head_inputs, sized_cache
     from specviz.kv import num_attention_layers
+    from specviz.runtime import forward_with_features, output_head_inputs, sized_cache
 
     target = make_pair(arch).target
     cfg = DecodeConfig(cache_layout="contiguous", max_new_tokens=4)

@@ -12,10 +12,11 @@ from operator import attrgetter
 
 from ..outcome import FINISH_WORDS, Truncation, dropped_entries
 from ..proposers import registry
+from ..proposers.registry import cap
 from ..trace import CycleTrace, TreeNode, TreeTrace
 from ..viz.style import fmt_p
 from . import verdict
-from .proposer import story
+from .proposer import NoCache, story
 from .text import auto_sentence, blocks, drop_sentence, events_sentence, invariant, mechanism, note, tok, tree_of
 
 
@@ -70,9 +71,23 @@ def draft(tr: CycleTrace) -> str:
         body = (f"**No proposal this cycle.** {note(tr) or 'The proposer proposed nothing.'} The cycle is one **plain "
                 "target step**: the target will run over x_n alone, and its p_1 gives the next token — nothing to "
                 "accept or reject." + registry.get(tr.proposer).words.idle)
+    elif copier := copied_by(tr):  # a merged proposer copied this chain: its own model was not run
+        body = (NoCache(registry.get(copier)).draft(tr) + f" {cap(registry.get(tr.proposer).words.short)} picked the "
+                "copy before anything was drafted; the feature head is not run this cycle and catches up from the "
+                "target's real features the next time it drafts.")
     else:
         body = story(tr.proposer).draft(tr)
     return body + f" The target has not run yet (length still {tr.snapshot('draft').target.seq_len})."
+
+
+# A merged proposer's drafts copied by one of its sources, and that source's row in the proposer table.
+COPIERS = {"prompt lookup": "lookup", "retrieval": "retrieval"}
+
+
+def copied_by(tr: CycleTrace) -> str | None:
+    """The proposer-table name of the copier that proposed every draft of this chain (None: not a copy)."""
+    sources = {d.source for d in tr.drafts}
+    return COPIERS.get(sources.pop()) if len(sources) == 1 and registry.get(tr.proposer).has_cache else None
 
 
 def _grown(tr: CycleTrace, tree: TreeTrace) -> str:
