@@ -451,9 +451,8 @@ def _bounds(result: dict[str, Any]) -> str:
     by = {(r["kernel"], r["n"]): r for r in result["rows"] if r["dtype"] == "float32" and r["threads"] == n_threads}
     if not all((k, n) in by for k in KERNELS for n in (1, 2, 4)):
         return ""
-    isa = result.get("cpu_isa", "")
-    capped = "=avx2" in isa.lower()  # ONEDNN_MAX_CPU_ISA=AVX2 …: the code an AVX2-only CPU runs
-    wide = not capped and any(f in isa for f in ("avx512f", "amx"))
+    capped = "=avx2" in result.get("isa_caps", "").lower()  # ONEDNN_MAX_CPU_ISA=AVX2 …: an AVX2-only CPU's code
+    wide = not capped and any(f in result.get("cpu_isa", "") for f in ("avx512f", "amx"))
     parts = []
     for n, limit in ((2, 1.25), (4, 1.45)):
         sel, ref = by["selected", n]["v_same"], by["reference", n]["v_same"]

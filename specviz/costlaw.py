@@ -58,17 +58,19 @@ DEFAULT_PRIOR = 0.35
 # n tokens: how far that can be trusted depends on n far more than on anything else the run has seen
 # (`python -m bench.match_acceptance`, natural and grounded sets together: the first draft passes
 # after 18 % of 1-token matches, 55 % of 2-token ones and 85 % of longer ones). Its cycles are counted
-# per match length (1, 2, 3 or more), each starting from that share as its prior. The merged
-# `feature+lookup` copies only after 2 or more tokens and drafts with its feature head elsewhere:
-# class 0, the head's prior.
-# Its copies follow a head cycle more often than lookup's own do, and pass a little less often
-# (`bench.match_acceptance --proposer feature+lookup`: 2-token matches 48-68 %, 3+ 67-77 %).
-MATCH_PRIORS = {"lookup": {1: 0.2, 2: 0.55, 3: 0.85}, "feature+lookup": {0: PRIORS["feature"], 2: 0.6, 3: 0.75}}
+# per match length (1, 2, 3 or more), each starting from that share as its prior.
 # Where measured, the prior per depth (a_1, a_2, …; the last repeats deeper): a model's first draft
-# passes more often than its later ones (`python -m bench.match_acceptance --proposer NAME`). The
-# merged feature+lookup's class 0 (the head drafts) uses the feature head's.
+# passes more often than its later ones (`python -m bench.match_acceptance --proposer NAME`).
 # Feature head, natural and grounded sets pooled (512 cycles, K = 6, T = 0): a_1 0.45, a_2 0.43, deeper ~0.48.
 DEPTH_PRIORS: dict[str, tuple[float, ...]] = {"feature": (0.45, 0.43, 0.48)}
+# The merged `feature+lookup` copies only after 2 or more tokens and drafts with its feature head
+# elsewhere: class 0, the head's per-depth prior. Its copies follow a head cycle more often than
+# lookup's own do, and pass a little less often (`bench.match_acceptance --proposer feature+lookup`:
+# 2-token matches 48-68 %, 3+ 67-77 %). A class's prior is one share, or a share per depth.
+MATCH_PRIORS: dict[str, dict[int, float | tuple[float, ...]]] = {
+    "lookup": {1: 0.2, 2: 0.55, 3: 0.85},
+    "feature+lookup": {0: DEPTH_PRIORS["feature"], 2: 0.6, 3: 0.75},
+}
 # A merged proposer whose matched classes are copies: their drafts cost what this copier's do.
 COPYING = {"feature+lookup": "lookup"}
 VERSION = 4  # bump when what is measured changes: cached laws are measured again
@@ -199,11 +201,9 @@ def optimistic(acceptance: Sequence[float], tested: Sequence[int]) -> tuple[floa
 def prior_per_depth(proposer: str, matched: int | None = None) -> tuple[float, ...]:
     """The prior a_1, a_2, … (the last repeats deeper): a keyed proposer's class's, else the measured
     per-depth one, else the proposer's flat benchmark figure."""
-    if matched == 0 and proposer in COPYING:  # a merged proposer's class 0: its model drafts
-        model = proposer.split("+")[0]
-        return DEPTH_PRIORS.get(model, (MATCH_PRIORS[proposer][0],))
     if matched is not None:
-        return (MATCH_PRIORS[proposer][matched],)
+        prior = MATCH_PRIORS[proposer][matched]
+        return prior if isinstance(prior, tuple) else (prior,)
     return DEPTH_PRIORS.get(proposer, (PRIORS.get(proposer, DEFAULT_PRIOR),))
 
 

@@ -80,14 +80,14 @@ def draft(tr: CycleTrace) -> str:
     return body + f" The target has not run yet (length still {tr.snapshot('draft').target.seq_len})."
 
 
-# A merged proposer's drafts copied by one of its sources, and that source's row in the proposer table.
-COPIERS = {"prompt lookup": "lookup", "retrieval": "retrieval"}
-
-
 def copied_by(tr: CycleTrace) -> str | None:
-    """The proposer-table name of the copier that proposed every draft of this chain (None: not a copy)."""
+    """The proposer-table name of the copier (a proposer without a cache, named by its noun) that proposed
+    every draft of a merged proposer's chain (None: not a copy)."""
     sources = {d.source for d in tr.drafts}
-    return COPIERS.get(sources.pop()) if len(sources) == 1 and registry.get(tr.proposer).has_cache else None
+    if len(sources) != 1 or not registry.get(tr.proposer).has_cache:
+        return None
+    source = sources.pop()
+    return next((e.name for e in registry.entries() if not e.has_cache and e.words.noun == source), None)
 
 
 def _grown(tr: CycleTrace, tree: TreeTrace) -> str:

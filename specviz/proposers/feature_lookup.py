@@ -30,13 +30,14 @@ from .. import costlaw
 from .. import tree as trees
 from ..config import DecodeConfig
 from ..runtime import model_device
+from . import registry
 from .base import Distribution, Drafts, TreeDrafts
 from .feature import FeatureProposer
 from .lookup import LookupProposer, find_continuations
 from .retrieval import merge, sources_of
 
 MIN_COPY_MATCH = 2  # a 1-token match ("the", a comma) copies the wrong continuation ~80 % of the time
-COPIER = "prompt lookup"  # the drafts' source, as the views name it
+COPIER = registry.get("lookup").words.noun  # the copies' source, as the views and the narrative name it
 
 
 class FeatureLookupProposer(FeatureProposer):
