@@ -461,7 +461,9 @@ def test_the_prefill_reads_every_feature_but_scores_the_last_position_only(arch)
     with output_head_inputs(target) as caught:
         target(input_ids=torch.tensor([PROMPT[:-1]]))
     assert features.shape == (len(PROMPT) - 1, target.config.hidden_size)
-    assert torch.equal(features, caught[0][0])
+    # The prefill attends through specviz's cache, the reference without one: the same sums, which another
+    # CPU's kernels may order differently, so equal within TOL (float32 incremental vs one-shot attention).
+    torch.testing.assert_close(features, caught[0][0], rtol=0, atol=TOL)
     rows = []
     hook = target.get_output_embeddings().register_forward_hook(lambda _m, args, _o: rows.append(args[0].shape[1]))
     try:
