@@ -45,7 +45,7 @@ from torch import nn
 from .cachedir import isa_caps
 
 MODE_ENV = "SPECVIZ_KERNELS"  # "reference": plain nn.Linear; unset or "selected": timed at load
-VERSION = 5  # bump when candidates or the timing method change: cached timings are measured again
+VERSION = 6  # bump when candidates or the timing method change: cached timings are measured again
 # Row counts timed; a count between two buckets uses the larger bucket's kernel (unpadded), and a
 # count above the last (a prefill) the last bucket's. 1 = a plain step; 2..9 = chains of up to 8
 # drafts (5 takes 6's, 9 takes 12's); 13, 17, 25, 33 = token trees of 12..32 nodes.
@@ -77,13 +77,49 @@ def _onednn_packed(module: Any, x: torch.Tensor) -> torch.Tensor:
     return torch.ops.mkldnn._linear_pointwise(x, module.packed, module.bias, "none", [], "")
 
 
+def _weight_left(module: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """(W·xᵀ)ᵀ: the product with the weight as BLAS's left operand and the rows as the right one's
+    columns. The same sums; but MKL then streams the weight once for all rows, where ``F.linear``'s
+    x·Wᵀ runs, on AVX2 and AVX-512 CPUs alike, 2 or 3 rows at the cost of 2 or 3 one-row products."""
+    rows = x.reshape(-1, module.in_features)
+    out = torch.mm(module.weight, rows.t()).t().contiguous()  # row-major, as every caller views it
+    if module.bias is not None:
+        out.add_(module.bias)
+    return out.reshape(*x.shape[:-1], module.out_features)
+
+
 # name -> (kernel, reads the packed copy). "reference" is F.linear (MKL for float32 on x86); "onednn"
-# hands the plain weight to oneDNN (it reorders per call); "onednn_packed" reads the prepacked copy.
+# hands the plain weight to oneDNN (it reorders per call); "onednn_packed" reads the prepacked copy;
+# "weight_left" is MKL on the plain weight with the operands swapped.
 CANDIDATES: dict[str, tuple[Callable[[Any, torch.Tensor], torch.Tensor], bool]] = {
     "reference": (_reference, False),
     "onednn": (_onednn, False),
     "onednn_packed": (_onednn_packed, True),
+    "weight_left": (_weight_left, False),
 }
+
+# A kernel chosen for a bucket: (candidate, the row count it runs as). That count is the bucket's
+# own, or a larger bucket's where computing the extra rows as zeros costs less (MKL's 3-row sgemm
+# can cost more than its 4-row one; one row may run faster as two): every real row's sums are the
+# same, and which count a row runs as depends only on its own pass's row count.
+Choice = dict[int, tuple[str, int]]
+
+
+def everywhere(name: str) -> Choice:
+    """`name` at every bucket, unpadded (tests and forced runs)."""
+    return {b: (name, b) for b in BUCKETS}
+
+
+class Padded:
+    """A candidate run on the rows padded with zero rows to `rows` (the extra outputs dropped)."""
+
+    def __init__(self, name: str, rows: int) -> None:
+        self.name, self.rows, self.kernel = name, rows, CANDIDATES[name][0]
+
+    def __call__(self, module: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, module.in_features)
+        padded = torch.cat([flat, flat.new_zeros(self.rows - flat.shape[0], module.in_features)])
+        return self.kernel(module, padded)[: flat.shape[0]].reshape(*x.shape[:-1], module.out_features)
 
 
 def pack(weight: torch.Tensor, batch_hint: int = 4) -> torch.Tensor:
@@ -244,46 +280,62 @@ def _agrees(name: str, module: Any, x: torch.Tensor) -> bool:
 # ---------------------------------------------------------------- choosing
 
 
-def decide(timings: dict[str, dict[int, float]], can_drop: bool, may_keep_both: bool) -> tuple[str, dict[int, str]]:
-    """(storage, bucket -> candidate) for one linear from its shape's timings. Storage "packed"
+def decide(timings: dict[str, dict[int, float]], can_drop: bool, may_keep_both: bool) -> tuple[str, Choice]:
+    """(storage, bucket -> kernel) for one linear from its shape's timings. Storage "packed"
     (the plain weight dropped) where the packed copy serves one row within `ONE_ROW_SLACK` of the
     best plain kernel and nothing else reads the plain weight; "both" where a packed copy wins
     elsewhere and the memory budget allows a second copy; else "plain". Within a storage, each
-    bucket takes its fastest kernel."""
-    plain = {n: t for n, t in timings.items() if not CANDIDATES[n][1]}
-    packed = {n: t for n, t in timings.items() if CANDIDATES[n][1]}
+    bucket takes its fastest kernel, padded to a larger bucket where that costs less."""
+    costs = padded_costs(timings)
+    plain = {n: c for n, c in costs.items() if not CANDIDATES[n][1]}
+    packed = {n: c for n, c in costs.items() if CANDIDATES[n][1]}
     if packed and can_drop and _best(packed, 1) <= ONE_ROW_SLACK * _best(plain, 1):
-        return "packed", _fastest(packed)
+        return "packed", _fastest(packed, timings)
     if packed and may_keep_both:
-        both = _fastest(timings)
-        if any(CANDIDATES[n][1] and timings[n][m] < 0.9 * _best(plain, m) for m, n in both.items()):
+        both = _fastest(costs, timings)
+        if any(CANDIDATES[n][1] and costs[n][m][0] < 0.9 * _best(plain, m) for m, (n, _) in both.items()):
             return "both", both
-    return "plain", _fastest(plain)
+    return "plain", _fastest(plain, timings)
 
 
-def _best(timings: dict[str, dict[int, float]], bucket: int) -> float:
-    return min(t[bucket] for t in timings.values())
+def padded_costs(timings: dict[str, dict[int, float]]) -> dict[str, dict[int, tuple[float, int]]]:
+    """(µs, rows run as) per candidate and bucket: the bucket as itself, or padded to the larger
+    bucket that costs least, where that is `MARGIN` cheaper (padding copies the rows once)."""
+    costs = {}
+    for name, by in timings.items():
+        costs[name] = {}
+        for m, own in by.items():
+            cost, rows = min((t, b) for b, t in by.items() if b >= m)
+            costs[name][m] = (cost, rows) if cost < (1 - MARGIN) * own else (own, m)
+    return costs
 
 
-def _fastest(timings: dict[str, dict[int, float]]) -> dict[int, str]:
-    """The fastest candidate per bucket; F.linear keeps a bucket unless beaten by `MARGIN` (timing
-    noise must not slow a bucket down, plain decoding above all)."""
-    buckets = next(iter(timings.values())).keys()
-    out = {}
-    for m in buckets:
-        best = min(timings, key=lambda n: timings[n][m])
-        keep = "reference" in timings and timings[best][m] > (1 - MARGIN) * timings["reference"][m]
-        out[m] = "reference" if keep else best
+def _best(costs: dict[str, dict[int, tuple[float, int]]], bucket: int) -> float:
+    return min(c[bucket][0] for c in costs.values())
+
+
+def _fastest(costs: dict[str, dict[int, tuple[float, int]]], timings: dict[str, dict[int, float]]) -> Choice:
+    """The fastest kernel per bucket; F.linear, unpadded, keeps a bucket unless beaten by `MARGIN`
+    (timing noise must not slow a bucket down, plain decoding above all)."""
+    out: Choice = {}
+    for m in next(iter(costs.values())):
+        best = min(costs, key=lambda n: costs[n][m][0])
+        keep = "reference" in costs and costs[best][m][0] > (1 - MARGIN) * timings["reference"][m]
+        out[m] = ("reference", m) if keep else (best, costs[best][m][1])
     return out
 
 
-def dispatch_table(choice: dict[int, str]) -> tuple[Callable[[Any, torch.Tensor], torch.Tensor], ...]:
+def dispatch_table(choice: Choice) -> tuple[Callable[[Any, torch.Tensor], torch.Tensor], ...]:
     """Kernels indexed by row count 0..max bucket: each count takes the kernel of the smallest
-    bucket that holds it (0 rows: bucket 1's; a count past the last bucket: the last entry's)."""
+    bucket that holds it (0 rows: bucket 1's; a count past the last bucket: the last entry's),
+    padded to the rows that kernel runs as where it runs as a larger bucket."""
     buckets = sorted(choice)
-    return tuple(
-        CANDIDATES[choice[next(b for b in buckets if b >= max(rows, 1))]][0] for rows in range(buckets[-1] + 1)
-    )
+    table = []
+    for rows in range(buckets[-1] + 1):
+        bucket = next(b for b in buckets if b >= max(rows, 1))
+        name, runs_as = choice[bucket]
+        table.append(Padded(name, runs_as) if runs_as > bucket else CANDIDATES[name][0])
+    return tuple(table)
 
 
 # ---------------------------------------------------------------- installing
@@ -344,7 +396,7 @@ def install(
         for module in [m for m in model.modules() if id(m) in plans]:
             storage, choice = plans[id(module)]
             counts[storage] += 1
-            if storage == "plain" and set(choice.values()) == {"reference"}:
+            if storage == "plain" and choice == {m: ("reference", m) for m in choice}:
                 continue  # nothing to change: it stays an nn.Linear
             size = shape_of(module).bytes
             packed_bytes += size if storage != "plain" else 0
@@ -410,8 +462,8 @@ def _shared_weights(model: nn.Module) -> set[int]:
     return {key for key, count in seen.items() if count > 1}
 
 
-def swap(module: nn.Linear, storage: str, choice: dict[int, str]) -> None:
-    """Make `module` a SelectedLinear running `choice` (bucket -> candidate) on `storage`: "plain"
+def swap(module: nn.Linear, storage: str, choice: Choice) -> None:
+    """Make `module` a SelectedLinear running `choice` (bucket -> kernel) on `storage`: "plain"
     (its weight), "both" (plus a packed copy) or "packed" (the packed copy alone)."""
     if storage != "plain":
         module.packed = pack(module.weight)
@@ -439,8 +491,8 @@ def selected_kernels(model: nn.Module) -> dict[str, int]:
     counts: dict[str, int] = {}
     for module in model.modules():
         if isinstance(module, SelectedLinear):
-            for fn in set(module.kernels):
-                counts[names[fn]] = counts.get(names[fn], 0) + 1
+            for name in {fn.name if isinstance(fn, Padded) else names[fn] for fn in module.kernels}:
+                counts[name] = counts.get(name, 0) + 1
     return counts
 
 

@@ -39,17 +39,26 @@ def _force(model: nn.Module, name: str) -> None:
     where nothing else holds them)."""
     storage = "packed" if kernels.CANDIDATES[name][1] else "plain"
     for module in [m for m in model.modules() if kernels.eligible(m)]:
-        kernels.swap(module, storage, {b: name for b in kernels.BUCKETS})
+        kernels.swap(module, storage, kernels.everywhere(name))
 
 
+def _padded_up(name: str) -> kernels.Choice:
+    """`name` with every bucket but the last run as the next bucket, its extra rows zeros."""
+    return {b: (name, kernels.BUCKETS[min(i + 1, len(kernels.BUCKETS) - 1)]) for i, b in enumerate(kernels.BUCKETS)}
+
+
+@pytest.mark.parametrize("padded", [False, True], ids=["as-is", "padded"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("name", list(kernels.CANDIDATES))
-def test_every_candidate_equals_f_linear_within_rounding(name, dtype):
+def test_every_candidate_equals_f_linear_within_rounding(name, dtype, padded):
     if not kernels.onednn_available(dtype):
         pytest.skip(f"no oneDNN {dtype} here")
     module = _linear(dtype=dtype)
     weight, bias = module.weight.clone(), module.bias.clone()
-    kernels.swap(module, "packed" if kernels.CANDIDATES[name][1] else "plain", {b: name for b in kernels.BUCKETS})
+    choice = _padded_up(name) if padded else kernels.everywhere(name)
+    kernels.swap(module, "packed" if kernels.CANDIDATES[name][1] else "plain", choice)
+    if padded:
+        assert all(isinstance(module.kernels[rows], kernels.Padded) for rows in range(kernels.BUCKETS[-2] + 1))
     gen = torch.Generator().manual_seed(1)
     with torch.inference_mode():
         for rows in ROWS:
@@ -66,7 +75,7 @@ def test_every_candidate_equals_f_linear_within_rounding(name, dtype):
 def test_a_dropped_weight_is_rebuilt_exactly_and_restored():
     module = _linear()
     original = module.weight.clone()
-    kernels.swap(module, "packed", {b: "onednn_packed" for b in kernels.BUCKETS})
+    kernels.swap(module, "packed", kernels.everywhere("onednn_packed"))
     assert "weight" not in module._parameters and isinstance(module, kernels.SelectedLinear)
     assert torch.equal(module.weight, original)  # rebuilt from the packed copy, bit for bit
     assert torch.equal(module.state_dict()["weight"], original) and "bias" in module.state_dict()
@@ -116,19 +125,39 @@ def _timings(packed_one_row: float, packed_more: float) -> dict[str, dict[int, f
         "reference": {b: 10.0 * b for b in kernels.BUCKETS},
         "onednn": {b: 10.0 + 7.0 * b for b in kernels.BUCKETS},
         "onednn_packed": {b: packed_one_row if b == 1 else packed_more * b for b in kernels.BUCKETS},
+        "weight_left": {b: 11.0 * b for b in kernels.BUCKETS},
     }
 
 
 def test_decide_drops_a_weight_only_where_one_row_is_as_fast_and_nothing_else_reads_it():
     fast = _timings(9.8, 5.0)  # packed as fast at one row (within ONE_ROW_SLACK), twice as fast beyond
     storage, choice = kernels.decide(fast, can_drop=True, may_keep_both=False)
-    assert storage == "packed" and set(choice.values()) == {"onednn_packed"}
+    assert storage == "packed" and {name for name, _ in choice.values()} == {"onednn_packed"}
     assert kernels.decide(fast, can_drop=False, may_keep_both=True)[0] == "both"
     storage, choice = kernels.decide(fast, can_drop=False, may_keep_both=False)
-    assert storage == "plain" and choice[1] == "reference" and choice[8] == "onednn"
-    slow_one_row = _timings(12.0, 5.0)  # plain decoding would get slower: the plain weight stays
+    assert storage == "plain" and choice[1] == ("reference", 1) and choice[8] == ("onednn", 8)
+    slow_one_row = _timings(12.0, 6.5)  # plain decoding would get slower (padded too): the plain weight stays
     storage, choice = kernels.decide(slow_one_row, can_drop=True, may_keep_both=True)
-    assert storage == "both" and choice[1] == "reference" and choice[4] == "onednn_packed"
+    assert storage == "both" and choice[1] == ("reference", 1) and choice[4] == ("onednn_packed", 4)
+
+
+def test_decide_pads_a_row_count_where_a_larger_one_costs_less():
+    """MKL on an AVX2 CPU: x·Wᵀ costs for 3 rows twice its 4-row cost, and (W·xᵀ)ᵀ serves one row
+    fastest as two (kernels.json of this EPYC capped to AVX2, the output head)."""
+    head = {
+        "reference": {1: 9.3, 2: 20.4, 3: 30.6, 4: 15.7, 6: 17.0, 8: 18.0, 12: 25.0, 16: 30.0, 32: 55.0},
+        "weight_left": {1: 9.2, 2: 5.7, 3: 8.5, 4: 8.1, 6: 12.0, 8: 14.4, 12: 22.0, 16: 28.0, 32: 60.0},
+    }
+    storage, choice = kernels.decide(head, can_drop=False, may_keep_both=False)
+    assert storage == "plain"
+    assert choice[1] == ("weight_left", 2) and choice[2] == ("weight_left", 2)
+    assert choice[3] == ("weight_left", 3)  # 4 rows (8.1) is not 5 % cheaper than 3 (8.5): no padding
+    assert choice[32] == ("reference", 32)  # F.linear within MARGIN of the best keeps its bucket
+    slow_three = {"reference": {**head["reference"]}}
+    assert kernels.decide(slow_three, can_drop=False, may_keep_both=False)[1][3] == ("reference", 4)
+    table = kernels.dispatch_table(choice)
+    assert isinstance(table[1], kernels.Padded) and table[1].rows == 2 and table[0].rows == 2
+    assert table[2] is kernels.CANDIDATES["weight_left"][0] and table[5] is kernels.CANDIDATES["weight_left"][0]
 
 
 def test_a_tied_output_head_keeps_its_weight(monkeypatch, tmp_path):
@@ -281,7 +310,7 @@ def test_sampling_under_packed_kernels_follows_the_target_distribution():
     pair = make_pair("llama", vocab_size=VOCAB, noise=1.0, seed=3)
     for model in (pair.target, pair.draft):
         for module in [m for m in model.modules() if type(m) is nn.Linear]:
-            kernels.swap(module, "packed", {b: "onednn_packed" for b in kernels.BUCKETS})
+            kernels.swap(module, "packed", kernels.everywhere("onednn_packed"))
     cfg = DecodeConfig(k=3, temperature=1.0, instrument=False, max_new_tokens=16)
     with torch.inference_mode():
         expected = exact_joint(pair.target, cfg)
