@@ -21,9 +21,10 @@ def test_the_copying_answers_are_judged_by_the_plain_answer():
                 "tokens": 10, "cycles": 5, "auto_k": None, "copy_share": share}
 
     samples = []
-    for prompt_id, share, lookup_seconds in (("a", 0.9, 1.0), ("b", 0.1, 2.0)):
+    for prompt_id, share, lookup_seconds in (("a", 0.9, 1.0), ("b", 0.1, 2.0), ("c", 0.6, 1.6)):
         samples += [sample(prompt_id, "plain_ar", 2.0, share), sample(prompt_id, "plain_hf", 2.0, share),
                     sample(prompt_id, "lookup_auto", lookup_seconds, 0.0)]
     row = next(r for r in analyse(samples)["rows"] if r["system"] == "lookup_auto")
-    assert row["answer_copies"] == 1 and row["answer_median"] == 2.0  # only "a" copies: 2x there
-    assert row["median"] == 1.5 and row["copies_median"] == 1.5  # both prompts are marked `copies`
+    assert row["answer_copies"] == 1 and row["answer_median"] == 2.0  # only "a" copies (>= 80 %): 2x there
+    assert row["partial_copies"] == 2 and row["partial_min"] == 1.25  # "c" copies 60 %: reported beside it
+    assert row["median"] == 1.25 and row["copies_median"] == 1.25  # every prompt is marked `copies`
