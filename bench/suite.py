@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from specviz.kernels import parameter_count
+
 from . import (
     app_step,
     load,
@@ -78,8 +80,8 @@ def _run_header(pair: Any, settings: Settings, prompts: list, pair_name: str, co
             "kind": pair_name,
             "target": getattr(pair, "target_name", "target"),
             "draft": getattr(pair, "draft_name", "draft"),
-            "target_params": sum(p.numel() for p in pair.target.parameters()),
-            "draft_params": sum(p.numel() for p in pair.draft.parameters()),
+            "target_params": parameter_count(pair.target),
+            "draft_params": parameter_count(pair.draft),
             "dtype": str(next(pair.target.parameters()).dtype).removeprefix("torch."),
             "device": str(next(pair.target.parameters()).device),
         },

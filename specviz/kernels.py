@@ -485,6 +485,14 @@ def restore(model: nn.Module) -> None:
     model.__dict__.pop("specviz_kernels", None)
 
 
+def parameter_count(model: nn.Module) -> int:
+    """The model's parameters as loaded: `parameters()` no longer holds a weight whose packed copy
+    replaced it, so each such weight is counted by its shape (what the count was before `install`)."""
+    dropped = sum(m.in_features * m.out_features for m in model.modules()
+                  if isinstance(m, SelectedLinear) and "weight" not in m._parameters)
+    return sum(p.numel() for p in model.parameters()) + dropped
+
+
 def selected_kernels(model: nn.Module) -> dict[str, int]:
     """How many linears of `model` run each candidate, over all buckets (for reports and tests)."""
     names = {fn: n for n, (fn, _) in CANDIDATES.items()}

@@ -75,7 +75,9 @@ def test_every_candidate_equals_f_linear_within_rounding(name, dtype, padded):
 def test_a_dropped_weight_is_rebuilt_exactly_and_restored():
     module = _linear()
     original = module.weight.clone()
+    count = kernels.parameter_count(module)
     kernels.swap(module, "packed", kernels.everywhere("onednn_packed"))
+    assert kernels.parameter_count(module) == count == 256 * 384 + 384  # the dropped weight still counts
     assert "weight" not in module._parameters and isinstance(module, kernels.SelectedLinear)
     assert torch.equal(module.weight, original)  # rebuilt from the packed copy, bit for bit
     assert torch.equal(module.state_dict()["weight"], original) and "bias" in module.state_dict()
