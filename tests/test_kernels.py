@@ -11,6 +11,7 @@ picks). No timing is asserted: speed lives in bench/verify_cost.py.
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import torch
@@ -341,3 +342,34 @@ def test_timings_made_under_an_isa_cap_are_kept_apart(monkeypatch):
     description, key = kernels.machine()
     assert key != plain_key and "capped: ONEDNN_MAX_CPU_ISA=AVX2" in description
     assert cpu_name().endswith("(ISA capped: ONEDNN_MAX_CPU_ISA=AVX2)")
+
+
+def _resident_bytes(tensor: torch.Tensor) -> int:
+    """Resident bytes of the mapping that holds `tensor` (/proc/self/smaps)."""
+    address, inside = tensor.data_ptr(), False
+    for line in open("/proc/self/smaps"):
+        fields = line.split()
+        if fields and "-" in fields[0] and not fields[0].endswith(":"):
+            start, _, end = fields[0].partition("-")
+            inside = int(start, 16) <= address < int(end, 16)
+        elif inside and fields[0] == "Rss:":
+            return int(fields[1]) * 1024
+    raise AssertionError("no mapping holds the tensor")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="reads Linux's /proc/self/smaps")
+def test_a_dropped_weight_hands_back_its_pages_of_the_model_file(tmp_path):
+    """A weight mapped privately from a file (as safetensors loads one) keeps its pages resident after
+    packing read them: handing them back empties the mapping, and the values read again are the file's."""
+    path = tmp_path / "weights.bin"
+    values = torch.arange(4 << 20, dtype=torch.float32)  # 16 MiB
+    values.numpy().tofile(path)
+    mapped = torch.from_file(str(path), shared=False, size=values.numel(), dtype=torch.float32)
+    assert float(mapped.sum()) == float(values.sum())  # every page read once, as packing reads them
+    before = _resident_bytes(mapped)
+    assert before >= 15 << 20
+    released = kernels.release_file_pages([mapped])
+    assert released >= 15 << 20 and _resident_bytes(mapped) <= before - released + (1 << 20)
+    assert torch.equal(mapped, values)  # read again from the file: nothing lost
+    anonymous = values.clone()  # not a file's pages: left alone
+    assert kernels.release_file_pages([anonymous]) == 0 and torch.equal(anonymous, values)
