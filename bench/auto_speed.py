@@ -164,8 +164,7 @@ def analyse(samples: list[dict[str, Any]]) -> dict[str, Any]:
         for name, s in systems_.items():
             row = rows.setdefault((set_name, t, name), {"tokens": 0, "seconds": 0.0, "ratios": [], "copy_ratios": [],
                                                        "answer_ratios": [], "partial_ratios": [], "cycles": 0,
-                                                       "plain_cycles": 0,
-                                                       "auto_cycles": 0})
+                                                       "plain_cycles": 0, "auto_cycles": 0})
             row["tokens"] += s["tokens"]
             row["seconds"] += s["seconds"]
             row["ratios"].append(rates[name] / base)
@@ -181,21 +180,22 @@ def analyse(samples: list[dict[str, Any]]) -> dict[str, Any]:
                 row["plain_cycles"] += sum(k == 0 for k in s["auto_k"])
     out = []
     for (set_name, t, name), r in sorted(rows.items(), key=lambda kv: (kv[0][0] != "natural", kv[0][1], kv[0][2])):
-        ratios, copies, answers = r["ratios"], r["copy_ratios"], r["answer_ratios"]
+        ratios = r["ratios"]
         out.append({"set": set_name, "T": t, "system": name, "prompts": len(ratios),
                     "tokens_per_s": r["tokens"] / r["seconds"],
                     "tokens_per_verify": r["tokens"] / r["cycles"] if r["cycles"] else None,
                     "median": statistics.median(ratios), "min": min(ratios), "max": max(ratios),
-                    "copies_median": statistics.median(copies) if copies else None,
-                    "copies_min": min(copies) if copies else None,
-                    "answer_copies": len(answers),
-                    "answer_median": statistics.median(answers) if answers else None,
-                    "answer_min": min(answers) if answers else None,
-                    "partial_copies": len(r["partial_ratios"]),
-                    "partial_median": statistics.median(r["partial_ratios"]) if r["partial_ratios"] else None,
-                    "partial_min": min(r["partial_ratios"]) if r["partial_ratios"] else None,
+                    **_spread("copies", r["copy_ratios"]),
+                    "answer_copies": len(r["answer_ratios"]), **_spread("answer", r["answer_ratios"]),
+                    "partial_copies": len(r["partial_ratios"]), **_spread("partial", r["partial_ratios"]),
                     "plain_share": r["plain_cycles"] / r["auto_cycles"] if r["auto_cycles"] else None})
     return {"rows": out, "bounds": bounds(out), "noise": noise(by_cell)}
+
+
+def _spread(prefix: str, ratios: list[float]) -> dict[str, float | None]:
+    """`prefix`_median and `prefix`_min of a subset's ratios (None where the subset is empty)."""
+    return {f"{prefix}_median": statistics.median(ratios) if ratios else None,
+            f"{prefix}_min": min(ratios) if ratios else None}
 
 
 def noise(by_cell: dict[tuple, dict[str, dict[str, Any]]]) -> dict[str, dict[str, float]]:

@@ -15,8 +15,10 @@ second copy, so where it serves one row as fast as the plain weight the plain on
 Which kernel wins depends on the CPU, the dtype, the shape and the row count, so nothing here is
 assumed: for each distinct linear shape (in, out, dtype, bias) of the pair and each row bucket,
 every available candidate is timed on the model's own weights, interleaved, and the fastest is
-used for that row count (`decide`). Candidates must compute the same product: a candidate whose
-output differs from ``F.linear`` by more than float rounding is never used. The timings are cached
+used for that row count (`decide`), padded with zero rows to a larger bucket where that bucket costs
+less (`padded_costs`: MKL's 3-row product can cost more than its 4-row one). Candidates must
+compute the same product: a candidate whose output differs from ``F.linear`` by more than float
+rounding is never used. The timings are cached
 per machine (CPU model, ISA flags, threads, torch version) in the user cache; ``SPECVIZ_KERNELS=
 reference`` keeps plain ``nn.Linear`` everywhere. The dispatch lives on the modules themselves
 (`SelectedLinear`), so every caller of the model (both decoders, HF ``generate``) gets it, and a
@@ -46,9 +48,9 @@ from .cachedir import isa_caps
 
 MODE_ENV = "SPECVIZ_KERNELS"  # "reference": plain nn.Linear; unset or "selected": timed at load
 VERSION = 6  # bump when candidates or the timing method change: cached timings are measured again
-# Row counts timed; a count between two buckets uses the larger bucket's kernel (unpadded), and a
-# count above the last (a prefill) the last bucket's. 1 = a plain step; 2..9 = chains of up to 8
-# drafts (5 takes 6's, 9 takes 12's); 13, 17, 25, 33 = token trees of 12..32 nodes.
+# Row counts timed; a count between two buckets uses the larger bucket's kernel (padded only where
+# that bucket's is), and a count above the last (a prefill) the last bucket's. 1 = a plain step;
+# 2..9 = chains of up to 8 drafts (5 takes 6's, 9 takes 12's); 13, 17, 25, 33 = token trees of 12..32 nodes.
 BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 32)
 # Linears with fewer weights keep nn.Linear: their product takes a few microseconds, about what the
 # dispatch itself costs, and timing noise would exceed any difference (the tiny test models).
